@@ -1,0 +1,183 @@
+// Package envelope defines the CloudEvents 1.0 envelope every stored event travels in,
+// the canonical event types, and how an event's deterministic id is derived.
+package envelope
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Canonical event types. A provider event type that maps to none of them is stored as
+// TypeUnmapped with its raw payload.
+const (
+	TypeReplyReceived      = "reply.received"
+	TypeEmailSent          = "email.sent"
+	TypeEmailDelivered     = "email.delivered"
+	TypeEmailOpened        = "email.opened"
+	TypeEmailClicked       = "email.clicked"
+	TypeEmailBounced       = "email.bounced"
+	TypeLeadUnsubscribed   = "lead.unsubscribed"
+	TypeLeadStatusChanged  = "lead.status_changed"
+	TypeContactUpdated     = "contact.updated"
+	TypeOpportunityCreated = "opportunity.created"
+	TypeMeetingBooked      = "meeting.booked"
+	TypeMeetingCancelled   = "meeting.cancelled"
+	TypeMessageReceived    = "message.received"
+	TypeMessageStatus      = "message.status"
+	TypeUnmapped           = "unmapped"
+)
+
+// Types lists every canonical type, in the order the docs present them.
+var Types = []string{
+	TypeReplyReceived, TypeEmailSent, TypeEmailDelivered, TypeEmailOpened, TypeEmailClicked,
+	TypeEmailBounced, TypeLeadUnsubscribed, TypeLeadStatusChanged, TypeContactUpdated,
+	TypeOpportunityCreated, TypeMeetingBooked, TypeMeetingCancelled, TypeMessageReceived,
+	TypeMessageStatus, TypeUnmapped,
+}
+
+// Envelope is a CloudEvents 1.0 event in JSON structured mode. Extension attributes
+// carry what Exacto knows of the delivery; Data carries the normalised event and its raw
+// provider payload.
+type Envelope struct {
+	SpecVersion     string    `json:"specversion"`
+	ID              string    `json:"id"`
+	Source          string    `json:"source"`
+	Type            string    `json:"type"`
+	Subject         string    `json:"subject,omitempty"`
+	Time            time.Time `json:"time"`
+	DataContentType string    `json:"datacontenttype"`
+	Data            Data      `json:"data"`
+
+	// Extension attributes (CloudEvents names: lower-case letters and digits only).
+	Tenant          string    `json:"tenant"`
+	Provider        string    `json:"provider"`
+	Endpoint        string    `json:"endpoint"`
+	ProviderEventID string    `json:"providereventid,omitempty"`
+	ObjectID        string    `json:"objectid,omitempty"`
+	Version         string    `json:"version,omitempty"`
+	Channel         string    `json:"channel,omitempty"`
+	ReceivedAt      time.Time `json:"receivedat"`
+	PayloadSHA256   string    `json:"payloadsha256"`
+	// Signed is false for providers whose webhooks carry no signature over the body
+	// (Instantly, Smartlead): consumers confirm such events at the source before an
+	// irreversible action.
+	Signed     bool   `json:"signed"`
+	AuthMethod string `json:"authmethod"`
+}
+
+// Data is the normalised content of an event. Which fields are set depends on the type;
+// schemas/ says which each type requires.
+type Data struct {
+	ProviderType string       `json:"provider_type"`
+	Contact      *Contact     `json:"contact,omitempty"`
+	Campaign     *Campaign    `json:"campaign,omitempty"`
+	Message      *Message     `json:"message,omitempty"`
+	Status       string       `json:"status,omitempty"`
+	Bounce       *Bounce      `json:"bounce,omitempty"`
+	Property     *Property    `json:"property,omitempty"`
+	Meeting      *Meeting     `json:"meeting,omitempty"`
+	Opportunity  *Opportunity `json:"opportunity,omitempty"`
+	// Raw is this event's own provider payload, byte for byte (for a batch, its element).
+	Raw json.RawMessage `json:"raw"`
+}
+
+// Contact identifies the person an event is about, by every id the provider gave.
+type Contact struct {
+	Email      string `json:"email,omitempty"`
+	Phone      string `json:"phone,omitempty"`
+	Name       string `json:"name,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
+}
+
+// Campaign is the sequence or campaign the event belongs to.
+type Campaign struct {
+	ID   string `json:"id,omitempty"`
+	Name string `json:"name,omitempty"`
+	Step string `json:"step,omitempty"`
+}
+
+// Message is an e-mail or chat message sent or received.
+type Message struct {
+	ID        string `json:"id,omitempty"`
+	InReplyTo string `json:"in_reply_to,omitempty"`
+	From      string `json:"from,omitempty"`
+	To        string `json:"to,omitempty"`
+	Subject   string `json:"subject,omitempty"`
+	Text      string `json:"text,omitempty"`
+	HTML      string `json:"html,omitempty"`
+	Kind      string `json:"kind,omitempty"` // text, image, … for chat messages
+	URL       string `json:"url,omitempty"`  // a clicked link, or where the message is shown
+	Auto      bool   `json:"auto,omitempty"` // an automatic reply (out of office)
+}
+
+// Bounce says why a message was not delivered.
+type Bounce struct {
+	Kind   string `json:"kind,omitempty"` // hard | soft | unknown
+	Reason string `json:"reason,omitempty"`
+}
+
+// Property is one changed field of a contact or lead.
+type Property struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Meeting is a booked or cancelled meeting.
+type Meeting struct {
+	ID        string    `json:"id"`
+	Start     time.Time `json:"start,omitzero"`
+	End       time.Time `json:"end,omitzero"`
+	Invitee   string    `json:"invitee,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	EventType string    `json:"event_type,omitempty"`
+}
+
+// Opportunity is a deal or opportunity in a CRM or sending platform.
+type Opportunity struct {
+	ID     string `json:"id"`
+	Name   string `json:"name,omitempty"`
+	Stage  string `json:"stage,omitempty"`
+	Amount string `json:"amount,omitempty"`
+}
+
+// ID derives an event's envelope id from its tenant, provider and identity key (the
+// provider's event id, or the documented fields that make it unique). The same provider
+// event always gets the same id, on every gateway replica and after every restart. The
+// endpoint is left out on purpose: one provider account posting the same event to two
+// endpoints of a tenant (a URL migration) is still one event.
+func ID(tenant, provider, key string) string {
+	h := sha256.New()
+	for _, part := range []string{tenant, provider, key} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return "ev_" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Key joins the parts that make an event unique into an identity key. Parts are
+// length-prefixed so that no two different part lists give the same key.
+func Key(parts ...string) string {
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(strconv.Itoa(len(p)))
+		b.WriteByte(':')
+		b.WriteString(p)
+		b.WriteByte('|')
+	}
+	return b.String()
+}
+
+// StreamSubject is the JetStream subject an envelope is stored under:
+// events.<tenant>.<provider>.<type>, the type keeping its dots.
+func (e *Envelope) StreamSubject() string {
+	return "events." + e.Tenant + "." + e.Provider + "." + e.Type
+}
+
+// Source is the CloudEvents source of events from one endpoint of a tenant.
+func Source(tenant, endpoint string) string {
+	return "/tenants/" + tenant + "/endpoints/" + endpoint
+}

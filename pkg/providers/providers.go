@@ -1,0 +1,260 @@
+// Package providers defines what every webhook provider package implements: verify a
+// delivery over its raw bytes, split it into events and normalise each one. The
+// registry of providers is pkg/providers/registry; the shared conformance suite every
+// provider passes is pkg/providers/providertest.
+package providers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"exacto.dev/pkg/envelope"
+)
+
+// Rejections. Verify wraps one of the first four (answered 401); Events wraps
+// ErrMalformed (answered 400). Messages never contain secrets or signatures.
+var (
+	ErrMissingSignature = errors.New("missing signature")
+	ErrBadSignature     = errors.New("signature does not match")
+	ErrTimestamp        = errors.New("timestamp outside tolerance")
+	ErrBadSecret        = errors.New("secret does not match")
+	ErrMalformed        = errors.New("malformed payload")
+)
+
+// Request is one webhook delivery as the verifier sees it.
+type Request struct {
+	Method string
+	// URL is the full URL as the provider called it (scheme, host, path, query): the
+	// endpoint's public_url when configured, else rebuilt from the request.
+	URL    string
+	Header http.Header
+	Body   []byte // the raw bytes, exactly as received
+	Now    time.Time
+}
+
+// Config is what a provider needs from its endpoint's configuration. Secrets are
+// already resolved from their env:/file: references; the provider decodes them.
+type Config struct {
+	Secrets   []string
+	Tolerance time.Duration // 0 means the scheme's documented default
+	// SecretHeader names the header carrying a static shared secret, for providers
+	// without a signature (Instantly, Smartlead). Empty means the provider's default.
+	SecretHeader string
+	// Generic configures the generic HMAC verifier; nil for other providers.
+	Generic *Generic
+}
+
+// Generic configures the generic HMAC verifier for providers not listed.
+type Generic struct {
+	Header          string            `yaml:"header"`           // header with the signature, e.g. X-Signature
+	Prefix          string            `yaml:"prefix"`           // stripped before decoding, e.g. "sha256="
+	Encoding        string            `yaml:"encoding"`         // hex | base64
+	Algorithm       string            `yaml:"algorithm"`        // sha256 | sha512
+	Signed          string            `yaml:"signed"`           // what is signed: "{body}" (default), or a template of {body} {timestamp} {id} {method} {url}
+	TimestampHeader string            `yaml:"timestamp_header"` // unix seconds; checked against tolerance when set
+	IDHeader        string            `yaml:"id_header"`        // header carrying the delivery's event id
+	EventsField     string            `yaml:"events_field"`     // dotted path to an array of events; empty: the body is one event (or a top-level array)
+	IDField         string            `yaml:"id_field"`         // dotted path to the event id within an event
+	TypeField       string            `yaml:"type_field"`       // dotted path to the event type
+	TimeField       string            `yaml:"time_field"`       // dotted path to the event time (RFC 3339 or unix seconds/ms)
+	Types           map[string]string `yaml:"types"`            // provider type -> canonical type
+}
+
+// Provider verifies and normalises one endpoint's deliveries. It is built once per
+// endpoint at start-up, so configuration errors surface before the gateway listens.
+type Provider interface {
+	// Verify checks the signature (and timestamp where the scheme signs one) over the
+	// raw bytes with every active secret. It reads no store.
+	Verify(r *Request) error
+	// Events splits a verified delivery into its events, each normalised.
+	Events(r *Request) ([]Event, error)
+}
+
+// Event is one provider event, normalised, before it is wrapped into an envelope.
+type Event struct {
+	Type         string // canonical type (envelope.Type…)
+	ProviderType string // the provider's own type name
+	// Key is what makes the event unique at the provider: its event id where it has
+	// one, else envelope.Key of the documented fields that identify it. Never the
+	// e-mail alone.
+	Key             string
+	ProviderEventID string
+	ObjectID        string
+	Version         string
+	Time            time.Time
+	Channel         string
+	Subject         string // CloudEvents subject: the contact or object the event is about
+	Data            envelope.Data
+}
+
+// Spec describes one provider for the registry.
+type Spec struct {
+	Name string
+	// Signed says whether the scheme signs the body with a secret. Unsigned providers
+	// rely on the path token and optional shared secrets; their events are marked
+	// unsigned in the envelope so consumers confirm them at the source.
+	Signed bool
+	// AuthMethod names how deliveries with a secret are authenticated, for the
+	// envelope: hmac, secret_key or header_secret. An unsigned provider's endpoint
+	// without secrets is authenticated by its path token alone (see Auth).
+	AuthMethod string
+	// SignsTime says whether the scheme signs a timestamp checked against a tolerance.
+	SignsTime bool
+	// SignatureHeaders are the headers whose absence means an unsigned delivery.
+	SignatureHeaders []string
+	// NeedsSecret says whether an endpoint without a secret must refuse to start.
+	NeedsSecret bool
+	New         func(Config) (Provider, error)
+	// Events lists the event names Sample accepts, the first being the default of
+	// `exacto send`.
+	Events []string
+	// Sample builds a realistic body of the named event, as the provider would post it.
+	Sample func(event string, now time.Time) ([]byte, error)
+	// Sign signs a delivery exactly as the provider would: it returns the headers to
+	// send and the body (changed only by providers that carry their secret in it).
+	Sign func(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error)
+}
+
+// Auth is the envelope's authmethod for an endpoint of this provider.
+func (s Spec) Auth(hasSecrets bool) string {
+	if !s.Signed && !hasSecrets {
+		return "path_token"
+	}
+	return s.AuthMethod
+}
+
+// Example builds a signed, realistic delivery of spec's event to url: for `exacto send`
+// and for tests.
+func Example(spec Spec, event, secret, url string, now time.Time) (*http.Request, error) {
+	body, err := spec.Sample(event, now)
+	if err != nil {
+		return nil, err
+	}
+	h, body, err := spec.Sign(http.MethodPost, url, body, secret, now)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range h {
+		req.Header[k] = vs
+	}
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// Envelope wraps a normalised event into the stored envelope.
+func (e Event) Envelope(spec Spec, tenant, endpoint, authMethod string, received time.Time, payloadSHA256 string) envelope.Envelope {
+	return envelope.Envelope{
+		SpecVersion:     "1.0",
+		ID:              envelope.ID(tenant, spec.Name, e.Key),
+		Source:          envelope.Source(tenant, endpoint),
+		Type:            e.Type,
+		Subject:         e.Subject,
+		Time:            e.Time.UTC(),
+		DataContentType: "application/json",
+		Data:            e.Data,
+		Tenant:          tenant,
+		Provider:        spec.Name,
+		Endpoint:        endpoint,
+		ProviderEventID: e.ProviderEventID,
+		ObjectID:        e.ObjectID,
+		Version:         e.Version,
+		Channel:         e.Channel,
+		ReceivedAt:      received.UTC(),
+		PayloadSHA256:   payloadSHA256,
+		Signed:          spec.Signed,
+		AuthMethod:      authMethod,
+	}
+}
+
+// RawEvents splits a JSON array body into its elements, byte for byte.
+func RawEvents(body []byte) ([]json.RawMessage, error) {
+	var items []json.RawMessage
+	if err := Decode(body, &items); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+// Decode parses JSON strictly, as every provider must before trusting a payload:
+// valid UTF-8, no duplicate object keys (two parsers could disagree on which wins), one
+// value and nothing after it. Its errors wrap ErrMalformed.
+func Decode(data []byte, v any) error {
+	if !utf8.Valid(data) {
+		return fmt.Errorf("%w: invalid UTF-8", ErrMalformed)
+	}
+	if err := checkDuplicateKeys(data); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the JSON value", ErrMalformed)
+	}
+	return nil
+}
+
+// maxDepth bounds nesting: no provider payload nests this deep, and a hostile one
+// should cost nothing to refuse.
+const maxDepth = 64
+
+func checkDuplicateKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	return checkValue(dec, 0)
+}
+
+func checkValue(dec *json.Decoder, depth int) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	if depth >= maxDepth {
+		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, maxDepth)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		if d == '{' {
+			kt, err := dec.Token()
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrMalformed, err)
+			}
+			key, _ := kt.(string)
+			if seen[key] {
+				return fmt.Errorf("%w: duplicate key %q", ErrMalformed, truncate(key, 40))
+			}
+			seen[key] = true
+		}
+		if err := checkValue(dec, depth+1); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing delimiter
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
