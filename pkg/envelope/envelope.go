@@ -181,3 +181,32 @@ func (e *Envelope) StreamSubject() string {
 func Source(tenant, endpoint string) string {
 	return "/tenants/" + tenant + "/endpoints/" + endpoint
 }
+
+// Complete reports whether d has what events of type typ require (the same rules as
+// schemas/data/<type>.schema.json). Providers whose senders name the type themselves
+// (Standard Webhooks, generic signers) map an event to typ only when it is complete,
+// and keep it unmapped otherwise: a "reply" without a contact is no reply to act on.
+func Complete(typ string, d Data) bool {
+	contact := d.Contact != nil && (d.Contact.Email != "" || d.Contact.Phone != "" || d.Contact.ExternalID != "")
+	switch typ {
+	case TypeReplyReceived:
+		return contact && d.Message != nil
+	case TypeEmailSent, TypeEmailDelivered, TypeEmailOpened, TypeEmailClicked, TypeEmailBounced, TypeLeadUnsubscribed:
+		return contact
+	case TypeLeadStatusChanged:
+		return d.Status != ""
+	case TypeContactUpdated:
+		return contact || d.Property != nil
+	case TypeOpportunityCreated:
+		return d.Opportunity != nil && d.Opportunity.ID != ""
+	case TypeMeetingBooked, TypeMeetingCancelled:
+		return d.Meeting != nil && d.Meeting.ID != ""
+	case TypeMessageReceived:
+		return d.Message != nil && d.Message.ID != ""
+	case TypeMessageStatus:
+		return d.Message != nil && d.Status != ""
+	case TypeUnmapped:
+		return d.ProviderType != ""
+	}
+	return false
+}

@@ -1,0 +1,48 @@
+// Package admin serves the admin address: /healthz (the process is alive), /readyz
+// (every dependency answers) and /metrics.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// Check is one readiness dependency; it returns nil when ready.
+type Check func(ctx context.Context) error
+
+// Mux returns the admin routes. Other parts (the console) add theirs to it.
+func Mux(metrics http.Handler, checks map[string]Check) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		status, failed := http.StatusOK, map[string]string{}
+		for name, check := range checks {
+			if err := check(ctx); err != nil {
+				status, failed[name] = http.StatusServiceUnavailable, err.Error()
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		if status == http.StatusOK {
+			w.Write([]byte(`{"status":"ready"}` + "\n"))
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"status": "not_ready", "failed": failed})
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return mux
+}
+
+// Server wraps the mux with timeouts.
+func Server(addr string, h http.Handler) *http.Server {
+	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+}

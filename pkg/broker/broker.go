@@ -1,0 +1,140 @@
+// Package broker starts the embedded nats-server with JetStream that `exacto up` runs
+// when no external NATS is configured.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configures the embedded server.
+type Options struct {
+	// Listen is host:port of the client port; port -1 picks a free one (tests).
+	Listen string
+	// DataDir holds the JetStream store (under DataDir/jetstream).
+	DataDir string
+	// Sync is "always" (fsync before each acknowledgement) or a flush interval.
+	Sync string
+	// Logs turns on the server's own log lines.
+	Logs bool
+}
+
+// MaxPayload is raised above nats-server's 1 MiB default because an envelope holds a
+// raw payload of up to the gateway's body limit plus its attributes.
+const MaxPayload = 8 << 20
+
+// Start starts the server and waits until it accepts connections.
+func Start(o Options) (*server.Server, error) {
+	host, portStr, err := net.SplitHostPort(o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("nats listen %q: %w", o.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("nats listen %q: bad port", o.Listen)
+	}
+	opts := &server.Options{
+		ServerName: "exacto",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   filepath.Join(o.DataDir, "jetstream"),
+		MaxPayload: MaxPayload,
+		NoSigs:     true, // the process handles signals and shuts the server down itself
+		NoLog:      !o.Logs,
+	}
+	if o.Sync == "" || o.Sync == "always" {
+		// Jepsen (NATS 2.12.1, 2025): the default two-minute fsync loses acknowledged
+		// writes on a crash. A 200 to a provider must mean the event is on disk.
+		opts.SyncAlways = true
+	} else {
+		d, err := time.ParseDuration(o.Sync)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("nats sync %q: want always or a positive duration", o.Sync)
+		}
+		opts.SyncInterval = d
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	if o.Logs {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("embedded nats did not start within 30s (is the port in use?)")
+	}
+	if !s.JetStreamEnabled() {
+		s.Shutdown()
+		return nil, errors.New("embedded nats started without JetStream")
+	}
+	return s, nil
+}
+
+// Conn is a NATS connection with JetStream, and the embedded server behind it if any.
+type Conn struct {
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Embedded *server.Server // nil when an external NATS is used
+}
+
+// Open connects to url, or, when url is empty, starts the embedded server and connects
+// to it in-process.
+func Open(url string, o Options, name string) (*Conn, error) {
+	c := &Conn{}
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if url == "" {
+		s, err := Start(o)
+		if err != nil {
+			return nil, err
+		}
+		c.Embedded = s
+		url = s.ClientURL()
+		opts = append(opts, nats.InProcessServer(s))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
+	}
+	c.NC = nc
+	// The default async window (4000) would stall bursts of batched deliveries.
+	c.JS, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(65536))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Ready reports whether JetStream answers.
+func (c *Conn) Ready(ctx context.Context) error {
+	_, err := c.JS.AccountInfo(ctx)
+	return err
+}
+
+// Close drains the connection and stops the embedded server, if any.
+func (c *Conn) Close() {
+	if c.NC != nil {
+		c.NC.Drain()
+		for c.NC.IsDraining() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.NC.Close()
+	}
+	if c.Embedded != nil {
+		c.Embedded.Shutdown()
+		c.Embedded.WaitForShutdown()
+	}
+}

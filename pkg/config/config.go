@@ -1,0 +1,413 @@
+// Package config loads and validates Exacto's YAML configuration. A config that would
+// accept unverified events refuses to load, and every error names the file and line.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"exacto.dev/pkg/providers"
+	"exacto.dev/pkg/providers/registry"
+)
+
+// Config is the whole configuration of one Exacto deployment.
+type Config struct {
+	HTTPAddr  string   `yaml:"http_addr"`
+	AdminAddr string   `yaml:"admin_addr"`
+	DataDir   string   `yaml:"data_dir"`
+	NATS      NATS     `yaml:"nats"`
+	Gateway   Gateway  `yaml:"gateway"`
+	Tenants   []Tenant `yaml:"tenants"`
+
+	// Warnings collects what loaded but deserves the operator's attention (literal
+	// secrets, short path tokens).
+	Warnings []string `yaml:"-"`
+	// Source is the file the config came from ("built-in demo" when none).
+	Source string `yaml:"-"`
+}
+
+// NATS configures the broker: the embedded server, or an external one (URL).
+type NATS struct {
+	// Listen is the embedded server's client address, so the stock `nats` CLI can
+	// inspect it.
+	Listen string `yaml:"listen"`
+	// URL selects an external server or cluster; when set, no server is embedded.
+	URL string `yaml:"url"`
+	// Sync is "always" (fsync before every acknowledgement, the default: a 200 means
+	// the event is on disk) or a duration such as "2m" (nats-server's lazy default:
+	// acknowledged writes from the last interval can be lost on a crash or power cut).
+	Sync string `yaml:"sync"`
+	// DuplicateWindow is the stream's Nats-Msg-Id window (default 2m).
+	DuplicateWindow time.Duration `yaml:"duplicate_window"`
+	// Replicas of every stream and bucket: 1 on one node, 3 in a cluster.
+	Replicas int `yaml:"replicas"`
+}
+
+// Gateway configures the webhook HTTP server.
+type Gateway struct {
+	BodyLimit int64 `yaml:"body_limit"` // bytes, default 1 MiB
+	MaxEvents int   `yaml:"max_events"` // events per delivery, default 1000
+	// DedupTTL is how long a stored event id is remembered to answer late
+	// redeliveries, default 7 days: longer than any provider's retry horizon.
+	DedupTTL       time.Duration `yaml:"dedup_ttl"`
+	PublishTimeout time.Duration `yaml:"publish_timeout"` // default 10s
+}
+
+// Tenant owns endpoints.
+type Tenant struct {
+	ID        string     `yaml:"id"`
+	Endpoints []Endpoint `yaml:"endpoints"`
+	Line      int        `yaml:"-"`
+}
+
+// Endpoint is one provider account posting to one URL.
+type Endpoint struct {
+	ID           string             `yaml:"id"`
+	Provider     string             `yaml:"provider"`
+	PathToken    Secret             `yaml:"path_token"`
+	Secrets      []Secret           `yaml:"secrets"`
+	Tolerance    time.Duration      `yaml:"tolerance"`
+	PublicURL    string             `yaml:"public_url"`
+	VerifyToken  Secret             `yaml:"verify_token"`
+	SecretHeader string             `yaml:"secret_header"`
+	Generic      *providers.Generic `yaml:"generic"`
+
+	Line int `yaml:"-"`
+}
+
+// Secret is a reference (env:NAME, file:PATH) or, with a warning, a literal. Value is
+// resolved at load time and never printed.
+type Secret struct {
+	Ref   string
+	Value string
+	Line  int
+}
+
+// UnmarshalYAML keeps the reference and its line; resolution happens in Load.
+func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: a secret is a string (env:NAME, file:PATH or a literal)", n.Line)
+	}
+	s.Ref, s.Line = n.Value, n.Line
+	return nil
+}
+
+// String never shows the value.
+func (s Secret) String() string {
+	if strings.HasPrefix(s.Ref, "env:") || strings.HasPrefix(s.Ref, "file:") {
+		return s.Ref
+	}
+	return "(literal)"
+}
+
+// Defaults, all loopback.
+const (
+	DefaultHTTPAddr  = "127.0.0.1:8080"
+	DefaultAdminAddr = "127.0.0.1:8081"
+	DefaultListen    = "127.0.0.1:4222"
+	DefaultDataDir   = "./.exacto"
+	DefaultFile      = "./exacto.yaml"
+)
+
+// Env lists the environment variables that override the file, by field.
+var Env = map[string]string{
+	"EXACTO_HTTP_ADDR":   "http_addr",
+	"EXACTO_ADMIN_ADDR":  "admin_addr",
+	"EXACTO_NATS_LISTEN": "nats.listen",
+	"EXACTO_NATS_URL":    "nats.url",
+	"EXACTO_DATA_DIR":    "data_dir",
+	"EXACTO_NATS_SYNC":   "nats.sync",
+}
+
+// Load reads the config: path if given, else EXACTO_CONFIG, else ./exacto.yaml if it
+// exists, else the built-in demo. Environment variables override the file; getenv is
+// os.Getenv outside tests.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	if path == "" {
+		path = getenv("EXACTO_CONFIG")
+	}
+	var data []byte
+	source := path
+	switch {
+	case path != "":
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		data = b
+	default:
+		if b, err := os.ReadFile(DefaultFile); err == nil {
+			data, source = b, DefaultFile
+		} else {
+			data, source = []byte(Demo), "built-in demo"
+		}
+	}
+	return Parse(data, source, getenv)
+}
+
+// Parse decodes, resolves and validates a config document.
+func Parse(data []byte, source string, getenv func(string) string) (*Config, error) {
+	c := &Config{Source: source}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err == nil {
+		c.recordLines(&root)
+	}
+	c.applyEnv(getenv)
+	c.applyDefaults()
+	if err := c.resolve(getenv); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// recordLines notes where each tenant and endpoint starts, for error messages.
+func (c *Config) recordLines(root *yaml.Node) {
+	tenants := child(root, "tenants")
+	if tenants == nil {
+		return
+	}
+	for i, tn := range tenants.Content {
+		if i >= len(c.Tenants) {
+			return
+		}
+		c.Tenants[i].Line = tn.Line
+		if eps := child(tn, "endpoints"); eps != nil {
+			for j, en := range eps.Content {
+				if j < len(c.Tenants[i].Endpoints) {
+					c.Tenants[i].Endpoints[j].Line = en.Line
+				}
+			}
+		}
+	}
+}
+
+// child finds key in a mapping node (or a document's mapping).
+func child(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func (c *Config) applyEnv(getenv func(string) string) {
+	set := func(dst *string, name string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	set(&c.HTTPAddr, "EXACTO_HTTP_ADDR")
+	set(&c.AdminAddr, "EXACTO_ADMIN_ADDR")
+	set(&c.NATS.Listen, "EXACTO_NATS_LISTEN")
+	set(&c.NATS.URL, "EXACTO_NATS_URL")
+	set(&c.DataDir, "EXACTO_DATA_DIR")
+	set(&c.NATS.Sync, "EXACTO_NATS_SYNC")
+}
+
+func (c *Config) applyDefaults() {
+	def := func(dst *string, v string) {
+		if *dst == "" {
+			*dst = v
+		}
+	}
+	def(&c.HTTPAddr, DefaultHTTPAddr)
+	def(&c.AdminAddr, DefaultAdminAddr)
+	def(&c.NATS.Listen, DefaultListen)
+	def(&c.DataDir, DefaultDataDir)
+	def(&c.NATS.Sync, "always")
+	if c.NATS.DuplicateWindow == 0 {
+		c.NATS.DuplicateWindow = 2 * time.Minute
+	}
+	if c.NATS.Replicas == 0 {
+		c.NATS.Replicas = 1
+	}
+	if c.Gateway.BodyLimit == 0 {
+		c.Gateway.BodyLimit = 1 << 20
+	}
+	if c.Gateway.MaxEvents == 0 {
+		c.Gateway.MaxEvents = 1000
+	}
+	if c.Gateway.DedupTTL == 0 {
+		c.Gateway.DedupTTL = 7 * 24 * time.Hour
+	}
+	if c.Gateway.PublishTimeout == 0 {
+		c.Gateway.PublishTimeout = 10 * time.Second
+	}
+}
+
+// resolve replaces every secret reference by its value.
+func (c *Config) resolve(getenv func(string) string) error {
+	var errs []error
+	one := func(where string, s *Secret) {
+		if s.Ref == "" {
+			return
+		}
+		v, warn, err := resolveSecret(s.Ref, getenv)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s:%d: %s: %v", c.Source, s.Line, where, err))
+			return
+		}
+		if warn && c.Source != "built-in demo" {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s:%d: %s is a literal secret; use env:NAME or file:PATH in production", c.Source, s.Line, where))
+		}
+		s.Value = v
+	}
+	for ti := range c.Tenants {
+		t := &c.Tenants[ti]
+		for ei := range t.Endpoints {
+			e := &t.Endpoints[ei]
+			name := "endpoint " + e.ID
+			one(name+" path_token", &e.PathToken)
+			one(name+" verify_token", &e.VerifyToken)
+			for si := range e.Secrets {
+				one(fmt.Sprintf("%s secrets[%d]", name, si), &e.Secrets[si])
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func resolveSecret(ref string, getenv func(string) string) (value string, literal bool, err error) {
+	switch {
+	case strings.HasPrefix(ref, "env:"):
+		name := strings.TrimPrefix(ref, "env:")
+		v := getenv(name)
+		if v == "" {
+			return "", false, fmt.Errorf("environment variable %s is not set", name)
+		}
+		return v, false, nil
+	case strings.HasPrefix(ref, "file:"):
+		b, err := os.ReadFile(strings.TrimPrefix(ref, "file:"))
+		if err != nil {
+			return "", false, fmt.Errorf("secret file: %v", err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return "", false, fmt.Errorf("secret file %s is empty", strings.TrimPrefix(ref, "file:"))
+		}
+		return v, false, nil
+	default:
+		return ref, true, nil
+	}
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Validate fails closed: an endpoint that could accept unverified events, an unknown
+// provider or an unusable address is an error naming its line.
+func (c *Config) Validate() error {
+	var errs []error
+	fail := func(line int, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s:%d: %s", c.Source, line, fmt.Sprintf(format, args...)))
+	}
+	for _, a := range []struct{ name, addr string }{{"http_addr", c.HTTPAddr}, {"admin_addr", c.AdminAddr}, {"nats.listen", c.NATS.Listen}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			fail(0, "%s %q: %v", a.name, a.addr, err)
+		}
+	}
+	if c.NATS.Sync != "always" {
+		if d, err := time.ParseDuration(c.NATS.Sync); err != nil || d <= 0 {
+			fail(0, "nats.sync %q: want \"always\" or a positive duration such as 2m", c.NATS.Sync)
+		}
+	}
+	if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
+		fail(0, "nats.replicas %d: want 1 to 5", c.NATS.Replicas)
+	}
+	if c.NATS.DuplicateWindow < 0 {
+		fail(0, "nats.duplicate_window must be positive")
+	}
+	if c.Gateway.BodyLimit < 1024 {
+		fail(0, "gateway.body_limit %d: want at least 1024 bytes", c.Gateway.BodyLimit)
+	}
+	if c.Gateway.MaxEvents < 1 {
+		fail(0, "gateway.max_events %d: want at least 1", c.Gateway.MaxEvents)
+	}
+	if len(c.Tenants) == 0 {
+		fail(0, "no tenants: nothing would be accepted")
+	}
+	tenants := map[string]bool{}
+	endpoints := map[string]int{}
+	for _, t := range c.Tenants {
+		if !idPattern.MatchString(t.ID) {
+			fail(t.Line, "tenant id %q: want [a-z0-9-]", t.ID)
+		}
+		if tenants[t.ID] {
+			fail(t.Line, "tenant %q is declared twice", t.ID)
+		}
+		tenants[t.ID] = true
+		for _, e := range t.Endpoints {
+			if !idPattern.MatchString(e.ID) {
+				fail(e.Line, "endpoint id %q: want [a-z0-9-]", e.ID)
+			}
+			if prev, dup := endpoints[e.ID]; dup {
+				fail(e.Line, "endpoint %q is already declared at line %d (endpoint ids are global: they are the URL)", e.ID, prev)
+			}
+			endpoints[e.ID] = e.Line
+			spec, ok := registry.Lookup(e.Provider)
+			if !ok {
+				fail(e.Line, "endpoint %s: unknown provider %q (known: %s)", e.ID, e.Provider, strings.Join(registry.Names(), ", "))
+				continue
+			}
+			if e.PathToken.Value == "" {
+				fail(e.Line, "endpoint %s: path_token is required", e.ID)
+			} else if len(e.PathToken.Value) < 16 {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("%s:%d: endpoint %s: path_token is shorter than 16 characters; it is the only secret in the URL", c.Source, e.PathToken.Line, e.ID))
+			}
+			if spec.NeedsSecret && len(e.Secrets) == 0 {
+				fail(e.Line, "endpoint %s: provider %s signs its webhooks; at least one secret is required", e.ID, e.Provider)
+			}
+			if e.Tolerance < 0 {
+				fail(e.Line, "endpoint %s: tolerance must be positive", e.ID)
+			}
+			if e.PublicURL != "" {
+				if u, err := url.Parse(e.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					fail(e.Line, "endpoint %s: public_url %q is not an absolute http(s) URL", e.ID, e.PublicURL)
+				}
+			}
+			if e.Provider == "meta" && e.VerifyToken.Value == "" {
+				fail(e.Line, "endpoint %s: provider meta needs verify_token for the subscription handshake", e.ID)
+			}
+			if e.Generic != nil && e.Provider != "generic" {
+				fail(e.Line, "endpoint %s: the generic block is only for provider generic", e.ID)
+			}
+			if _, err := spec.New(e.ProviderConfig()); err != nil {
+				fail(e.Line, "endpoint %s: %v", e.ID, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ProviderConfig is what the endpoint's provider package is built from.
+func (e *Endpoint) ProviderConfig() providers.Config {
+	secrets := make([]string, len(e.Secrets))
+	for i, s := range e.Secrets {
+		secrets[i] = s.Value
+	}
+	return providers.Config{Secrets: secrets, Tolerance: e.Tolerance, SecretHeader: e.SecretHeader, Generic: e.Generic}
+}

@@ -1,0 +1,168 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+const good = `
+tenants:
+  - id: acme
+    endpoints:
+      - id: instantly-main
+        provider: instantly
+        path_token: env:ACME_INSTANTLY_TOKEN
+        secrets: [env:ACME_INSTANTLY_SECRET, env:ACME_INSTANTLY_SECRET_OLD]
+        tolerance: 5m
+        public_url: https://hooks.example.com/hooks/instantly-main/TOKEN
+      - id: meta-main
+        provider: meta
+        path_token: env:ACME_META_TOKEN
+        secrets: [env:ACME_META_APP_SECRET]
+        verify_token: env:ACME_META_VERIFY_TOKEN
+`
+
+var goodEnv = map[string]string{
+	"ACME_INSTANTLY_TOKEN":      "tok-0123456789abcdef",
+	"ACME_INSTANTLY_SECRET":     "s1",
+	"ACME_INSTANTLY_SECRET_OLD": "s0",
+	"ACME_META_TOKEN":           "tok-meta-0123456789",
+	"ACME_META_APP_SECRET":      "app-secret",
+	"ACME_META_VERIFY_TOKEN":    "verify",
+}
+
+func TestParseContractExample(t *testing.T) {
+	c, err := Parse([]byte(good), "exacto.yaml", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := c.Tenants[0].Endpoints[0]
+	if ep.PathToken.Value != "tok-0123456789abcdef" || len(ep.Secrets) != 2 || ep.Secrets[1].Value != "s0" {
+		t.Fatalf("secrets not resolved: %+v", ep)
+	}
+	if ep.Tolerance != 5*time.Minute {
+		t.Fatalf("tolerance %v", ep.Tolerance)
+	}
+	if ep.Line != 5 || c.Tenants[0].Endpoints[1].Line != 11 {
+		t.Fatalf("endpoint lines %d %d", ep.Line, c.Tenants[0].Endpoints[1].Line)
+	}
+	if c.HTTPAddr != DefaultHTTPAddr || c.NATS.Sync != "always" || c.NATS.DuplicateWindow != 2*time.Minute || c.Gateway.BodyLimit != 1<<20 || c.Gateway.DedupTTL != 7*24*time.Hour {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if len(c.Warnings) != 0 {
+		t.Fatalf("unexpected warnings: %v", c.Warnings)
+	}
+	if s := ep.Secrets[0].String(); s != "env:ACME_INSTANTLY_SECRET" {
+		t.Fatalf("String shows %q", s)
+	}
+}
+
+func TestEnvOverridesFile(t *testing.T) {
+	m := map[string]string{"EXACTO_HTTP_ADDR": "127.0.0.1:9999", "EXACTO_NATS_URL": "nats://127.0.0.1:4333", "EXACTO_DATA_DIR": "/tmp/x"}
+	for k, v := range goodEnv {
+		m[k] = v
+	}
+	c, err := Parse([]byte("http_addr: 127.0.0.1:1\n"+good), "f", env(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != "127.0.0.1:9999" || c.NATS.URL != "nats://127.0.0.1:4333" || c.DataDir != "/tmp/x" {
+		t.Fatalf("env not applied: %+v", c)
+	}
+}
+
+func TestLiteralSecretWarns(t *testing.T) {
+	doc := strings.ReplaceAll(good, "env:ACME_INSTANTLY_SECRET_OLD", "literal-secret")
+	c, err := Parse([]byte(doc), "exacto.yaml", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "exacto.yaml:8") {
+		t.Fatalf("warnings %v", c.Warnings)
+	}
+}
+
+func TestFileSecret(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "secret")
+	os.WriteFile(p, []byte("from-file\n"), 0o600)
+	doc := strings.ReplaceAll(good, "env:ACME_META_APP_SECRET", "file:"+p)
+	c, err := Parse([]byte(doc), "f", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Tenants[0].Endpoints[1].Secrets[0].Value; got != "from-file" {
+		t.Fatalf("file secret %q", got)
+	}
+}
+
+// Every refusal names the file and line, and never the secret's value.
+func TestRefusals(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		env       map[string]string
+		want      string
+	}{
+		{"unknown provider", strings.Replace(good, "provider: instantly", "provider: mailchimp", 1), goodEnv, "exacto.yaml:5: endpoint instantly-main: unknown provider \"mailchimp\""},
+		{"missing env secret", good, without(goodEnv, "ACME_META_APP_SECRET"), "exacto.yaml:14: endpoint meta-main secrets[0]: environment variable ACME_META_APP_SECRET is not set"},
+		{"signed provider without secret", strings.Replace(good, "        secrets: [env:ACME_META_APP_SECRET]\n", "", 1), goodEnv, "exacto.yaml:11: endpoint meta-main: provider meta signs its webhooks; at least one secret is required"},
+		{"empty secret list", strings.Replace(good, "[env:ACME_META_APP_SECRET]", "[]", 1), goodEnv, "at least one secret is required"},
+		{"no path token", strings.Replace(good, "        path_token: env:ACME_META_TOKEN\n", "", 1), goodEnv, "endpoint meta-main: path_token is required"},
+		{"meta without verify token", strings.Replace(good, "        verify_token: env:ACME_META_VERIFY_TOKEN\n", "", 1), goodEnv, "needs verify_token"},
+		{"bad endpoint id", strings.Replace(good, "id: meta-main", "id: Meta_Main", 1), goodEnv, "endpoint id \"Meta_Main\""},
+		{"duplicate endpoint", strings.Replace(good, "id: meta-main", "id: instantly-main", 1), goodEnv, "already declared at line 5"},
+		{"unknown field", strings.Replace(good, "tolerance: 5m", "tolerence: 5m", 1), goodEnv, "field tolerence not found"},
+		{"bad duration", strings.Replace(good, "tolerance: 5m", "tolerance: soon", 1), goodEnv, "soon"},
+		{"bad public url", strings.Replace(good, "https://hooks.example.com/hooks/instantly-main/TOKEN", "hooks.example.com", 1), goodEnv, "public_url"},
+		{"bad sync", "nats:\n  sync: sometimes\n" + good, goodEnv, "nats.sync"},
+		{"no tenants", "http_addr: 127.0.0.1:8080\n", goodEnv, "no tenants"},
+		{"bad address", "http_addr: nonsense\n" + good, goodEnv, "http_addr"},
+		{"secret as a map", strings.Replace(good, "path_token: env:ACME_META_TOKEN", "path_token: {a: b}", 1), goodEnv, "line 13: a secret is a string"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc), "exacto.yaml", env(tc.env))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			for _, v := range goodEnv {
+				if len(v) > 6 && strings.Contains(err.Error(), v) {
+					t.Fatalf("error leaks a secret value: %q", err)
+				}
+			}
+		})
+	}
+}
+
+func TestDemoLoads(t *testing.T) {
+	c, err := Parse([]byte(Demo), "built-in demo", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Tenants) != 1 || len(c.Tenants[0].Endpoints) < 7 {
+		t.Fatalf("demo: %+v", c.Tenants)
+	}
+	if len(c.Warnings) != 0 {
+		t.Fatalf("demo warns: %v", c.Warnings)
+	}
+}
+
+func without(m map[string]string, key string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if k != key {
+			out[k] = v
+		}
+	}
+	return out
+}

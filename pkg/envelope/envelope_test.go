@@ -1,0 +1,51 @@
+package envelope
+
+import "testing"
+
+func TestIDDeterministicAndSeparated(t *testing.T) {
+	a := ID("acme", "stripe", "evt_1")
+	if a != ID("acme", "stripe", "evt_1") {
+		t.Fatal("ID is not deterministic")
+	}
+	for _, other := range []string{ID("acme2", "stripe", "evt_1"), ID("acme", "hubspot", "evt_1"), ID("acme", "stripe", "evt_2"), ID("acmestripe", "", "evt_1")} {
+		if other == a {
+			t.Fatalf("different events share id %s", a)
+		}
+	}
+	if len(a) != 35 || a[:3] != "ev_" {
+		t.Fatalf("id shape %q", a)
+	}
+}
+
+func TestKeyIsUnambiguous(t *testing.T) {
+	if Key("a|b", "c") == Key("a", "b|c") || Key("ab", "") == Key("a", "b") || Key("") == Key() {
+		t.Fatal("two part lists give one key")
+	}
+}
+
+func TestComplete(t *testing.T) {
+	contact := &Contact{Email: "a@example.com"}
+	cases := []struct {
+		typ  string
+		d    Data
+		want bool
+	}{
+		{TypeReplyReceived, Data{Contact: contact, Message: &Message{}}, true},
+		{TypeReplyReceived, Data{Contact: contact}, false},
+		{TypeReplyReceived, Data{Contact: &Contact{Name: "no id"}, Message: &Message{}}, false},
+		{TypeLeadUnsubscribed, Data{Contact: contact}, true},
+		{TypeLeadStatusChanged, Data{}, false},
+		{TypeContactUpdated, Data{Property: &Property{Name: "x"}}, true},
+		{TypeOpportunityCreated, Data{Opportunity: &Opportunity{}}, false},
+		{TypeMeetingBooked, Data{Meeting: &Meeting{ID: "m"}}, true},
+		{TypeMessageReceived, Data{Message: &Message{}}, false},
+		{TypeMessageStatus, Data{Message: &Message{}, Status: "read"}, true},
+		{TypeUnmapped, Data{ProviderType: "x"}, true},
+		{"nonsense", Data{ProviderType: "x"}, false},
+	}
+	for _, c := range cases {
+		if got := Complete(c.typ, c.d); got != c.want {
+			t.Errorf("Complete(%s, %+v) = %v", c.typ, c.d, got)
+		}
+	}
+}

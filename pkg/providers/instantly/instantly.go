@@ -1,0 +1,260 @@
+// Package instantly verifies and normalises Instantly (API v2) webhooks.
+//
+// Instantly signs nothing and sends no event id. A delivery is authenticated by the
+// endpoint's path token (checked by the gateway) and, when the endpoint lists secrets, by
+// a static header the user adds in Instantly's webhook settings (X-Exacto-Secret unless
+// secret_header renames it).
+package instantly
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/providers"
+)
+
+// DefaultHeader carries the shared secret when Config.SecretHeader is empty.
+const DefaultHeader = "X-Exacto-Secret"
+
+// Spec describes Instantly for the registry.
+var Spec = providers.Spec{
+	Name:             "instantly",
+	Signed:           false,
+	AuthMethod:       "header_secret",
+	SignsTime:        false,
+	SignatureHeaders: []string{DefaultHeader},
+	NeedsSecret:      false,
+	New:              New,
+	Events:           sampleEvents,
+	Sample:           Sample,
+	Sign:             Sign,
+}
+
+type provider struct {
+	header  string
+	digests [][32]byte // sha256 of each secret: compared digest to digest, so lengths don't leak
+}
+
+// New builds the verifier of one endpoint.
+func New(cfg providers.Config) (providers.Provider, error) {
+	p := &provider{header: DefaultHeader}
+	if cfg.SecretHeader != "" {
+		if !validHeaderName(cfg.SecretHeader) {
+			return nil, fmt.Errorf("instantly: secret_header %q is not a valid header name", cfg.SecretHeader)
+		}
+		p.header = cfg.SecretHeader
+	}
+	for i, s := range cfg.Secrets {
+		if s == "" {
+			return nil, fmt.Errorf("instantly: secret %d is empty", i+1)
+		}
+		p.digests = append(p.digests, sha256.Sum256([]byte(s)))
+	}
+	return p, nil
+}
+
+// Verify checks the static header secret. Without secrets the path token alone
+// authenticates the endpoint, so there is nothing to check here.
+func (p *provider) Verify(r *providers.Request) error {
+	if len(p.digests) == 0 {
+		return nil
+	}
+	got := r.Header.Get(p.header)
+	if got == "" {
+		return fmt.Errorf("%w: no %s header", providers.ErrMissingSignature, p.header)
+	}
+	d := sha256.Sum256([]byte(got))
+	match := 0
+	for _, want := range p.digests { // no early exit: every secret costs the same
+		match |= subtle.ConstantTimeCompare(d[:], want[:])
+	}
+	if match != 1 {
+		return fmt.Errorf("%w: %s header", providers.ErrBadSecret, p.header)
+	}
+	return nil
+}
+
+// payload is the documented webhook body. Lead fields merged in by Instantly are
+// ignored here and kept in Data.Raw.
+type payload struct {
+	Timestamp        string `json:"timestamp"`
+	EventType        string `json:"event_type"`
+	Workspace        scalar `json:"workspace"`
+	CampaignID       scalar `json:"campaign_id"`
+	CampaignName     string `json:"campaign_name"`
+	LeadEmail        string `json:"lead_email"`
+	EmailAccount     string `json:"email_account"`
+	Step             scalar `json:"step"`
+	Variant          scalar `json:"variant"`
+	EmailID          scalar `json:"email_id"`
+	EmailSubject     string `json:"email_subject"`
+	EmailText        string `json:"email_text"`
+	EmailHTML        string `json:"email_html"`
+	ReplySubject     string `json:"reply_subject"`
+	ReplyText        string `json:"reply_text"`
+	ReplyHTML        string `json:"reply_html"`
+	ReplyTextSnippet string `json:"reply_text_snippet"`
+	UniboxURL        string `json:"unibox_url"`
+}
+
+// Events normalises the one event a delivery carries.
+func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
+	var b payload
+	if err := providers.Decode(r.Body, &b); err != nil {
+		return nil, err
+	}
+	if b.EventType == "" {
+		return nil, fmt.Errorf("%w: no event_type", providers.ErrMalformed)
+	}
+	t, err := time.Parse(time.RFC3339Nano, b.Timestamp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: timestamp is not an ISO 8601 time", providers.ErrMalformed)
+	}
+	typ, status, auto := mapType(b.EventType)
+	ev := providers.Event{
+		Type:         typ,
+		ProviderType: b.EventType,
+		// Instantly has no event id. These fields together identify one event: the same
+		// lead can get the same event type in another campaign, step or variant, or
+		// again later (a second open, a second reply), so the lead e-mail is only one
+		// part. A retry re-posts the same body, so the key is stable across retries.
+		Key: envelope.Key(b.EventType, string(b.Workspace), string(b.CampaignID), string(b.EmailID),
+			string(b.Step), string(b.Variant), b.LeadEmail, b.Timestamp),
+		ObjectID: firstOf(string(b.EmailID), b.LeadEmail, string(b.CampaignID)),
+		Time:     t,
+		Channel:  "email",
+		Subject:  b.LeadEmail,
+		Data: envelope.Data{
+			ProviderType: b.EventType,
+			Status:       status,
+			Raw:          json.RawMessage(r.Body),
+		},
+	}
+	if b.LeadEmail != "" {
+		ev.Data.Contact = &envelope.Contact{Email: b.LeadEmail}
+	}
+	if b.CampaignID != "" || b.CampaignName != "" {
+		ev.Data.Campaign = &envelope.Campaign{ID: string(b.CampaignID), Name: b.CampaignName, Step: string(b.Step)}
+	}
+	if m := message(b, typ, auto); m != nil {
+		ev.Data.Message = m
+	}
+	if typ == envelope.TypeEmailBounced {
+		ev.Data.Bounce = &envelope.Bounce{Kind: "unknown"} // Instantly does not say why
+	}
+	return []providers.Event{ev}, nil
+}
+
+func message(b payload, typ string, auto bool) *envelope.Message {
+	if typ == envelope.TypeReplyReceived {
+		text := firstOf(b.ReplyText, b.ReplyTextSnippet)
+		return &envelope.Message{ID: string(b.EmailID), From: b.LeadEmail, To: b.EmailAccount,
+			Subject: b.ReplySubject, Text: text, HTML: b.ReplyHTML, URL: b.UniboxURL, Auto: auto}
+	}
+	if b.EmailID == "" && b.EmailSubject == "" && b.EmailText == "" && b.EmailHTML == "" {
+		return nil
+	}
+	return &envelope.Message{ID: string(b.EmailID), From: b.EmailAccount, To: b.LeadEmail,
+		Subject: b.EmailSubject, Text: b.EmailText, HTML: b.EmailHTML, URL: b.UniboxURL}
+}
+
+// statuses are the lead status events, as their Data.Status.
+var statuses = map[string]string{
+	"lead_interested":        "interested",
+	"lead_not_interested":    "not_interested",
+	"lead_neutral":           "neutral",
+	"lead_meeting_booked":    "meeting_booked",
+	"lead_meeting_completed": "meeting_completed",
+	"lead_closed":            "closed",
+	"lead_out_of_office":     "out_of_office",
+	"lead_wrong_person":      "wrong_person",
+}
+
+// mapType maps an Instantly event type. An auto-reply is a reply.received with
+// Message.Auto set, not a status change: it is an e-mail the lead's mailbox sent, and
+// consumers that act on replies need it to tell it apart rather than miss it. A booked
+// meeting stays one lead.status_changed (status meeting_booked): Instantly gives no
+// meeting details to fill a meeting.booked. account_error, campaign_completed and custom
+// labels are unmapped.
+func mapType(t string) (typ, status string, auto bool) {
+	switch t {
+	case "email_sent":
+		return envelope.TypeEmailSent, "", false
+	case "email_opened":
+		return envelope.TypeEmailOpened, "", false
+	case "reply_received":
+		return envelope.TypeReplyReceived, "", false
+	case "auto_reply_received":
+		return envelope.TypeReplyReceived, "", true
+	case "link_clicked":
+		return envelope.TypeEmailClicked, "", false
+	case "email_bounced":
+		return envelope.TypeEmailBounced, "", false
+	case "lead_unsubscribed":
+		return envelope.TypeLeadUnsubscribed, "", false
+	}
+	if s, ok := statuses[t]; ok {
+		return envelope.TypeLeadStatusChanged, s, false
+	}
+	return envelope.TypeUnmapped, "", false
+}
+
+// Sign sets the header the endpoint checks by default. Instantly itself sends the value
+// the user typed into its custom header setting.
+func Sign(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error) {
+	h := http.Header{}
+	if secret != "" {
+		h.Set(DefaultHeader, secret)
+	}
+	return h, body, nil
+}
+
+// scalar accepts a JSON string or number (ids and step numbers arrive as either) and
+// keeps its text; null is empty.
+type scalar string
+
+func (s *scalar) UnmarshalJSON(b []byte) error {
+	switch {
+	case string(b) == "null":
+		*s = ""
+	case len(b) > 0 && b[0] == '"':
+		var v string
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		*s = scalar(v)
+	case len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9'):
+		*s = scalar(b)
+	default:
+		return fmt.Errorf("want a string or a number, got %.20s", b)
+	}
+	return nil
+}
+
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c > 126 || c <= 32 || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,126 @@
+// Package meta verifies and normalises Meta webhooks: the WhatsApp Cloud API, Instagram
+// messaging and Messenger, which share one delivery mechanism.
+//
+// Meta signs the raw body with the app secret (X-Hub-Signature-256: sha256=<hex>) and
+// signs no timestamp, so a replay is caught only by the events' identity keys. A
+// subscription is confirmed by a GET handshake answered with Handshake.
+package meta
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"exacto.dev/pkg/providers"
+)
+
+// SignatureHeader carries the body's HMAC-SHA256, hex, after "sha256=".
+const SignatureHeader = "X-Hub-Signature-256"
+
+// Spec describes Meta for the registry.
+var Spec = providers.Spec{
+	Name:             "meta",
+	Signed:           true,
+	AuthMethod:       "hmac",
+	SignsTime:        false,
+	SignatureHeaders: []string{SignatureHeader},
+	NeedsSecret:      true,
+	New:              New,
+	Events:           sampleEvents,
+	Sample:           Sample,
+	Sign:             Sign,
+}
+
+type provider struct {
+	secrets [][]byte
+}
+
+// New builds the verifier of one endpoint; its secrets are the app secrets, newest
+// and previous during a rotation.
+func New(cfg providers.Config) (providers.Provider, error) {
+	if cfg.SecretHeader != "" {
+		return nil, errors.New("meta: secret_header does not apply: Meta signs the body")
+	}
+	if len(cfg.Secrets) == 0 {
+		return nil, errors.New("meta: the app secret is required")
+	}
+	p := &provider{}
+	for i, s := range cfg.Secrets {
+		if s == "" {
+			return nil, fmt.Errorf("meta: secret %d is empty", i+1)
+		}
+		p.secrets = append(p.secrets, []byte(s))
+	}
+	return p, nil
+}
+
+// Verify checks X-Hub-Signature-256 over the raw bytes: Meta signs the body as sent,
+// with non-ASCII characters \u-escaped, so it must never be re-encoded first.
+func (p *provider) Verify(r *providers.Request) error {
+	h := r.Header.Get(SignatureHeader)
+	if h == "" {
+		return fmt.Errorf("%w: no %s header", providers.ErrMissingSignature, SignatureHeader)
+	}
+	if len(h) < 7 || !strings.EqualFold(h[:7], "sha256=") {
+		return fmt.Errorf("%w: %s is not sha256=<hex>", providers.ErrBadSignature, SignatureHeader)
+	}
+	got, err := hex.DecodeString(h[7:]) // decoded, so upper-case hex compares equal
+	if err != nil || len(got) != sha256.Size {
+		return fmt.Errorf("%w: %s is not sha256=<hex>", providers.ErrBadSignature, SignatureHeader)
+	}
+	match := false
+	for _, s := range p.secrets { // every secret is tried: no early exit to time
+		match = hmac.Equal(got, mac(s, r.Body)) || match
+	}
+	if !match {
+		return fmt.Errorf("%w: %s", providers.ErrBadSignature, SignatureHeader)
+	}
+	return nil
+}
+
+// Sign signs body as Meta does; url, method and now play no part in the scheme.
+func Sign(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error) {
+	if secret == "" {
+		return nil, nil, errors.New("meta: signing needs the app secret")
+	}
+	h := http.Header{}
+	h.Set(SignatureHeader, "sha256="+hex.EncodeToString(mac([]byte(secret), body)))
+	return h, body, nil
+}
+
+func mac(key, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// Handshake answers Meta's GET subscription request
+// (?hub.mode=subscribe&hub.verify_token=…&hub.challenge=…): it returns the challenge to
+// send back as a text/plain 200 when the token is one of verifyTokens, compared in
+// constant time. Anything else is refused (ok false), and the caller answers 403.
+func Handshake(query url.Values, verifyTokens []string) (challenge string, ok bool) {
+	token, challenge := query.Get("hub.verify_token"), query.Get("hub.challenge")
+	if query.Get("hub.mode") != "subscribe" || token == "" || challenge == "" {
+		return "", false
+	}
+	got := sha256.Sum256([]byte(token)) // digests: equal lengths, so the length does not leak
+	match := 0
+	for _, t := range verifyTokens {
+		if t == "" {
+			continue
+		}
+		want := sha256.Sum256([]byte(t))
+		match |= subtle.ConstantTimeCompare(got[:], want[:])
+	}
+	if match != 1 {
+		return "", false
+	}
+	return challenge, true
+}

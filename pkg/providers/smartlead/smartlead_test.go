@@ -1,0 +1,379 @@
+package smartlead
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/providers"
+	"exacto.dev/pkg/providers/providertest"
+)
+
+const (
+	secret      = "0b6f7d2c-91a4-4c1e-8f33-5e2a9d7b4c10"
+	otherSecret = "c8e1a5f0-3d27-4b9a-a6c2-7f4e1b0d9e58"
+	hookURL     = "https://hooks.example.com/hooks/ep/tok"
+)
+
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Suite{Spec: Spec, Secret: secret, OtherSecret: otherSecret, URL: hookURL})
+}
+
+func newProvider(t testing.TB, secrets ...string) providers.Provider {
+	t.Helper()
+	p, err := New(providers.Config{Secrets: secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func request(body []byte) *providers.Request {
+	return &providers.Request{Method: http.MethodPost, URL: hookURL, Header: http.Header{}, Body: body, Now: providertest.Now}
+}
+
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The fixtures are the example payloads of Smartlead's webhook guide
+// (help.smartlead.ai "Webhook Guide Updated": Untracked replies, Email Opened, Link
+// Clicked, Lead Unsubscribed, Lead Category Updated, Email Bounce), of the enhanced
+// Email Reply webhook (api.smartlead.ai/reference/email-reply-webhooks) and of the
+// EMAIL_SENT example of api.smartlead.ai/api-reference/webhooks/events. Addresses the
+// pages show obfuscated are replaced by example.com ones; fields the excerpts cut off
+// are completed from each page's "Response Structure".
+func TestGolden(t *testing.T) {
+	tests := []struct {
+		file, secret, typ, subject, object string
+		check                              func(t *testing.T, ev providers.Event)
+	}{
+		{"untracked_replies.json", "e0207d40-84ef-4ad6-89eb-7dbff8c0138d", envelope.TypeReplyReceived, "sunita@example.com",
+			"<CAJZgRaRf=B4WEPmv4gujBNmJE46XpNbWiN7V_DHsAvyvqgEpDg@mail.gmail.com>", func(t *testing.T, ev providers.Event) {
+				m := ev.Data.Message
+				if m.From != "sunita@example.com" || m.To != "mailbox@example.com" || m.Text != `Hi\n` || m.Subject != "Untracked replies" {
+					t.Fatalf("message %+v", m)
+				}
+				if ev.Data.Campaign != nil {
+					t.Fatalf("an untracked reply has no campaign: %+v", ev.Data.Campaign)
+				}
+				want := envelope.Key("UNTRACKED_REPLIES", "", "<CAJZgRaRf=B4WEPmv4gujBNmJE46XpNbWiN7V_DHsAvyvqgEpDg@mail.gmail.com>")
+				if ev.Key != want {
+					t.Fatalf("key %q, want %q", ev.Key, want)
+				}
+			}},
+		{"email_reply.json", "4f7c8d23-a619-58c2-93g6-72936ee16f38", envelope.TypeReplyReceived, "james.parker@example.com",
+			"<BDD5kUwc77maSjLRv2gmq35VkzEF9K4L3csPPCVx8e5kWbUnrsD@mail.gmail.com>", func(t *testing.T, ev providers.Event) {
+				m := ev.Data.Message
+				if m.Text != "webhook reply\n" || m.From != "james.parker@example.com" || m.To != "sender@example.com" ||
+					m.URL != "https://app.smartlead.ai/app/master-inbox?leadMap=1438627" {
+					t.Fatalf("message %+v", m)
+				}
+				if c := ev.Data.Campaign; c.ID != "9181" || c.Name != "email sent" || c.Step != "1" {
+					t.Fatalf("campaign %+v", c)
+				}
+				if c := ev.Data.Contact; c.Name != "James Parker" || c.ExternalID != "1482956" {
+					t.Fatalf("contact %+v", c)
+				}
+				want := envelope.Key("EMAIL_REPLY", "9181", "<BDD5kUwc77maSjLRv2gmq35VkzEF9K4L3csPPCVx8e5kWbUnrsD@mail.gmail.com>")
+				if ev.Key != want {
+					t.Fatalf("key %q, want %q", ev.Key, want)
+				}
+			}},
+		{"email_open.json", "7a5f0c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b", envelope.TypeEmailOpened, "david.carroll@example.com",
+			"<3d0bf6a4-8a5e-4b1a-9b9e-1f2a3b4c5d6e@example.com>", func(t *testing.T, ev providers.Event) {
+				if want := time.Date(2023, 9, 25, 17, 29, 11, 618881000, time.UTC); !ev.Time.Equal(want) {
+					t.Fatalf("time %v", ev.Time)
+				}
+				if m := ev.Data.Message; m.Subject != "OR" || m.From != "sender@example.com" || m.To != "david.carroll@example.com" {
+					t.Fatalf("message %+v", m)
+				}
+			}},
+		{"email_link_click.json", "7a5f0c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b", envelope.TypeEmailClicked, "bob@example.com",
+			"<3d0bf6a4-8a5e-4b1a-9b9e-1f2a3b4c5d6e@example.com>", func(t *testing.T, ev providers.Event) {
+				if ev.Data.Message.URL != "https://example.com/demo" {
+					t.Fatalf("clicked link %q", ev.Data.Message.URL)
+				}
+			}},
+		{"email_bounce.json", "7a5f0c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b", envelope.TypeEmailBounced, "nobody@example.org",
+			"<a1b2c3d4-0000-4000-8000-000000000003@example.com>", func(t *testing.T, ev providers.Event) {
+				if b := ev.Data.Bounce; b == nil || b.Kind != "unknown" || b.Reason != "Delivery has failed to these recipients: nobody@example.org" {
+					t.Fatalf("bounce %+v", b)
+				}
+			}},
+		{"lead_unsubscribed.json", "7a5f0c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b", envelope.TypeLeadUnsubscribed, "bob@example.com",
+			"<a1b2c3d4-0000-4000-8000-000000000001@example.com>", nil},
+		{"lead_category_updated.json", "7a5f0c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b", envelope.TypeLeadStatusChanged, "ramesh@smartlead.example",
+			"ramesh@smartlead.example", func(t *testing.T, ev providers.Event) {
+				if ev.Data.Status != "Interested" || ev.Data.Message != nil || ev.Data.Contact.ExternalID != "2341" {
+					t.Fatalf("status %q message %+v contact %+v", ev.Data.Status, ev.Data.Message, ev.Data.Contact)
+				}
+			}},
+		{"email_sent_legacy.json", "", envelope.TypeEmailSent, "lead@example.com", "abc123def456", func(t *testing.T, ev providers.Event) {
+			if want := time.Date(2025, 1, 15, 9, 0, 0, 0, time.UTC); !ev.Time.Equal(want) {
+				t.Fatalf("time_sent not used: %v", ev.Time)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			body := fixture(t, tt.file)
+			var p providers.Provider
+			if tt.secret != "" {
+				p = newProvider(t, tt.secret)
+			} else {
+				p = newProvider(t)
+			}
+			if err := p.Verify(request(body)); err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			evs, err := p.Events(request(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			providertest.CheckEvents(t, Spec, evs)
+			ev := evs[0]
+			if ev.Type != tt.typ || ev.Subject != tt.subject || ev.ObjectID != tt.object || ev.ProviderEventID != "" {
+				t.Fatalf("type %q subject %q object %q event id %q", ev.Type, ev.Subject, ev.ObjectID, ev.ProviderEventID)
+			}
+			if tt.secret != "" && bytes.Contains(ev.Data.Raw, []byte(tt.secret)) {
+				t.Fatal("the stored raw payload contains the secret_key")
+			}
+			if tt.check != nil {
+				tt.check(t, ev)
+			}
+		})
+	}
+}
+
+func TestRawRedacted(t *testing.T) {
+	body := fixture(t, "email_reply.json")
+	evs, err := newProvider(t).Events(request(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := evs[0].Data.Raw
+	if bytes.Contains(raw, []byte("4f7c8d23-a619-58c2-93g6-72936ee16f38")) {
+		t.Fatal("raw contains the secret_key")
+	}
+	want := bytes.Replace(body, []byte(`"4f7c8d23-a619-58c2-93g6-72936ee16f38"`), []byte(`"REDACTED"`), 1)
+	if !bytes.Equal(raw, want) {
+		t.Fatalf("raw is not the body with only the secret redacted:\n%s", raw)
+	}
+	for in, out := range map[string]string{
+		`{"secret_key":"s"}`:                   `{"secret_key":"REDACTED"}`,
+		`{ "a" : 1 , "secret_key" : "s\"x" }`:  `{ "a" : 1 , "secret_key" : "REDACTED" }`,
+		`{"a":{"secret_key":"nested"},"b":2}`:  `{"a":{"secret_key":"nested"},"b":2}`,
+		`{"secret_key":null,"b":2}`:            `{"secret_key":"REDACTED","b":2}`,
+		`{"secret_key":12345}`:                 `{"secret_key":"REDACTED"}`,
+		`[{"secret_key":"s"}]`:                 `[{"secret_key":"s"}]`,
+		`{"b":"secret_key","secret_key":"s2"}`: `{"b":"secret_key","secret_key":"REDACTED"}`,
+	} {
+		if got := string(Redact([]byte(in))); got != out {
+			t.Errorf("Redact(%s) = %s, want %s", in, got, out)
+		}
+	}
+}
+
+func TestSign(t *testing.T) {
+	for in, out := range map[string]string{
+		`{"secret_key":"","a":1}`:  `{"secret_key":"k\"1","a":1}`,
+		`{"a":1}`:                  `{"secret_key":"k\"1","a":1}`,
+		` {}`:                      ` {"secret_key":"k\"1"}`,
+		`{"secret_key":"old"}`:     `{"secret_key":"k\"1"}`,
+		`{"a":{"secret_key":"x"}}`: `{"secret_key":"k\"1","a":{"secret_key":"x"}}`,
+	} {
+		_, got, err := Sign(http.MethodPost, hookURL, []byte(in), `k"1`, providertest.Now)
+		if err != nil || string(got) != out {
+			t.Errorf("Sign(%s) = %s, %v; want %s", in, got, err, out)
+		}
+		if !json.Valid(got) {
+			t.Errorf("Sign(%s) is not JSON", in)
+		}
+	}
+	if _, _, err := Sign(http.MethodPost, hookURL, []byte(`[1]`), "k", providertest.Now); err == nil {
+		t.Error("signed an array")
+	}
+	if _, got, _ := Sign(http.MethodPost, hookURL, []byte(`{"a":1}`), "", providertest.Now); string(got) != `{"a":1}` {
+		t.Errorf("no secret changed the body: %s", got)
+	}
+}
+
+func TestVerify(t *testing.T) {
+	with := func(v string) []byte { return []byte(`{"event_type":"EMAIL_OPEN","secret_key":` + v + `}`) }
+	tests := []struct {
+		name    string
+		secrets []string
+		body    []byte
+		want    error
+	}{
+		{"no secrets, no field", nil, []byte(`{"event_type":"EMAIL_OPEN"}`), nil},
+		{"no secrets, not even JSON", nil, []byte(`garbage`), nil},
+		{"right secret", []string{secret}, with(`"` + secret + `"`), nil},
+		{"rotation", []string{otherSecret, secret}, with(`"` + secret + `"`), nil},
+		{"missing field", []string{secret}, []byte(`{"event_type":"EMAIL_OPEN"}`), providers.ErrMissingSignature},
+		{"empty field", []string{secret}, with(`""`), providers.ErrMissingSignature},
+		{"null field", []string{secret}, with(`null`), providers.ErrMissingSignature},
+		{"wrong secret", []string{secret}, with(`"` + otherSecret + `"`), providers.ErrBadSecret},
+		{"secret prefix", []string{secret}, with(`"` + secret[:10] + `"`), providers.ErrBadSecret},
+		{"nested secret only", []string{secret}, []byte(`{"a":{"secret_key":"` + secret + `"}}`), providers.ErrMissingSignature},
+		{"number", []string{secret}, with(`12`), providers.ErrMalformed},
+		{"not JSON", []string{secret}, []byte(`secret_key=` + secret), providers.ErrMalformed},
+		{"duplicate secret_key", []string{secret}, []byte(`{"secret_key":"x","secret_key":"` + secret + `"}`), providers.ErrMalformed},
+		{"array", []string{secret}, []byte(`[{"secret_key":"` + secret + `"}]`), providers.ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := newProvider(t, tt.secrets...).Verify(request(tt.body))
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), secret) {
+				t.Fatal("error message contains the secret")
+			}
+		})
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	for name, cfg := range map[string]providers.Config{
+		"empty secret":  {Secrets: []string{""}},
+		"secret header": {SecretHeader: "X-Secret"},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	p := newProvider(t)
+	key := func(body []byte) string {
+		t.Helper()
+		evs, err := p.Events(request(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs[0].Key
+	}
+	// A reply is its Message-ID: the same reply re-posted later is the same event.
+	reply := fixture(t, "email_reply.json")
+	later := bytes.ReplaceAll(reply, []byte(`2025-03-28T09:35:01+00:00`), []byte(`2025-03-28T09:36:01+00:00`))
+	if key(reply) != key(later) {
+		t.Fatal("a reply's key depends on its timestamp")
+	}
+	other := bytes.Replace(reply, []byte(`<BDD5`), []byte(`<CDD5`), 1)
+	if key(reply) == key(other) {
+		t.Fatal("two replies share a key")
+	}
+	// Two opens of one e-mail by one lead are two events.
+	open := fixture(t, "email_open.json")
+	again := bytes.Replace(open, []byte(`"event_timestamp": "2023-09-25T17:29:11`), []byte(`"event_timestamp": "2023-09-26T08:00:00`), 1)
+	if key(open) == key(again) {
+		t.Fatal("a second open got the first one's key")
+	}
+	// The subscription that reported it is not part of the event.
+	if key(open) != key(bytes.Replace(open, []byte(`"webhook_id": 100`), []byte(`"webhook_id": 101`), 1)) {
+		t.Fatal("webhook_id changed the key")
+	}
+	// Category changes back and forth are distinct.
+	cat := fixture(t, "lead_category_updated.json")
+	if key(cat) == key(bytes.ReplaceAll(cat, []byte(`"Interested"`), []byte(`"Not Interested"`))) {
+		t.Fatal("two categories share a key")
+	}
+	// FIRST_EMAIL_SENT reports the EMAIL_SENT of step 1.
+	sent, _ := Sample("EMAIL_SENT", providertest.Now)
+	first := bytes.Replace(sent, []byte(`"EMAIL_SENT"`), []byte(`"FIRST_EMAIL_SENT"`), 1)
+	if key(sent) != key(first) {
+		t.Fatal("FIRST_EMAIL_SENT and EMAIL_SENT of one e-mail differ")
+	}
+}
+
+func TestEventsRejects(t *testing.T) {
+	p := newProvider(t)
+	for name, body := range map[string]string{
+		"no time":            `{"event_type":"EMAIL_OPEN","campaign_id":1}`,
+		"time not RFC 3339":  `{"event_type":"EMAIL_OPEN","event_timestamp":"25/09/2023"}`,
+		"no event type":      `{"event_timestamp":"2023-09-25T17:29:11Z"}`,
+		"array":              `[{"event_type":"EMAIL_OPEN","event_timestamp":"2023-09-25T17:29:11Z"}]`,
+		"campaign id object": `{"event_type":"EMAIL_OPEN","event_timestamp":"2023-09-25T17:29:11Z","campaign_id":{}}`,
+		"reply not object":   `{"event_type":"EMAIL_REPLY","event_timestamp":"2023-09-25T17:29:11Z","reply_message":"x"}`,
+		"duplicate key":      `{"event_type":"EMAIL_OPEN","event_type":"EMAIL_REPLY","event_timestamp":"2023-09-25T17:29:11Z"}`,
+	} {
+		if _, err := p.Events(request([]byte(body))); !errors.Is(err, providers.ErrMalformed) {
+			t.Errorf("%s: got %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+func TestSampleDeterministic(t *testing.T) {
+	for _, e := range Spec.Events {
+		a, err := Sample(e, providertest.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := Sample(e, providertest.Now); !bytes.Equal(a, b) {
+			t.Fatalf("%s: two samples at one time differ", e)
+		}
+	}
+	if _, err := Sample("EMAIL_OPENED", providertest.Now); err == nil {
+		t.Fatal("unknown event sampled")
+	}
+}
+
+func FuzzVerify(f *testing.F) {
+	f.Add([]byte(`{"secret_key":"` + secret + `"}`))
+	f.Add([]byte(`{"secret_key":""}`))
+	f.Add([]byte(`{"secret_key":"` + secret + `","secret_key":"x"}`))
+	f.Add([]byte("\xff"))
+	p := newProvider(f, secret)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if p.Verify(request(body)) == nil && !bytes.Contains(body, []byte(secret)) && !bytes.Contains(body, []byte(`\u`)) {
+			t.Fatalf("accepted %q", body)
+		}
+	})
+}
+
+func FuzzEvents(f *testing.F) {
+	for _, e := range sampleEvents {
+		b, _ := Sample(e, providertest.Now)
+		b, _ = withSecret(b)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"event_type":"X","event_timestamp":"2023-09-25T17:29:11Z","secret_key":{"a":[1]}}`))
+	f.Add([]byte(`{"event_type":"EMAIL_LINK_CLICK","event_timestamp":"2023-09-25T17:29:11Z","link_details":[null,1]}`))
+	p := newProvider(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		evs, err := p.Events(request(body))
+		if err != nil {
+			if !errors.Is(err, providers.ErrMalformed) {
+				t.Fatalf("error does not wrap ErrMalformed: %v", err)
+			}
+			return
+		}
+		if len(evs) != 1 || evs[0].Key == "" || evs[0].Time.IsZero() || !json.Valid(evs[0].Data.Raw) {
+			t.Fatalf("bad events: %+v", evs)
+		}
+		var raw map[string]json.RawMessage
+		if json.Unmarshal(evs[0].Data.Raw, &raw) == nil && raw["secret_key"] != nil && string(raw["secret_key"]) != `"REDACTED"` {
+			t.Fatalf("raw keeps the secret_key: %s", evs[0].Data.Raw)
+		}
+	})
+}
+
+func withSecret(b []byte) ([]byte, error) {
+	_, out, err := Sign(http.MethodPost, hookURL, b, secret, providertest.Now)
+	return out, err
+}

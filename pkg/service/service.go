@@ -1,0 +1,81 @@
+// Package service is the start-up every Exacto process shares: load and validate the
+// config before opening any port, connect to NATS (or embed it), declare the topology,
+// and serve the admin address.
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+
+	"exacto.dev/pkg/admin"
+	"exacto.dev/pkg/broker"
+	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/stream"
+	"exacto.dev/pkg/telemetry"
+)
+
+// Options say how to start.
+type Options struct {
+	Name       string // the process's NATS connection name
+	ConfigPath string // "" : EXACTO_CONFIG, ./exacto.yaml, the demo
+	LogText    bool
+	// Embed allows starting the embedded NATS server when no URL is configured;
+	// single parts (gateway, workers) refuse to run without EXACTO_NATS_URL.
+	Embed bool
+}
+
+// Env is a started process's shared state.
+type Env struct {
+	Config    *config.Config
+	Conn      *broker.Conn
+	Log       *slog.Logger
+	Admin     *http.ServeMux
+	AdminAddr string // the bound admin address
+	adminSrv  *http.Server
+}
+
+// Start loads the config, connects and serves the admin address.
+func Start(ctx context.Context, o Options) (*Env, error) {
+	log := telemetry.Logger(os.Stderr, o.LogText, slog.LevelInfo)
+	cfg, err := config.Load(o.ConfigPath, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
+	if !o.Embed && cfg.NATS.URL == "" {
+		return nil, errors.New("EXACTO_NATS_URL is required: this part runs against an existing NATS (`exacto up` embeds one)")
+	}
+	metrics, err := telemetry.Metrics()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := broker.Open(cfg.NATS.URL, broker.Options{Listen: cfg.NATS.Listen, DataDir: cfg.DataDir, Sync: cfg.NATS.Sync}, o.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Ensure(ctx, conn.JS, stream.Options{DuplicateWindow: cfg.NATS.DuplicateWindow, Replicas: cfg.NATS.Replicas, DedupTTL: cfg.Gateway.DedupTTL}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	mux := admin.Mux(metrics, map[string]admin.Check{"jetstream": conn.Ready})
+	srv := admin.Server(cfg.AdminAddr, mux)
+	go srv.Serve(ln)
+	return &Env{Config: cfg, Conn: conn, Log: log, Admin: mux, AdminAddr: ln.Addr().String(), adminSrv: srv}, nil
+}
+
+// Close stops the admin server and the NATS connection (and embedded server).
+func (e *Env) Close() {
+	e.adminSrv.Close()
+	e.Conn.Close()
+}

@@ -1,0 +1,112 @@
+// Package stream declares Exacto's JetStream topology in one place: the streams, the
+// key-value buckets and the subjects every service uses. Start-up creates or updates
+// them from here, so they never drift between services.
+package stream
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream and bucket names (the contract's).
+const (
+	Events   = "EXACTO_EVENTS"
+	DLQ      = "EXACTO_DLQ"
+	Outcomes = "EXACTO_OUTCOMES"
+	// EventIndex maps every stored envelope id to its stream sequence, for DedupTTL:
+	// the gateway answers late redeliveries (past the duplicate window) from it.
+	EventIndex = "EXACTO_EVENT_INDEX"
+	// Arrivals counts the duplicate deliveries of each envelope id.
+	Arrivals = "EXACTO_ARRIVALS"
+)
+
+// Durable consumer names.
+const (
+	// IndexConsumer is the gateway's consumer that writes EventIndex from the stream.
+	IndexConsumer = "gateway-index"
+)
+
+// Options sizes the topology.
+type Options struct {
+	DuplicateWindow time.Duration
+	Replicas        int
+	DedupTTL        time.Duration
+}
+
+// EventSubject is where an event of tenant, provider and canonical type is stored.
+func EventSubject(tenant, provider, typ string) string {
+	return "events." + tenant + "." + provider + "." + typ
+}
+
+// Streams returns the stream declarations.
+func Streams(o Options) []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{
+		{
+			Name:        Events,
+			Description: "every verified provider event, append-only; Nats-Msg-Id = envelope id",
+			Subjects:    []string{"events.>"},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+			Discard:     jetstream.DiscardOld,
+		},
+		{
+			Name:        DLQ,
+			Description: "dead letters: event, consumer, error, class, attempts, owner",
+			Subjects:    []string{"dlq.>"},
+			Storage:     jetstream.FileStorage,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
+		{
+			Name:        Outcomes,
+			Description: "what each consumer did with each event",
+			Subjects:    []string{"outcomes.>"},
+			Storage:     jetstream.FileStorage,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
+	}
+}
+
+// Buckets returns the key-value bucket declarations.
+func Buckets(o Options) []jetstream.KeyValueConfig {
+	return []jetstream.KeyValueConfig{
+		{Bucket: EventIndex, Description: "envelope id -> stream sequence, for late duplicates", TTL: o.DedupTTL, Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		{Bucket: Arrivals, Description: "envelope id -> duplicate deliveries seen", TTL: o.DedupTTL, Storage: jetstream.FileStorage, Replicas: o.Replicas},
+	}
+}
+
+// IndexConsumerConfig is the gateway's index writer: headers only, since it needs just
+// the Nats-Msg-Id and the sequence.
+func IndexConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       IndexConsumer,
+		Description:   "writes " + EventIndex + " from " + Events,
+		FilterSubject: "events.>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		HeadersOnly:   true,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 10000,
+	}
+}
+
+// Ensure creates or updates every stream and bucket.
+func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
+	for _, cfg := range Streams(o) {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+	}
+	for _, cfg := range Buckets(o) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	return nil
+}

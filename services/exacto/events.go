@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/stream"
+	"exacto.dev/services/gateway/server"
+)
+
+func eventsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "events", Short: "Look up stored events"}
+	var natsURL string
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "One event: envelope, raw payload hash, arrivals",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
+			if err != nil {
+				return fmt.Errorf("connect to %s: %w", natsURL, err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			id := args[0]
+			seq, err := server.Lookup(ctx, js, id)
+			if err != nil {
+				return err
+			}
+			st, err := js.Stream(ctx, stream.Events)
+			if err != nil {
+				return err
+			}
+			msg, err := st.GetMsg(ctx, seq)
+			if err != nil {
+				return fmt.Errorf("stream sequence %d: %w", seq, err)
+			}
+			var env envelope.Envelope
+			if err := json.Unmarshal(msg.Data, &env); err != nil {
+				return err
+			}
+			arrivals := 1
+			if kv, err := js.KeyValue(ctx, stream.Arrivals); err == nil {
+				if e, err := kv.Get(ctx, id); err == nil {
+					n, _ := strconv.Atoi(string(e.Value()))
+					arrivals += n
+				}
+			}
+			out := map[string]any{
+				"id":            env.ID,
+				"stream_seq":    seq,
+				"subject":       msg.Subject,
+				"stored_at":     msg.Time,
+				"arrivals":      arrivals,
+				"payloadsha256": env.PayloadSHA256,
+				"envelope":      json.RawMessage(msg.Data),
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		},
+	}
+	show.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS to read from (a running `exacto up` listens on 127.0.0.1:4222)")
+	cmd.AddCommand(show)
+	return cmd
+}

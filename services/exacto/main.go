@@ -1,0 +1,48 @@
+// Command exacto runs Exacto: the whole pipeline on an embedded NATS server (`exacto
+// up`), one part alone against EXACTO_NATS_URL, or the operator's tools.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "exacto",
+		Short:         "Exacto turns provider webhooks into exactly one correct effect each",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd())
+	bindEnv(root)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "exacto:", err)
+		os.Exit(1)
+	}
+}
+
+// bindEnv gives every flag its environment twin: --nats-url reads EXACTO_NATS_URL
+// when the flag is not given.
+func bindEnv(cmd *cobra.Command) {
+	for _, c := range append([]*cobra.Command{cmd}, cmd.Commands()...) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			env := "EXACTO_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+			if f.Name == "help" {
+				return
+			}
+			f.Usage += " (env " + env + ")"
+			if v, ok := os.LookupEnv(env); ok && v != "" {
+				f.Value.Set(v)
+				f.DefValue = v
+			}
+		})
+		if c != cmd {
+			bindEnv(c)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/providers"
+	"exacto.dev/pkg/providers/registry"
+)
+
+func sendCmd() *cobra.Command {
+	var provider, event, to, secret string
+	cmd := &cobra.Command{
+		Use:   "send",
+		Short: "Sign and send a realistic webhook exactly as a provider would",
+		Long: `Sign and send a realistic webhook exactly as provider P would, to try a set-up
+without the provider. Without --secret, the secret of the endpoint named in --to is
+taken from the config (or the built-in demo).`,
+		Example: "  exacto send --provider instantly --event reply_received --to http://127.0.0.1:8080/hooks/instantly/demo-instantly-token",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, ok := registry.Lookup(provider)
+			if !ok {
+				return fmt.Errorf("unknown provider %q (known: %s)", provider, strings.Join(registry.Names(), ", "))
+			}
+			if event == "" {
+				event = spec.Events[0]
+			}
+			if !contains(spec.Events, event) {
+				return fmt.Errorf("provider %s has no sample event %q (known: %s)", provider, event, strings.Join(spec.Events, ", "))
+			}
+			if to == "" {
+				return fmt.Errorf("--to is required: the endpoint URL, e.g. http://127.0.0.1:8080/hooks/ID/TOKEN")
+			}
+			if secret == "" {
+				secret = configuredSecret(to)
+			}
+			status, body, err := send(cmd.Context(), spec, event, secret, to, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d %s\n", status, strings.TrimSpace(body))
+			if status/100 != 2 {
+				return fmt.Errorf("the gateway answered %d", status)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&provider, "provider", "", "provider to impersonate: "+strings.Join(registry.Names(), ", "))
+	cmd.Flags().StringVar(&event, "event", "", "event to send (default: the provider's first sample event)")
+	cmd.Flags().StringVar(&to, "to", "", "endpoint URL")
+	cmd.Flags().StringVar(&secret, "secret", "", "signing secret (default: the endpoint's first secret in the config)")
+	cmd.MarkFlagRequired("provider")
+	return cmd
+}
+
+func send(ctx context.Context, spec providers.Spec, event, secret, to string, now time.Time) (int, string, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	req, err := providers.Example(spec, event, secret, to, now)
+	if err != nil {
+		return 0, "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(b), nil
+}
+
+// configuredSecret finds the first secret of the endpoint named in the URL's path.
+func configuredSecret(to string) string {
+	u, err := url.Parse(to)
+	if err != nil {
+		return ""
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if len(parts) < 2 || parts[0] != "hooks" {
+		return ""
+	}
+	cfg, err := config.Load("", os.Getenv)
+	if err != nil {
+		return ""
+	}
+	for _, t := range cfg.Tenants {
+		for _, e := range t.Endpoints {
+			if e.ID == parts[1] && len(e.Secrets) > 0 {
+				return e.Secrets[0].Value
+			}
+		}
+	}
+	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

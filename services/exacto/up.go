@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"exacto.dev/pkg/broker"
+	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/service"
+	"exacto.dev/services/gateway/server"
+)
+
+func upCmd() *cobra.Command {
+	var cfgPath string
+	var logText bool
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the whole pipeline in one process on an embedded NATS server",
+		Long: `Run the whole pipeline in one process: an embedded nats-server with JetStream
+(its store under EXACTO_DATA_DIR, listening on EXACTO_NATS_LISTEN), the webhook
+gateway and the admin server. With EXACTO_NATS_URL it uses that server or cluster
+instead and starts none.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(cmd.Context(), cfgPath, logText, true)
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")
+	cmd.Flags().BoolVar(&logText, "log-text", false, "log as text instead of JSON")
+	return cmd
+}
+
+func gatewayCmd() *cobra.Command {
+	var cfgPath string
+	var logText bool
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the webhook gateway alone, against EXACTO_NATS_URL",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(cmd.Context(), cfgPath, logText, false)
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")
+	cmd.Flags().BoolVar(&logText, "log-text", false, "log as text instead of JSON")
+	return cmd
+}
+
+// run starts the configured parts and blocks until SIGINT or SIGTERM.
+func run(ctx context.Context, cfgPath string, logText, embed bool) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	env, err := service.Start(ctx, service.Options{Name: "exacto", ConfigPath: cfgPath, LogText: logText, Embed: embed})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	return server.Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) {
+		banner(env.Config, env.Conn, addr, env.AdminAddr)
+	})
+}
+
+// banner prints where to point providers.
+func banner(cfg *config.Config, conn *broker.Conn, httpAddr, adminAddr string) {
+	w := os.Stdout
+	fmt.Fprintf(w, "exacto is up (config: %s)\n", cfg.Source)
+	if conn.Embedded != nil {
+		dir, _ := filepath.Abs(cfg.DataDir)
+		sync := "sync always (fsync before every acknowledgement)"
+		if cfg.NATS.Sync != "always" {
+			sync = "sync every " + cfg.NATS.Sync + " (acknowledged events of the last interval can be lost on a crash)"
+		}
+		fmt.Fprintf(w, "  embedded NATS  nats://%s  store %s, %s\n", conn.Embedded.Addr(), dir, sync)
+	} else {
+		fmt.Fprintf(w, "  NATS           %s\n", cfg.NATS.URL)
+	}
+	fmt.Fprintf(w, "  admin          http://%s  (/healthz /readyz /metrics)\n", adminAddr)
+	fmt.Fprintf(w, "  point providers at:\n")
+	demo := cfg.Source == "built-in demo"
+	for _, t := range cfg.Tenants {
+		for _, e := range t.Endpoints {
+			url := fmt.Sprintf("http://%s/hooks/%s/%s", httpAddr, e.ID, e.PathToken.Value)
+			if !demo {
+				url = fmt.Sprintf("http://%s/hooks/%s/<path_token>", httpAddr, e.ID)
+			}
+			if e.PublicURL != "" && !demo {
+				url = e.PublicURL
+			}
+			fmt.Fprintf(w, "    %-10s %-10s %s\n", t.ID, e.Provider, url)
+		}
+	}
+	if demo {
+		e := cfg.Tenants[0].Endpoints[0]
+		fmt.Fprintf(w, "  try it:\n    exacto send --provider %s --event reply_received --to http://%s/hooks/%s/%s\n", e.Provider, httpAddr, e.ID, e.PathToken.Value)
+		fmt.Fprintf(w, "  (demo config: its secrets are public; write exacto.yaml for real traffic)\n")
+	}
+}

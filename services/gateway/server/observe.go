@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"exacto.dev/pkg/envelope"
+)
+
+// access is the one wide log line written per request.
+type access struct {
+	start                    time.Time
+	method, endpoint, remote string
+	tenant, provider, reason string
+	status, bytes            int
+	stored, duplicates       int
+}
+
+func (s *Server) logAccess(a *access) {
+	level := slog.LevelInfo
+	if a.status >= 500 {
+		level = slog.LevelWarn
+	}
+	s.log.LogAttrs(context.Background(), level, "webhook",
+		slog.String("method", a.method), slog.String("endpoint", a.endpoint),
+		slog.String("tenant", a.tenant), slog.String("provider", a.provider),
+		slog.Int("status", a.status), slog.String("reason", a.reason),
+		slog.Int("bytes", a.bytes), slog.Int("stored", a.stored), slog.Int("duplicates", a.duplicates),
+		slog.Duration("took", time.Since(a.start)), slog.String("remote", a.remote))
+}
+
+// recoverPanics turns a panic into a logged 500: no panic reaches the client.
+func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				log.Error("panic in handler", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				writeError(w, http.StatusInternalServerError, "internal", "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+type metrics struct {
+	events, duplicates, rejections, invalidSignatures metric.Int64Counter
+}
+
+func newMetrics() (*metrics, error) {
+	m := otel.Meter("exacto/gateway")
+	var ms metrics
+	var err error
+	if ms.events, err = m.Int64Counter("exacto_gateway_events_received", metric.WithDescription("events in verified deliveries, duplicates included")); err != nil {
+		return nil, err
+	}
+	if ms.duplicates, err = m.Int64Counter("exacto_gateway_duplicates", metric.WithDescription("events answered 200 without being stored again")); err != nil {
+		return nil, err
+	}
+	if ms.rejections, err = m.Int64Counter("exacto_gateway_rejections", metric.WithDescription("deliveries refused, by reason")); err != nil {
+		return nil, err
+	}
+	if ms.invalidSignatures, err = m.Int64Counter("exacto_gateway_invalid_signatures", metric.WithDescription("deliveries whose signature, secret or timestamp did not verify")); err != nil {
+		return nil, err
+	}
+	return &ms, nil
+}
+
+func (m *metrics) received(ep *Endpoint, envs []envelope.Envelope, dups int) {
+	ctx := context.Background()
+	for _, e := range envs {
+		m.events.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name), attribute.String("type", e.Type)))
+	}
+	if dups > 0 {
+		m.duplicates.Add(ctx, int64(dups), metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name)))
+	}
+}
+
+func (m *metrics) invalidSignature(ep *Endpoint) {
+	m.invalidSignatures.Add(context.Background(), 1, metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name)))
+}
+
+func (m *metrics) rejected(tenant, provider, reason string) {
+	m.rejections.Add(context.Background(), 1, metric.WithAttributes(attribute.String("tenant", tenant), attribute.String("provider", provider), attribute.String("reason", reason)))
+}

@@ -1,0 +1,54 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/config"
+)
+
+// Run serves the gateway and its indexer until ctx ends, then stops accepting and lets
+// in-flight deliveries finish (each still answered only after its PubAck). ready, if
+// not nil, receives the bound address once the listener is up.
+func Run(ctx context.Context, cfg *config.Config, js jetstream.JetStream, log *slog.Logger, ready func(addr string)) error {
+	gw, err := New(ctx, Options{Config: cfg, JS: js, Log: log})
+	if err != nil {
+		return err
+	}
+	idx, err := NewIndexer(ctx, js, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	srv := gw.HTTPServer(cfg.HTTPAddr)
+	idxCtx, stopIdx := context.WithCancel(context.Background())
+	idxDone := make(chan error, 1)
+	go func() { idxDone <- idx.Run(idxCtx) }()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		shutCtx, cancel := context.WithTimeout(context.Background(), cfg.Gateway.PublishTimeout+5*time.Second)
+		err = srv.Shutdown(shutCtx)
+		cancel()
+	}
+	stopIdx()
+	<-idxDone
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

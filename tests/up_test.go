@@ -1,0 +1,218 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"exacto.dev/pkg/providers/stripe"
+)
+
+// The README's path: `exacto up` with the built-in demo, `exacto send`, one message.
+func TestDemoUpSendStoresOne(t *testing.T) {
+	n := newNode(t, "")
+	began := time.Now()
+	n.start()
+	t.Logf("exacto up ready in %v", time.Since(began))
+	if !strings.Contains(n.out.String(), "point providers at") {
+		t.Fatalf("banner missing:\n%s", n.out.String())
+	}
+	out, err := n.run("send", "--provider", "instantly", "--event", "reply_received", "--to", "http://"+n.http+"/hooks/instantly/demo-instantly-token")
+	if err != nil || !strings.HasPrefix(out, "200 ") {
+		t.Fatalf("exacto send: %v\n%s", err, out)
+	}
+	ids := storedIDs(t, n.js())
+	if len(ids) != 1 {
+		t.Fatalf("stream holds %d events, want 1", len(ids))
+	}
+	// The stock nats CLI sees the same, as the README says.
+	info, err := exec.Command(natsCLI(t), "--server", "nats://"+n.natsAddr, "stream", "info", "EXACTO_EVENTS", "--json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nats stream info: %v\n%s", err, info)
+	}
+	var si struct {
+		State struct {
+			Messages uint64 `json:"messages"`
+		} `json:"state"`
+	}
+	if err := json.Unmarshal(info, &si); err != nil || si.State.Messages != 1 {
+		t.Fatalf("nats stream info: %d messages (%v)\n%s", si.State.Messages, err, info)
+	}
+	// `exacto events show` finds it, with one arrival.
+	var id string
+	for k := range ids {
+		id = k
+	}
+	time.Sleep(200 * time.Millisecond) // the index is written from the stream, asynchronously
+	show, err := n.run("events", "show", id, "--nats-url", "nats://"+n.natsAddr)
+	if err != nil || !strings.Contains(show, `"arrivals": 1`) || !strings.Contains(show, id) {
+		t.Fatalf("events show: %v\n%s", err, show)
+	}
+	// The same delivery again is a duplicate: 200, nothing stored, two arrivals.
+	if out, err := n.run("send", "--provider", "instantly", "--event", "reply_received", "--to", "http://"+n.http+"/hooks/instantly/demo-instantly-token"); err != nil || !strings.HasPrefix(out, "200 ") {
+		t.Fatalf("second send: %v %s", err, out)
+	}
+	if err := n.stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, n.out.String())
+	}
+}
+
+func TestBadConfigRefusesToStart(t *testing.T) {
+	n := newNode(t, `
+tenants:
+  - id: acme
+    endpoints:
+      - id: pay
+        provider: stripe
+        path_token: tok-0123456789abcdef
+`)
+	out, err := n.run("up")
+	if err == nil {
+		t.Fatalf("exacto up started with an endpoint without secret:\n%s", out)
+	}
+	if !strings.Contains(out, "exacto.yaml:5: endpoint pay: provider stripe signs its webhooks; at least one secret is required") {
+		t.Fatalf("refusal does not name the line:\n%s", out)
+	}
+}
+
+const stripeConfig = `
+tenants:
+  - id: acme
+    endpoints:
+      - id: pay
+        provider: stripe
+        path_token: tok-0123456789abcdef
+        secrets: [whsec_test_secret]
+`
+
+// stripeDelivery is a distinct Stripe-style event, signed.
+func stripeDelivery(t *testing.T, url string, i int, now time.Time) *http.Request {
+	t.Helper()
+	body := fmt.Sprintf(`{"id":"evt_restart_%06d","object":"event","type":"customer.updated","created":%d,"data":{"object":{"id":"cus_%06d","object":"customer","email":"lead%d@example.com"}}}`, i, now.Unix(), i, i)
+	h, b, err := stripe.Spec.Sign(http.MethodPost, url, []byte(body), "whsec_test_secret", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	req.Header = h
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// kill -9 in the middle of a burst: every event answered 200 is in the stream after
+// restart, exactly once, and redelivering everything stores nothing new.
+func TestKill9LosesNoAcknowledgedEvent(t *testing.T) {
+	n := newNode(t, stripeConfig)
+	n.start()
+	url := "http://" + n.http + "/hooks/pay/tok-0123456789abcdef"
+	const total = 400
+	var next atomic.Int64
+	var mu sync.Mutex
+	acked := map[int]bool{}
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 10 * time.Second}
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1))
+				if i > total {
+					return
+				}
+				resp, err := client.Do(stripeDelivery(t, url, i, time.Now()))
+				if err != nil {
+					continue // the process died under us: not answered, not promised
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					mu.Lock()
+					acked[i] = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	// Kill once a good share has been acknowledged.
+	for {
+		mu.Lock()
+		k := len(acked)
+		mu.Unlock()
+		if k >= total/4 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	n.kill()
+	wg.Wait()
+	mu.Lock()
+	ackedCount := len(acked)
+	mu.Unlock()
+	if ackedCount == total {
+		t.Fatal("the kill came after the burst; nothing was tested")
+	}
+
+	n.start()
+	ids := storedIDs(t, n.js())
+	byEvt := map[string]int{}
+	for id, c := range ids {
+		if c != 1 {
+			t.Fatalf("envelope %s stored %d times", id, c)
+		}
+		byEvt[id] = c
+	}
+	// Redeliver everything (the provider retries what it saw fail, and more).
+	missing := 0
+	for i := 1; i <= total; i++ {
+		resp, err := client.Do(stripeDelivery(t, url, i, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ans struct {
+			Stored int      `json:"stored"`
+			IDs    []string `json:"ids"`
+		}
+		json.NewDecoder(resp.Body).Decode(&ans)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("redelivery %d: %d", i, resp.StatusCode)
+		}
+		if acked[i] && ans.Stored != 0 {
+			missing++
+			t.Errorf("event %d was answered 200 before the kill but was not in the stream after restart", i)
+		}
+		if acked[i] && byEvt[ans.IDs[0]] != 1 {
+			t.Errorf("event %d (acknowledged) not found after restart", i)
+		}
+	}
+	after := storedIDs(t, n.js())
+	if len(after) != total {
+		t.Fatalf("after redelivering all %d events the stream holds %d distinct events", total, len(after))
+	}
+	for id, c := range after {
+		if c != 1 {
+			t.Fatalf("envelope %s stored %d times after redelivery", id, c)
+		}
+	}
+	t.Logf("acknowledged before kill -9: %d of %d; lost: %d", ackedCount, total, missing)
+}
+
+// natsCLI is the stock nats CLI that `make test` installs into bin/.
+func natsCLI(t *testing.T) string {
+	p := os.Getenv("EXACTO_TEST_NATS_CLI")
+	if p == "" {
+		p = "../bin/nats"
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the nats CLI is missing (%v): run `make test`, which installs it into bin/", err)
+	}
+	return p
+}
