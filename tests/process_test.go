@@ -57,6 +57,7 @@ type node struct {
 	cmd                   *exec.Cmd
 	out                   *syncBuffer
 	extraEnv              []string
+	natsURL               string // set: use that NATS instead of embedding one
 }
 
 func newNode(t *testing.T, configYAML string) *node {
@@ -77,15 +78,18 @@ func (n *node) env() []string {
 		"EXACTO_NATS_LISTEN="+n.natsAddr,
 		"EXACTO_DATA_DIR="+filepath.Join(n.dir, "data"),
 		"EXACTO_CONFIG=",
-		"EXACTO_NATS_URL=",
+		"EXACTO_NATS_URL="+n.natsURL,
 	), n.extraEnv...)
 }
 
 // start runs `exacto up` and waits until /readyz answers 200.
-func (n *node) start() {
+func (n *node) start() { n.t.Helper(); n.startCmd("up") }
+
+// startCmd runs `exacto ARGS…` and waits until /readyz answers 200.
+func (n *node) startCmd(args ...string) {
 	n.t.Helper()
 	n.out = &syncBuffer{}
-	n.cmd = exec.Command(exactoBin, "up")
+	n.cmd = exec.Command(exactoBin, args...)
 	n.cmd.Dir = n.dir
 	n.cmd.Env = n.env()
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
@@ -107,7 +111,7 @@ func (n *node) start() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	n.t.Fatalf("exacto up did not become ready; output:\n%s", n.out.String())
+	n.t.Fatalf("exacto %v did not become ready; output:\n%s", args, n.out.String())
 }
 
 // kill sends SIGKILL: no shutdown code runs.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,7 +26,8 @@ func TestDemoUpSendStoresOne(t *testing.T) {
 	if !strings.Contains(n.out.String(), "point providers at") {
 		t.Fatalf("banner missing:\n%s", n.out.String())
 	}
-	out, err := n.run("send", "--provider", "instantly", "--event", "reply_received", "--to", "http://"+n.http+"/hooks/instantly/demo-instantly-token")
+	send := []string{"send", "--provider", "instantly", "--event", "reply_received", "--at", "2026-12-02T10:00:00Z", "--to", "http://" + n.http + "/hooks/instantly/demo-instantly-token"}
+	out, err := n.run(send...)
 	if err != nil || !strings.HasPrefix(out, "200 ") {
 		t.Fatalf("exacto send: %v\n%s", err, out)
 	}
@@ -56,9 +58,34 @@ func TestDemoUpSendStoresOne(t *testing.T) {
 	if err != nil || !strings.Contains(show, `"arrivals": 1`) || !strings.Contains(show, id) {
 		t.Fatalf("events show: %v\n%s", err, show)
 	}
-	// The same delivery again is a duplicate: 200, nothing stored, two arrivals.
-	if out, err := n.run("send", "--provider", "instantly", "--event", "reply_received", "--to", "http://"+n.http+"/hooks/instantly/demo-instantly-token"); err != nil || !strings.HasPrefix(out, "200 ") {
+	// The same event again is a duplicate: 200, nothing stored, two arrivals.
+	if out, err := n.run(send...); err != nil || !strings.HasPrefix(out, `200 {"stored":0,"duplicates":1`) {
 		t.Fatalf("second send: %v %s", err, out)
+	}
+	if got := storedIDs(t, n.js()); len(got) != 1 {
+		t.Fatalf("after a duplicate the stream holds %d events", len(got))
+	}
+	show, err = n.run("events", "show", id, "--nats-url", "nats://"+n.natsAddr)
+	if err != nil || !strings.Contains(show, `"arrivals": 2`) {
+		t.Fatalf("events show after a duplicate: %v\n%s", err, show)
+	}
+	// Both deliveries are counted, the second as a duplicate, on /metrics.
+	resp, err := http.Get("http://" + n.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`exacto_gateway_events_received_total{`, `exacto_gateway_duplicates_total{`} {
+		line := ""
+		for _, l := range strings.Split(string(metrics), "\n") {
+			if strings.HasPrefix(l, want) && strings.Contains(l, `provider="instantly"`) {
+				line = l
+			}
+		}
+		if line == "" {
+			t.Fatalf("/metrics has no %s for instantly:\n%s", want, metrics)
+		}
 	}
 	if err := n.stop(); err != nil {
 		t.Fatalf("SIGTERM: %v\n%s", err, n.out.String())
@@ -215,4 +242,51 @@ func natsCLI(t *testing.T) string {
 		t.Fatalf("the nats CLI is missing (%v): run `make test`, which installs it into bin/", err)
 	}
 	return p
+}
+
+// `exacto gateway` runs alone against EXACTO_NATS_URL, beside the gateway of `exacto
+// up`: two replicas receiving the same deliveries concurrently store each event once.
+func TestTwoGatewayReplicasStoreOnce(t *testing.T) {
+	a := newNode(t, stripeConfig)
+	a.start()
+	b := newNode(t, stripeConfig)
+	b.natsURL = "nats://" + a.natsAddr
+	b.startCmd("gateway")
+	if out, err := newNode(t, stripeConfig).run("gateway"); err == nil || !strings.Contains(out, "EXACTO_NATS_URL is required") {
+		t.Fatalf("gateway without EXACTO_NATS_URL: %v\n%s", err, out)
+	}
+	urls := []string{"http://" + a.http + "/hooks/pay/tok-0123456789abcdef", "http://" + b.http + "/hooks/pay/tok-0123456789abcdef"}
+	const events, copies = 50, 4
+	client := &http.Client{Timeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	now := time.Now()
+	for i := 1; i <= events; i++ {
+		for c := 0; c < copies; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := client.Do(stripeDelivery(t, urls[c%2], i, now))
+				if err != nil || resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d deliveries failed", failed.Load())
+	}
+	ids := storedIDs(t, a.js())
+	if len(ids) != events {
+		t.Fatalf("%d distinct events stored, want %d", len(ids), events)
+	}
+	for id, c := range ids {
+		if c != 1 {
+			t.Fatalf("%s stored %d times", id, c)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -18,7 +19,7 @@ import (
 )
 
 func sendCmd() *cobra.Command {
-	var provider, event, to, secret string
+	var provider, event, to, secret, at string
 	cmd := &cobra.Command{
 		Use:   "send",
 		Short: "Sign and send a realistic webhook exactly as a provider would",
@@ -44,7 +45,15 @@ taken from the config (or the built-in demo).`,
 			if secret == "" {
 				secret = configuredSecret(to)
 			}
-			status, body, err := send(cmd.Context(), spec, event, secret, to, time.Now())
+			eventTime := time.Now()
+			if at != "" {
+				t, err := time.Parse(time.RFC3339, at)
+				if err != nil {
+					return fmt.Errorf("--at %q: want an RFC 3339 time such as 2026-12-02T10:00:00Z", at)
+				}
+				eventTime = t
+			}
+			status, body, err := send(cmd.Context(), spec, event, secret, to, eventTime, time.Now())
 			if err != nil {
 				return err
 			}
@@ -59,17 +68,28 @@ taken from the config (or the built-in demo).`,
 	cmd.Flags().StringVar(&event, "event", "", "event to send (default: the provider's first sample event)")
 	cmd.Flags().StringVar(&to, "to", "", "endpoint URL")
 	cmd.Flags().StringVar(&secret, "secret", "", "signing secret (default: the endpoint's first secret in the config)")
+	cmd.Flags().StringVar(&at, "at", "", "the event's time, RFC 3339 (default now); the same --at sends the same event again, as a provider's retry would")
 	cmd.MarkFlagRequired("provider")
 	return cmd
 }
 
-func send(ctx context.Context, spec providers.Spec, event, secret, to string, now time.Time) (int, string, error) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	req, err := providers.Example(spec, event, secret, to, now)
+// send posts spec's sample of event, made at eventTime and signed now.
+func send(ctx context.Context, spec providers.Spec, event, secret, to string, eventTime, now time.Time) (int, string, error) {
+	body, err := spec.Sample(event, eventTime)
 	if err != nil {
 		return 0, "", err
+	}
+	h, body, err := spec.Sign(http.MethodPost, to, body, secret, now)
+	if err != nil {
+		return 0, "", err
+	}
+	req, err := http.NewRequest(http.MethodPost, to, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header = h
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
