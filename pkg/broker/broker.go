@@ -93,7 +93,7 @@ type Conn struct {
 // to it in-process.
 func Open(url string, o Options, name string) (*Conn, error) {
 	c := &Conn{}
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.DrainTimeout(10 * time.Second)}
 	if url == "" {
 		s, err := Start(o)
 		if err != nil {
@@ -127,9 +127,12 @@ func (c *Conn) Ready(ctx context.Context) error {
 // Close drains the connection and stops the embedded server, if any.
 func (c *Conn) Close() {
 	if c.NC != nil {
-		c.NC.Drain()
-		for c.NC.IsDraining() {
-			time.Sleep(10 * time.Millisecond)
+		// Drain lets in-flight acknowledgements finish; a connection that is already
+		// down has nothing to drain.
+		if c.NC.IsConnected() && c.NC.Drain() == nil {
+			for c.NC.IsDraining() {
+				time.Sleep(10 * time.Millisecond)
+			}
 		}
 		c.NC.Close()
 	}

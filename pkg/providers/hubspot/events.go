@@ -99,7 +99,7 @@ func normalise(raw json.RawMessage) (providers.Event, error) {
 	if e.PropertyName != "" {
 		ev.Data.Property = &envelope.Property{Name: e.PropertyName, Value: value}
 	}
-	if object == "contact" {
+	if object == "contact" && id != "" {
 		ev.Data.Contact = &envelope.Contact{ExternalID: id}
 		if e.PropertyName == "email" {
 			ev.Data.Contact.Email = value

@@ -262,8 +262,12 @@ func (s *splitter) whatsapp(v waValue) error {
 			return fmt.Errorf("status %d: no id or status", i)
 		}
 		to := firstOf(st.RecipientID, st.RecipientUserID)
+		typ := envelope.TypeMessageStatus
+		if !statuses[st.Status] {
+			typ = envelope.TypeUnmapped // a status WhatsApp added since: to map, not to guess
+		}
 		s.evs = append(s.evs, providers.Event{
-			Type:         envelope.TypeMessageStatus,
+			Type:         typ,
 			ProviderType: "status",
 			// sent, delivered and read are three events of one message.
 			Key:      st.ID + ":" + st.Status,
@@ -275,7 +279,7 @@ func (s *splitter) whatsapp(v waValue) error {
 			Data: envelope.Data{
 				ProviderType: "status",
 				Status:       st.Status,
-				Contact:      &envelope.Contact{Phone: st.RecipientID, ExternalID: st.RecipientUserID},
+				Contact:      person(st.RecipientID, st.RecipientUserID),
 				Message:      &envelope.Message{ID: st.ID, From: business, To: to},
 				Raw:          raw,
 			},
@@ -477,4 +481,15 @@ func (s *scalar) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("want a string or a number, got %.20s", b)
 	}
 	return nil
+}
+
+// statuses are the WhatsApp message statuses schemas/data/message.status knows.
+var statuses = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true, "deleted": true, "played": true, "warning": true}
+
+// person is the contact by phone or user id; nil when Meta gave neither.
+func person(phone, userID string) *envelope.Contact {
+	if phone == "" && userID == "" {
+		return nil
+	}
+	return &envelope.Contact{Phone: phone, ExternalID: userID}
 }

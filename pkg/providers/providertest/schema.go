@@ -92,11 +92,15 @@ func Validate(envJSON []byte) error {
 	if err := json.Unmarshal(envJSON, &head); err != nil {
 		return err
 	}
+	s := dataSchemas[head.Type]
+	if s == nil { // in the envelope schema's enum but not in envelope.Types
+		return fmt.Errorf("type %q has no data schema", head.Type)
+	}
 	data, err := jsonschema.UnmarshalJSON(bytes.NewReader(head.Data))
 	if err != nil {
 		return err
 	}
-	return dataSchemas[head.Type].Validate(data)
+	return s.Validate(data)
 }
 
 // ValidateEnvelope fails the test unless env is valid against the schemas.

@@ -52,7 +52,9 @@ func (x *Indexer) Run(ctx context.Context) error {
 		return err
 	}
 	<-ctx.Done()
-	cc.Drain()
+	// Stop, not drain: an entry not yet acknowledged is redelivered and written again,
+	// which is harmless (Put is idempotent), and stopping never waits on a lost server.
+	cc.Stop()
 	<-cc.Closed()
 	return nil
 }

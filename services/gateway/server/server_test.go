@@ -492,3 +492,74 @@ func TestPanicIs500(t *testing.T) {
 		t.Fatalf("panic: %d %q", resp.StatusCode, b)
 	}
 }
+
+// A batch over max_events is refused whole (413), an empty one is 400; neither stores
+// anything.
+func TestBatchLimits(t *testing.T) {
+	h := newHarness(t)
+	var big strings.Builder
+	big.WriteString("[")
+	for i := 0; i <= h.cfg.Gateway.MaxEvents; i++ {
+		if i > 0 {
+			big.WriteString(",")
+		}
+		fmt.Fprintf(&big, `{"eventId":%d,"subscriptionId":25,"portalId":62515,"appId":1160452,"occurredAt":%d,"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":%d,"propertyName":"email","propertyValue":"a%d@example.com","changeSource":"CRM_UI"}`, 1000+i, h.clock().UnixMilli(), 500+i, i)
+	}
+	big.WriteString("]")
+	secret := h.endpoint("hubspot").Secrets[0].Value
+	if r := h.post(h.sign("hubspot", []byte(big.String()), secret, h.clock())); r.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("batch of %d: %d %s", h.cfg.Gateway.MaxEvents+1, r.status, r.body)
+	}
+	if r := h.post(h.sign("hubspot", []byte(`[]`), secret, h.clock())); r.status != http.StatusBadRequest {
+		t.Fatalf("empty batch: %d %s", r.status, r.body)
+	}
+	if got := h.stored(); got != 0 {
+		t.Fatalf("refused batches stored %d events", got)
+	}
+	// A batch of several events is split into as many stored events.
+	r := h.post(h.delivery("hubspot", "batch", h.clock()))
+	if r.status != http.StatusOK || r.answer.Stored != 4 || h.stored() != 4 {
+		t.Fatalf("batch of 4: %d %s, stream %d", r.status, r.body, h.stored())
+	}
+}
+
+// HubSpot v3 signs the URL: behind a proxy the gateway checks it against public_url,
+// or against the scheme the proxy reports in X-Forwarded-Proto.
+func TestSignedURLBehindProxy(t *testing.T) {
+	h := newHarness(t)
+	spec := spec(h, "hubspot")
+	body, _ := spec.Sample("deal.creation", h.clock())
+	secret := h.endpoint("hubspot").Secrets[0].Value
+	public := strings.Replace(h.url("hubspot"), "http://", "https://", 1)
+	hdr, _, _ := spec.Sign(http.MethodPost, public, body, secret, h.clock())
+	hdr.Set("Content-Type", "application/json")
+	d := delivery{url: h.url("hubspot"), header: hdr, body: body}
+	if r := h.post(d); r.status != http.StatusUnauthorized {
+		t.Fatalf("https signature over plain http without the proxy header: %d", r.status)
+	}
+	d.header.Set("X-Forwarded-Proto", "https")
+	if r := h.post(d); r.status != http.StatusOK {
+		t.Fatalf("with X-Forwarded-Proto: %d %s", r.status, r.body)
+	}
+	// With public_url set, that URL is what is verified.
+	h.gw.endpoints["hubspot"].PublicURL = "https://hooks.example.com/hooks/hubspot/x"
+	body2, _ := spec.Sample("contact.propertyChange", h.clock())
+	hdr2, _, _ := spec.Sign(http.MethodPost, "https://hooks.example.com/hooks/hubspot/x", body2, secret, h.clock())
+	hdr2.Set("Content-Type", "application/json")
+	if r := h.post(delivery{url: h.url("hubspot"), header: hdr2, body: body2}); r.status != http.StatusOK {
+		t.Fatalf("with public_url: %d %s", r.status, r.body)
+	}
+}
+
+// With the broker up but the publish not acknowledged (the stream is gone), the answer
+// is 503 too.
+func TestUnacknowledgedPublishIs503(t *testing.T) {
+	h := newHarness(t)
+	if err := h.conn.JS.DeleteStream(context.Background(), stream.Events); err != nil {
+		t.Fatal(err)
+	}
+	r := h.post(h.delivery("stripe", spec(h, "stripe").Events[0], h.clock()))
+	if r.status != http.StatusServiceUnavailable || strings.Contains(r.body, "whsec") {
+		t.Fatalf("got %d %s, want 503", r.status, r.body)
+	}
+}
