@@ -5,9 +5,11 @@ package verify
 
 import (
 	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -96,4 +98,42 @@ func HMAC(newHash func() hash.Hash, key []byte, parts ...[]byte) []byte {
 		m.Write(p)
 	}
 	return m.Sum(nil)
+}
+
+// TimedHMAC is the Stripe-style scheme Stripe and Calendly share: a header
+// `t=<unix>,v1=<hex>[,v1=…]` with HMAC-SHA256 over `t + "." + raw body`.
+type TimedHMAC struct {
+	Header    string
+	Keys      [][]byte
+	Tolerance time.Duration
+}
+
+// Verify checks the signature with every key, then the timestamp: a stale delivery
+// signed with a wrong key is a signature error, not a clock one.
+func (s TimedHMAC) Verify(r *providers.Request) error {
+	h := r.Header.Get(s.Header)
+	if h == "" {
+		return fmt.Errorf("%w: no %s header", providers.ErrMissingSignature, s.Header)
+	}
+	sig, err := ParseTimed(h)
+	if err != nil {
+		return err
+	}
+	expected := make([][]byte, len(s.Keys))
+	for i, k := range s.Keys {
+		expected[i] = HMAC(sha256.New, k, []byte(sig.Timestamp), []byte("."), r.Body)
+	}
+	if !AnyEqual(expected, sig.Signatures) {
+		return fmt.Errorf("%w: no v1 matches any secret", providers.ErrBadSignature)
+	}
+	return Within(sig.Time, r.Now, s.Tolerance)
+}
+
+// SignTimed returns the header that signs body at now with secret, as Stripe does.
+func SignTimed(header, secret string, body []byte, now time.Time) http.Header {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	mac := HMAC(sha256.New, []byte(secret), []byte(ts), []byte("."), body)
+	h := http.Header{}
+	h.Set(header, "t="+ts+",v1="+hex.EncodeToString(mac))
+	return h
 }

@@ -5,12 +5,9 @@
 package calendly
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"exacto.dev/pkg/envelope"
@@ -38,47 +35,19 @@ var Spec = providers.Spec{
 	Sign:             Sign,
 }
 
-type provider struct {
-	keys      [][]byte
-	tolerance time.Duration
-}
+type provider struct{ verify.TimedHMAC }
 
 // New builds the verifier of one endpoint.
 func New(cfg providers.Config) (providers.Provider, error) {
-	p := &provider{tolerance: cfg.Tolerance}
-	if p.tolerance == 0 {
-		p.tolerance = DefaultTolerance
+	keys, err := providers.Keys("calendly", cfg.Secrets)
+	if err != nil {
+		return nil, err
 	}
-	if len(cfg.Secrets) == 0 {
-		return nil, fmt.Errorf("calendly: no signing key")
-	}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("calendly: signing key %d is empty", i+1)
-		}
-		p.keys = append(p.keys, []byte(s))
+	p := &provider{verify.TimedHMAC{Header: Header, Keys: keys, Tolerance: cfg.Tolerance}}
+	if p.Tolerance == 0 {
+		p.Tolerance = DefaultTolerance
 	}
 	return p, nil
-}
-
-// Verify checks the signature with every key, then the timestamp.
-func (p *provider) Verify(r *providers.Request) error {
-	h := r.Header.Get(Header)
-	if h == "" {
-		return fmt.Errorf("%w: no %s header", providers.ErrMissingSignature, Header)
-	}
-	sig, err := verify.ParseTimed(h)
-	if err != nil {
-		return err
-	}
-	expected := make([][]byte, len(p.keys))
-	for i, k := range p.keys {
-		expected[i] = verify.HMAC(sha256.New, k, []byte(sig.Timestamp), []byte("."), r.Body)
-	}
-	if !verify.AnyEqual(expected, sig.Signatures) {
-		return fmt.Errorf("%w: no v1 matches any signing key", providers.ErrBadSignature)
-	}
-	return verify.Within(sig.Time, r.Now, p.tolerance)
 }
 
 type delivery struct {
@@ -134,7 +103,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 		ProviderType:    d.Event,
 		Key:             key,
 		ProviderEventID: invitee,
-		ObjectID:        firstOf(d.Payload.ScheduledEvent.URI, invitee),
+		ObjectID:        providers.FirstOf(d.Payload.ScheduledEvent.URI, invitee),
 		Time:            d.CreatedAt.UTC(),
 		Subject:         d.Payload.Email,
 		Data:            envelope.Data{ProviderType: d.Event, Raw: json.RawMessage(r.Body)},
@@ -144,7 +113,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 	}
 	if typ != envelope.TypeUnmapped {
 		m := &envelope.Meeting{
-			ID:        firstOf(d.Payload.ScheduledEvent.URI, invitee),
+			ID:        providers.FirstOf(d.Payload.ScheduledEvent.URI, invitee),
 			Start:     d.Payload.ScheduledEvent.StartTime,
 			End:       d.Payload.ScheduledEvent.EndTime,
 			Invitee:   d.Payload.Email,
@@ -160,18 +129,5 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 
 // Sign signs body at now exactly as Calendly does.
 func Sign(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error) {
-	ts := strconv.FormatInt(now.Unix(), 10)
-	mac := verify.HMAC(sha256.New, []byte(secret), []byte(ts), []byte("."), body)
-	h := http.Header{}
-	h.Set(Header, "t="+ts+",v1="+hex.EncodeToString(mac))
-	return h, body, nil
-}
-
-func firstOf(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
+	return verify.SignTimed(Header, secret, body, now), body, nil
 }

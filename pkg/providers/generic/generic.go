@@ -111,7 +111,7 @@ func compile(g providers.Generic) (scheme, error) {
 	switch {
 	case g.Header == "":
 		return s, errors.New("generic.header: required (the header with the signature)")
-	case !validHeaderName(g.Header):
+	case !providers.ValidHeaderName(g.Header):
 		return s, fmt.Errorf("generic.header: %q is not a valid header name", g.Header)
 	}
 	switch g.Encoding {
@@ -146,7 +146,7 @@ func compile(g providers.Generic) (scheme, error) {
 	} {
 		used := slices.Contains(s.template, h.placeholder)
 		switch {
-		case h.value != "" && !validHeaderName(h.value):
+		case h.value != "" && !providers.ValidHeaderName(h.value):
 			return s, fmt.Errorf("generic.%s: %q is not a valid header name", h.field, h.value)
 		case h.value != "" && !used:
 			return s, fmt.Errorf("generic.%s: %s is not signed: add %s to generic.signed", h.field, h.value, h.placeholder)
@@ -496,19 +496,6 @@ func orBody(field string) string {
 		return "the body"
 	}
 	return field
-}
-
-// validHeaderName reports whether s is an RFC 9110 token.
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range s {
-		if c > 126 || c <= 32 || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
-			return false
-		}
-	}
-	return true
 }
 
 // Sign signs a delivery as a sender configured like Default does.

@@ -14,19 +14,19 @@ import (
 
 // event is one element of a webhooks API batch.
 type event struct {
-	EventID          scalar `json:"eventId"`
-	SubscriptionID   scalar `json:"subscriptionId"`
-	PortalID         scalar `json:"portalId"`
-	AppID            scalar `json:"appId"`
-	OccurredAt       scalar `json:"occurredAt"` // Unix milliseconds
-	SubscriptionType string `json:"subscriptionType"`
-	EventType        string `json:"eventType"` // what older docs call subscriptionType
-	AttemptNumber    scalar `json:"attemptNumber"`
-	ObjectID         scalar `json:"objectId"`
-	ObjectTypeID     string `json:"objectTypeId"` // generic object.* events: 0-1 contact, 0-3 deal…
-	PropertyName     string `json:"propertyName"`
-	PropertyValue    scalar `json:"propertyValue"`
-	ChangeSource     string `json:"changeSource"`
+	EventID          providers.Scalar `json:"eventId"`
+	SubscriptionID   providers.Scalar `json:"subscriptionId"`
+	PortalID         providers.Scalar `json:"portalId"`
+	AppID            providers.Scalar `json:"appId"`
+	OccurredAt       providers.Scalar `json:"occurredAt"` // Unix milliseconds
+	SubscriptionType string           `json:"subscriptionType"`
+	EventType        string           `json:"eventType"` // what older docs call subscriptionType
+	AttemptNumber    providers.Scalar `json:"attemptNumber"`
+	ObjectID         providers.Scalar `json:"objectId"`
+	ObjectTypeID     string           `json:"objectTypeId"` // generic object.* events: 0-1 contact, 0-3 deal…
+	PropertyName     string           `json:"propertyName"`
+	PropertyValue    providers.Scalar `json:"propertyValue"`
+	ChangeSource     string           `json:"changeSource"`
 }
 
 // objectTypes names the standard objects of generic (object.*) subscriptions.
@@ -64,7 +64,7 @@ func normalise(raw json.RawMessage) (providers.Event, error) {
 	if err := json.Unmarshal(raw, &e); err != nil {
 		return providers.Event{}, err
 	}
-	typ := firstOf(e.SubscriptionType, e.EventType)
+	typ := providers.FirstOf(e.SubscriptionType, e.EventType)
 	if e.EventID == "" || typ == "" {
 		return providers.Event{}, errors.New("no eventId or subscriptionType")
 	}
@@ -75,7 +75,7 @@ func normalise(raw json.RawMessage) (providers.Event, error) {
 	}
 	object, action, _ := strings.Cut(typ, ".")
 	if object == "object" && e.ObjectTypeID != "" { // generic format: the type is in objectTypeId
-		object = firstOf(objectTypes[e.ObjectTypeID], e.ObjectTypeID)
+		object = providers.FirstOf(objectTypes[e.ObjectTypeID], e.ObjectTypeID)
 	}
 	id, value := string(e.ObjectID), string(e.PropertyValue)
 
@@ -116,35 +116,4 @@ func normalise(raw json.RawMessage) (providers.Event, error) {
 		ev.Type, ev.Data.Opportunity = envelope.TypeOpportunityCreated, &envelope.Opportunity{ID: id}
 	}
 	return ev, nil
-}
-
-func firstOf(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// scalar accepts a JSON string, number or boolean and keeps its text: ids are numbers,
-// property values strings (booleans in some generic events); null is empty.
-type scalar string
-
-func (s *scalar) UnmarshalJSON(b []byte) error {
-	switch {
-	case string(b) == "null":
-		*s = ""
-	case len(b) > 0 && b[0] == '"':
-		var v string
-		if err := json.Unmarshal(b, &v); err != nil {
-			return err
-		}
-		*s = scalar(v)
-	case string(b) == "true" || string(b) == "false" || len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9'):
-		*s = scalar(b)
-	default:
-		return fmt.Errorf("want a string, number or boolean, got %.20s", b)
-	}
-	return nil
 }

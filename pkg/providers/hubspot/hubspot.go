@@ -60,18 +60,13 @@ func New(cfg providers.Config) (providers.Provider, error) {
 	if cfg.SecretHeader != "" {
 		return nil, errors.New("hubspot: secret_header does not apply: HubSpot signs the request")
 	}
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("hubspot: the app's client secret is required")
+	keys, err := providers.Keys("hubspot", cfg.Secrets)
+	if err != nil {
+		return nil, err
 	}
-	p := &provider{tolerance: cfg.Tolerance}
+	p := &provider{tolerance: cfg.Tolerance, secrets: keys}
 	if p.tolerance <= 0 {
 		p.tolerance = defaultTolerance
-	}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("hubspot: secret %d is empty", i+1)
-		}
-		p.secrets = append(p.secrets, []byte(s))
 	}
 	return p, nil
 }
@@ -100,7 +95,7 @@ func (p *provider) Verify(r *providers.Request) error {
 		match |= subtle.ConstantTimeCompare(got, want)
 	}
 	if match != 1 {
-		return fmt.Errorf("%w: %s %s", providers.ErrBadSignature, HeaderLegacy, firstOf(version, "v1"))
+		return fmt.Errorf("%w: %s %s", providers.ErrBadSignature, HeaderLegacy, providers.FirstOf(version, "v1"))
 	}
 	return nil
 }

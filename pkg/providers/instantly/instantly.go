@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"exacto.dev/pkg/envelope"
@@ -45,7 +44,7 @@ type provider struct {
 func New(cfg providers.Config) (providers.Provider, error) {
 	p := &provider{header: DefaultHeader}
 	if cfg.SecretHeader != "" {
-		if !validHeaderName(cfg.SecretHeader) {
+		if !providers.ValidHeaderName(cfg.SecretHeader) {
 			return nil, fmt.Errorf("instantly: secret_header %q is not a valid header name", cfg.SecretHeader)
 		}
 		p.header = cfg.SecretHeader
@@ -83,24 +82,24 @@ func (p *provider) Verify(r *providers.Request) error {
 // payload is the documented webhook body. Lead fields merged in by Instantly are
 // ignored here and kept in Data.Raw.
 type payload struct {
-	Timestamp        string `json:"timestamp"`
-	EventType        string `json:"event_type"`
-	Workspace        scalar `json:"workspace"`
-	CampaignID       scalar `json:"campaign_id"`
-	CampaignName     string `json:"campaign_name"`
-	LeadEmail        string `json:"lead_email"`
-	EmailAccount     string `json:"email_account"`
-	Step             scalar `json:"step"`
-	Variant          scalar `json:"variant"`
-	EmailID          scalar `json:"email_id"`
-	EmailSubject     string `json:"email_subject"`
-	EmailText        string `json:"email_text"`
-	EmailHTML        string `json:"email_html"`
-	ReplySubject     string `json:"reply_subject"`
-	ReplyText        string `json:"reply_text"`
-	ReplyHTML        string `json:"reply_html"`
-	ReplyTextSnippet string `json:"reply_text_snippet"`
-	UniboxURL        string `json:"unibox_url"`
+	Timestamp        string           `json:"timestamp"`
+	EventType        string           `json:"event_type"`
+	Workspace        providers.Scalar `json:"workspace"`
+	CampaignID       providers.Scalar `json:"campaign_id"`
+	CampaignName     string           `json:"campaign_name"`
+	LeadEmail        string           `json:"lead_email"`
+	EmailAccount     string           `json:"email_account"`
+	Step             providers.Scalar `json:"step"`
+	Variant          providers.Scalar `json:"variant"`
+	EmailID          providers.Scalar `json:"email_id"`
+	EmailSubject     string           `json:"email_subject"`
+	EmailText        string           `json:"email_text"`
+	EmailHTML        string           `json:"email_html"`
+	ReplySubject     string           `json:"reply_subject"`
+	ReplyText        string           `json:"reply_text"`
+	ReplyHTML        string           `json:"reply_html"`
+	ReplyTextSnippet string           `json:"reply_text_snippet"`
+	UniboxURL        string           `json:"unibox_url"`
 }
 
 // Events normalises the one event a delivery carries.
@@ -126,7 +125,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 		// part. A retry re-posts the same body, so the key is stable across retries.
 		Key: envelope.Key(b.EventType, string(b.Workspace), string(b.CampaignID), string(b.EmailID),
 			string(b.Step), string(b.Variant), b.LeadEmail, b.Timestamp),
-		ObjectID: firstOf(string(b.EmailID), b.LeadEmail, string(b.CampaignID)),
+		ObjectID: providers.FirstOf(string(b.EmailID), b.LeadEmail, string(b.CampaignID)),
 		Time:     t,
 		Channel:  "email",
 		Subject:  b.LeadEmail,
@@ -153,7 +152,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 
 func message(b payload, typ string, auto bool) *envelope.Message {
 	if typ == envelope.TypeReplyReceived {
-		text := firstOf(b.ReplyText, b.ReplyTextSnippet)
+		text := providers.FirstOf(b.ReplyText, b.ReplyTextSnippet)
 		return &envelope.Message{ID: string(b.EmailID), From: b.LeadEmail, To: b.EmailAccount,
 			Subject: b.ReplySubject, Text: text, HTML: b.ReplyHTML, URL: b.UniboxURL, Auto: auto}
 	}
@@ -213,48 +212,4 @@ func Sign(method, url string, body []byte, secret string, now time.Time) (http.H
 		h.Set(DefaultHeader, secret)
 	}
 	return h, body, nil
-}
-
-// scalar accepts a JSON string or number (ids and step numbers arrive as either) and
-// keeps its text; null is empty.
-type scalar string
-
-func (s *scalar) UnmarshalJSON(b []byte) error {
-	switch {
-	case string(b) == "null":
-		*s = ""
-	case len(b) > 0 && b[0] == '"':
-		var v string
-		if err := json.Unmarshal(b, &v); err != nil {
-			return err
-		}
-		*s = scalar(v)
-	case len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9'):
-		*s = scalar(b)
-	default:
-		return fmt.Errorf("want a string or a number, got %.20s", b)
-	}
-	return nil
-}
-
-func firstOf(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// validHeaderName reports whether s is an RFC 9110 token.
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range s {
-		if c > 126 || c <= 32 || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
-			return false
-		}
-	}
-	return true
 }

@@ -18,8 +18,8 @@ import (
 // every status becomes its own event; anything else becomes one unmapped event, so
 // nothing Meta posts is dropped.
 type entry struct {
-	ID        scalar            `json:"id"`
-	Time      scalar            `json:"time"` // when Meta sent the notification, not when the change happened
+	ID        providers.Scalar  `json:"id"`
+	Time      providers.Scalar  `json:"time"` // when Meta sent the notification, not when the change happened
 	Changes   []json.RawMessage `json:"changes"`
 	Messaging []json.RawMessage `json:"messaging"`
 	Standby   []json.RawMessage `json:"standby"` // messaging items for a secondary receiver (handover)
@@ -49,11 +49,11 @@ type waValue struct {
 }
 
 type waMessage struct {
-	ID         string `json:"id"`
-	From       string `json:"from"`
-	FromUserID string `json:"from_user_id"`
-	Timestamp  scalar `json:"timestamp"`
-	Type       string `json:"type"`
+	ID         string           `json:"id"`
+	From       string           `json:"from"`
+	FromUserID string           `json:"from_user_id"`
+	Timestamp  providers.Scalar `json:"timestamp"`
+	Type       string           `json:"type"`
 	Text       struct {
 		Body string `json:"body"`
 	} `json:"text"`
@@ -81,17 +81,17 @@ type caption struct {
 }
 
 type waStatus struct {
-	ID              string `json:"id"`
-	Status          string `json:"status"`
-	Timestamp       scalar `json:"timestamp"`
-	RecipientID     string `json:"recipient_id"`
-	RecipientUserID string `json:"recipient_user_id"`
+	ID              string           `json:"id"`
+	Status          string           `json:"status"`
+	Timestamp       providers.Scalar `json:"timestamp"`
+	RecipientID     string           `json:"recipient_id"`
+	RecipientUserID string           `json:"recipient_user_id"`
 }
 
 type messaging struct {
-	Sender    party  `json:"sender"`
-	Recipient party  `json:"recipient"`
-	Timestamp scalar `json:"timestamp"` // milliseconds
+	Sender    party            `json:"sender"`
+	Recipient party            `json:"recipient"`
+	Timestamp providers.Scalar `json:"timestamp"` // milliseconds
 	Message   *struct {
 		Mid         string `json:"mid"`
 		Text        string `json:"text"`
@@ -105,17 +105,17 @@ type messaging struct {
 		} `json:"reply_to"`
 	} `json:"message"`
 	Delivery *struct {
-		Mids      []string `json:"mids"`
-		Watermark scalar   `json:"watermark"`
+		Mids      []string         `json:"mids"`
+		Watermark providers.Scalar `json:"watermark"`
 	} `json:"delivery"`
 	Read *struct {
-		Mid       string `json:"mid"` // Instagram names the message read; Messenger gives a watermark
-		Watermark scalar `json:"watermark"`
+		Mid       string           `json:"mid"` // Instagram names the message read; Messenger gives a watermark
+		Watermark providers.Scalar `json:"watermark"`
 	} `json:"read"`
 }
 
 type party struct {
-	ID scalar `json:"id"`
+	ID providers.Scalar `json:"id"`
 }
 
 // Events splits a verified post into its events.
@@ -216,7 +216,7 @@ func (s *splitter) change(raw json.RawMessage) error {
 
 func (s *splitter) whatsapp(v waValue) error {
 	ch := channel(s.object, v.MessagingProduct)
-	business := firstOf(v.Metadata.DisplayPhoneNumber, v.Metadata.PhoneNumberID)
+	business := providers.FirstOf(v.Metadata.DisplayPhoneNumber, v.Metadata.PhoneNumberID)
 	for i, raw := range v.Messages {
 		var m waMessage
 		if err := json.Unmarshal(raw, &m); err != nil {
@@ -225,12 +225,12 @@ func (s *splitter) whatsapp(v waValue) error {
 		if m.ID == "" {
 			return fmt.Errorf("message %d: no id", i)
 		}
-		from := firstOf(m.From, m.FromUserID)
+		from := providers.FirstOf(m.From, m.FromUserID)
 		c := &envelope.Contact{Phone: m.From, ExternalID: m.FromUserID}
 		for _, k := range v.Contacts {
 			if len(v.Contacts) == 1 || (k.WaID != "" && k.WaID == m.From) || (k.UserID != "" && k.UserID == m.FromUserID) {
-				c.Name, c.ExternalID = k.Profile.Name, firstOf(c.ExternalID, k.UserID)
-				c.Phone = firstOf(c.Phone, k.WaID)
+				c.Name, c.ExternalID = k.Profile.Name, providers.FirstOf(c.ExternalID, k.UserID)
+				c.Phone = providers.FirstOf(c.Phone, k.WaID)
 				break
 			}
 		}
@@ -261,7 +261,7 @@ func (s *splitter) whatsapp(v waValue) error {
 		if st.ID == "" || st.Status == "" {
 			return fmt.Errorf("status %d: no id or status", i)
 		}
-		to := firstOf(st.RecipientID, st.RecipientUserID)
+		to := providers.FirstOf(st.RecipientID, st.RecipientUserID)
 		typ := envelope.TypeMessageStatus
 		if !statuses[st.Status] {
 			typ = envelope.TypeUnmapped // a status WhatsApp added since: to map, not to guess
@@ -389,7 +389,7 @@ func (s *splitter) unmapped(providerType, key string, raw json.RawMessage, subje
 // time reads the first of vs that is a Unix time in seconds (WhatsApp) or milliseconds
 // (Messenger, Instagram), falling back to the entry's time and then the receive time:
 // an event is kept even when its clock is missing.
-func (s *splitter) time(vs ...scalar) time.Time {
+func (s *splitter) time(vs ...providers.Scalar) time.Time {
 	for _, v := range append(vs, s.e.Time) {
 		if t := unixTime(string(v)); !t.IsZero() {
 			return t
@@ -443,44 +443,13 @@ func messagingKind(raw json.RawMessage) string {
 }
 
 func (m waMessage) text() string {
-	return firstOf(m.Text.Body, m.Button.Text, m.Interactive.ButtonReply.Title, m.Interactive.ListReply.Title,
+	return providers.FirstOf(m.Text.Body, m.Button.Text, m.Interactive.ButtonReply.Title, m.Interactive.ListReply.Title,
 		m.Image.Caption, m.Video.Caption, m.Document.Caption)
 }
 
 func digest(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:16])
-}
-
-func firstOf(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// scalar accepts a JSON string or number and keeps its text: Meta sends ids as
-// strings and times as strings (WhatsApp) or numbers (Messenger); null is empty.
-type scalar string
-
-func (s *scalar) UnmarshalJSON(b []byte) error {
-	switch {
-	case string(b) == "null":
-		*s = ""
-	case len(b) > 0 && b[0] == '"':
-		var v string
-		if err := json.Unmarshal(b, &v); err != nil {
-			return err
-		}
-		*s = scalar(v)
-	case len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9'):
-		*s = scalar(b)
-	default:
-		return fmt.Errorf("want a string or a number, got %.20s", b)
-	}
-	return nil
 }
 
 // statuses are the WhatsApp message statuses schemas/data/message.status knows.

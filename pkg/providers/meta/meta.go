@@ -48,17 +48,11 @@ func New(cfg providers.Config) (providers.Provider, error) {
 	if cfg.SecretHeader != "" {
 		return nil, errors.New("meta: secret_header does not apply: Meta signs the body")
 	}
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("meta: the app secret is required")
+	keys, err := providers.Keys("meta", cfg.Secrets)
+	if err != nil {
+		return nil, err
 	}
-	p := &provider{}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("meta: secret %d is empty", i+1)
-		}
-		p.secrets = append(p.secrets, []byte(s))
-	}
-	return p, nil
+	return &provider{secrets: keys}, nil
 }
 
 // Verify checks X-Hub-Signature-256 over the raw bytes: Meta signs the body as sent,

@@ -100,18 +100,18 @@ type payload struct {
 	TimeReplied string `json:"time_replied"`
 	CreatedAt   string `json:"created_at"`
 
-	CampaignID     scalar `json:"campaign_id"`
-	CampaignName   string `json:"campaign_name"`
-	StatsID        scalar `json:"stats_id"`
-	SequenceNumber scalar `json:"sequence_number"`
-	LeadID         scalar `json:"lead_id"`
-	SLEmailLeadID  scalar `json:"sl_email_lead_id"`
-	SLLeadEmail    string `json:"sl_lead_email"`
-	ToEmail        string `json:"to_email"`
-	ToName         string `json:"to_name"`
-	FromEmail      string `json:"from_email"`
-	LeadEmail      string `json:"lead_email"` // deprecated: to_email
-	LeadName       string `json:"lead_name"`  // deprecated: to_name
+	CampaignID     providers.Scalar `json:"campaign_id"`
+	CampaignName   string           `json:"campaign_name"`
+	StatsID        providers.Scalar `json:"stats_id"`
+	SequenceNumber providers.Scalar `json:"sequence_number"`
+	LeadID         providers.Scalar `json:"lead_id"`
+	SLEmailLeadID  providers.Scalar `json:"sl_email_lead_id"`
+	SLLeadEmail    string           `json:"sl_lead_email"`
+	ToEmail        string           `json:"to_email"`
+	ToName         string           `json:"to_name"`
+	FromEmail      string           `json:"from_email"`
+	LeadEmail      string           `json:"lead_email"` // deprecated: to_email
+	LeadName       string           `json:"lead_name"`  // deprecated: to_name
 	LeadData       *struct {
 		Email string `json:"email"`
 	} `json:"lead_data"`
@@ -148,7 +148,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 	if b.EventType == "" {
 		return nil, fmt.Errorf("%w: no event_type", providers.ErrMalformed)
 	}
-	ts := firstOf(b.EventTimestamp, b.TimeReplied, b.TimeSent, b.TimeOpened, b.TimeClicked, b.CreatedAt)
+	ts := providers.FirstOf(b.EventTimestamp, b.TimeReplied, b.TimeSent, b.TimeOpened, b.TimeClicked, b.CreatedAt)
 	t, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: no event_timestamp in RFC 3339", providers.ErrMalformed)
@@ -157,18 +157,18 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 	if typ == "" {
 		typ = envelope.TypeUnmapped
 	}
-	lead := firstOf(b.SLLeadEmail, b.ToEmail, b.LeadEmail, address(b.SenderDetail))
+	lead := providers.FirstOf(b.SLLeadEmail, b.ToEmail, b.LeadEmail, address(b.SenderDetail))
 	if lead == "" && b.LeadData != nil {
 		lead = b.LeadData.Email
 	}
 	reply := typ == envelope.TypeReplyReceived
 	replyID := ""
 	if reply {
-		replyID = firstOf(b.ReplyMessage.id(), b.MessageID)
+		replyID = providers.FirstOf(b.ReplyMessage.id(), b.MessageID)
 	}
 	sentID := b.SentMessage.id()
 	if !reply {
-		sentID = firstOf(sentID, b.MessageID)
+		sentID = providers.FirstOf(sentID, b.MessageID)
 	}
 	link := firstLink(b.LinkDetails, b.LinkClicked)
 	status := ""
@@ -183,7 +183,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 		Type:         typ,
 		ProviderType: b.EventType,
 		Key:          key(b, replyID, lead, ts, status, link),
-		ObjectID:     firstOf(replyID, sentID, string(b.StatsID), lead),
+		ObjectID:     providers.FirstOf(replyID, sentID, string(b.StatsID), lead),
 		Time:         t,
 		Channel:      "email",
 		Subject:      lead,
@@ -196,25 +196,25 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 		},
 	}
 	if lead != "" {
-		ev.Data.Contact = &envelope.Contact{Email: lead, Name: firstOf(b.ToName, b.LeadName),
-			ExternalID: firstOf(string(b.SLEmailLeadID), string(b.LeadID))}
+		ev.Data.Contact = &envelope.Contact{Email: lead, Name: providers.FirstOf(b.ToName, b.LeadName),
+			ExternalID: providers.FirstOf(string(b.SLEmailLeadID), string(b.LeadID))}
 	}
 	if b.CampaignID != "" || b.CampaignName != "" {
 		ev.Data.Campaign = &envelope.Campaign{ID: string(b.CampaignID), Name: b.CampaignName, Step: string(b.SequenceNumber)}
 	}
-	url := firstOf(b.AppURL, b.UIMasterInboxLink)
+	url := providers.FirstOf(b.AppURL, b.UIMasterInboxLink)
 	switch {
 	case reply:
 		m := &envelope.Message{ID: replyID, InReplyTo: b.SentMessage.id(), Subject: b.Subject, URL: url,
-			From: firstOf(address(b.SenderDetail), b.ToEmail, b.SLLeadEmail),
-			To:   firstOf(address(b.RecipientDetail), b.FromEmail)}
+			From: providers.FirstOf(address(b.SenderDetail), b.ToEmail, b.SLLeadEmail),
+			To:   providers.FirstOf(address(b.RecipientDetail), b.FromEmail)}
 		if b.ReplyMessage != nil {
 			m.Text, m.HTML = b.ReplyMessage.Text, b.ReplyMessage.HTML
 		}
-		m.Text, m.HTML = firstOf(m.Text, b.PreviewText), firstOf(m.HTML, b.ReplyBody)
+		m.Text, m.HTML = providers.FirstOf(m.Text, b.PreviewText), providers.FirstOf(m.HTML, b.ReplyBody)
 		ev.Data.Message = m
 	case typ != envelope.TypeLeadStatusChanged && typ != envelope.TypeUnmapped && (sentID != "" || b.Subject != ""):
-		m := &envelope.Message{ID: sentID, From: b.FromEmail, To: firstOf(b.ToEmail, b.LeadEmail), Subject: b.Subject, URL: url}
+		m := &envelope.Message{ID: sentID, From: b.FromEmail, To: providers.FirstOf(b.ToEmail, b.LeadEmail), Subject: b.Subject, URL: url}
 		if b.SentMessage != nil {
 			m.Text, m.HTML = b.SentMessage.Text, b.SentMessage.HTML
 		}
@@ -337,7 +337,7 @@ func (m *message) id() string {
 	if m == nil {
 		return ""
 	}
-	return firstOf(m.MessageID, m.ID)
+	return providers.FirstOf(m.MessageID, m.ID)
 }
 
 func (m *message) text() string {
@@ -380,37 +380,6 @@ func firstLine(s string, max int) string {
 				return string(r[:max])
 			}
 			return line
-		}
-	}
-	return ""
-}
-
-// scalar accepts a JSON string or number (Smartlead sends ids as either) and keeps its
-// text; null is empty.
-type scalar string
-
-func (s *scalar) UnmarshalJSON(b []byte) error {
-	switch {
-	case string(b) == "null":
-		*s = ""
-	case len(b) > 0 && b[0] == '"':
-		var v string
-		if err := json.Unmarshal(b, &v); err != nil {
-			return err
-		}
-		*s = scalar(v)
-	case len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9'):
-		*s = scalar(b)
-	default:
-		return fmt.Errorf("want a string or a number, got %.20s", b)
-	}
-	return nil
-}
-
-func firstOf(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
 		}
 	}
 	return ""

@@ -170,7 +170,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 		ev.ObjectID = d.ID
 		if d.Email != "" || d.Phone != "" || d.ID != "" {
 			ev.Data.Contact = &envelope.Contact{Email: d.Email, Phone: d.Phone, Name: d.Name, ExternalID: d.ID}
-			ev.Subject = firstOf(d.Email, d.ID)
+			ev.Subject = providers.FirstOf(d.Email, d.ID)
 		}
 		if d.CampaignID != "" {
 			ev.Data.Campaign = &envelope.Campaign{ID: d.CampaignID}
@@ -204,13 +204,4 @@ func Sign(method, url string, body []byte, secret string, now time.Time) (http.H
 	h.Set(HeaderTimestamp, ts)
 	h.Set(HeaderSignature, "v1,"+base64.StdEncoding.EncodeToString(mac))
 	return h, body, nil
-}
-
-func firstOf(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
