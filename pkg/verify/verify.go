@@ -6,6 +6,7 @@ package verify
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"hash"
@@ -136,4 +137,32 @@ func SignTimed(header, secret string, body []byte, now time.Time) http.Header {
 	h := http.Header{}
 	h.Set(header, "t="+ts+",v1="+hex.EncodeToString(mac))
 	return h
+}
+
+// Shared holds the SHA-256 digests of static shared secrets (Instantly's header,
+// Smartlead's secret_key): compared digest to digest in constant time, so neither
+// content nor length leaks, and every secret is tried (no early exit).
+type Shared [][32]byte
+
+// NewShared digests secrets; none is allowed (the path token alone then
+// authenticates), an empty one is not.
+func NewShared(provider string, secrets []string) (Shared, error) {
+	var s Shared
+	for i, v := range secrets {
+		if v == "" {
+			return nil, fmt.Errorf("%s: secret %d is empty", provider, i+1)
+		}
+		s = append(s, sha256.Sum256([]byte(v)))
+	}
+	return s, nil
+}
+
+// Match reports whether got is one of the secrets.
+func (s Shared) Match(got string) bool {
+	d := sha256.Sum256([]byte(got))
+	match := 0
+	for _, want := range s {
+		match |= subtle.ConstantTimeCompare(d[:], want[:])
+	}
+	return match == 1
 }

@@ -7,8 +7,6 @@
 package instantly
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,6 +14,7 @@ import (
 
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/providers"
+	"exacto.dev/pkg/verify"
 )
 
 // DefaultHeader carries the shared secret when Config.SecretHeader is empty.
@@ -37,7 +36,7 @@ var Spec = providers.Spec{
 
 type provider struct {
 	header  string
-	digests [][32]byte // sha256 of each secret: compared digest to digest, so lengths don't leak
+	secrets verify.Shared
 }
 
 // New builds the verifier of one endpoint.
@@ -49,11 +48,9 @@ func New(cfg providers.Config) (providers.Provider, error) {
 		}
 		p.header = cfg.SecretHeader
 	}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("instantly: secret %d is empty", i+1)
-		}
-		p.digests = append(p.digests, sha256.Sum256([]byte(s)))
+	var err error
+	if p.secrets, err = verify.NewShared("instantly", cfg.Secrets); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -61,19 +58,14 @@ func New(cfg providers.Config) (providers.Provider, error) {
 // Verify checks the static header secret. Without secrets the path token alone
 // authenticates the endpoint, so there is nothing to check here.
 func (p *provider) Verify(r *providers.Request) error {
-	if len(p.digests) == 0 {
+	if len(p.secrets) == 0 {
 		return nil
 	}
 	got := r.Header.Get(p.header)
 	if got == "" {
 		return fmt.Errorf("%w: no %s header", providers.ErrMissingSignature, p.header)
 	}
-	d := sha256.Sum256([]byte(got))
-	match := 0
-	for _, want := range p.digests { // no early exit: every secret costs the same
-		match |= subtle.ConstantTimeCompare(d[:], want[:])
-	}
-	if match != 1 {
+	if !p.secrets.Match(got) {
 		return fmt.Errorf("%w: %s header", providers.ErrBadSecret, p.header)
 	}
 	return nil

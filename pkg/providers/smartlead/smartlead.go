@@ -8,8 +8,6 @@ package smartlead
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -19,6 +17,7 @@ import (
 
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/providers"
+	"exacto.dev/pkg/verify"
 )
 
 // Spec describes Smartlead for the registry.
@@ -36,7 +35,7 @@ var Spec = providers.Spec{
 }
 
 type provider struct {
-	digests [][32]byte // sha256 of each secret: compared digest to digest, so lengths don't leak
+	secrets verify.Shared
 }
 
 // New builds the verifier of one endpoint.
@@ -44,20 +43,17 @@ func New(cfg providers.Config) (providers.Provider, error) {
 	if cfg.SecretHeader != "" {
 		return nil, fmt.Errorf("smartlead: secret_header does not apply: Smartlead sends its secret_key in the body")
 	}
-	p := &provider{}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("smartlead: secret %d is empty", i+1)
-		}
-		p.digests = append(p.digests, sha256.Sum256([]byte(s)))
+	secrets, err := verify.NewShared("smartlead", cfg.Secrets)
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
+	return &provider{secrets: secrets}, nil
 }
 
 // Verify checks the body's secret_key. Without secrets the path token alone
 // authenticates the endpoint and the body is not read here.
 func (p *provider) Verify(r *providers.Request) error {
-	if len(p.digests) == 0 {
+	if len(p.secrets) == 0 {
 		return nil
 	}
 	var b struct {
@@ -69,12 +65,7 @@ func (p *provider) Verify(r *providers.Request) error {
 	if b.SecretKey == nil || *b.SecretKey == "" {
 		return fmt.Errorf("%w: no secret_key in the body", providers.ErrMissingSignature)
 	}
-	d := sha256.Sum256([]byte(*b.SecretKey))
-	match := 0
-	for _, want := range p.digests { // no early exit: every secret costs the same
-		match |= subtle.ConstantTimeCompare(d[:], want[:])
-	}
-	if match != 1 {
+	if !p.secrets.Match(*b.SecretKey) {
 		return fmt.Errorf("%w: secret_key", providers.ErrBadSecret)
 	}
 	return nil
