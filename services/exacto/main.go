@@ -26,23 +26,22 @@ func main() {
 	}
 }
 
-// bindEnv gives every flag its environment twin: --nats-url reads EXACTO_NATS_URL
-// when the flag is not given.
+// bindEnv gives every flag of cmd and its subcommands an environment twin:
+// --nats-url reads EXACTO_NATS_URL when the flag is not given.
 func bindEnv(cmd *cobra.Command) {
-	for _, c := range append([]*cobra.Command{cmd}, cmd.Commands()...) {
-		c.Flags().VisitAll(func(f *pflag.Flag) {
-			env := "EXACTO_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-			if f.Name == "help" {
-				return
-			}
-			f.Usage += " (env " + env + ")"
-			if v, ok := os.LookupEnv(env); ok && v != "" {
-				f.Value.Set(v)
-				f.DefValue = v
-			}
-		})
-		if c != cmd {
-			bindEnv(c)
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" {
+			return
 		}
+		env := "EXACTO_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		f.Usage += " (env " + env + ")"
+		if v, ok := os.LookupEnv(env); ok && v != "" {
+			f.Value.Set(v)
+			f.DefValue = v
+			f.Changed = true // counts as given, for required flags
+		}
+	})
+	for _, c := range cmd.Commands() {
+		bindEnv(c)
 	}
 }
