@@ -21,6 +21,8 @@ const (
 	EventIndex = "EXACTO_EVENT_INDEX"
 	// Arrivals counts the duplicate deliveries of each envelope id.
 	Arrivals = "EXACTO_ARRIVALS"
+	// Guards holds each consumer's effect-once record per event (pkg/guard).
+	Guards = "EXACTO_GUARDS"
 )
 
 // Durable consumer names.
@@ -34,6 +36,16 @@ type Options struct {
 	DuplicateWindow time.Duration
 	Replicas        int
 	DedupTTL        time.Duration
+	// GuardTTL is how long effect-once records are kept: longer than any redelivery or
+	// replay window, so an effect is never made twice (default 30 days).
+	GuardTTL time.Duration
+}
+
+func (o Options) guardTTL() time.Duration {
+	if o.GuardTTL > 0 {
+		return o.GuardTTL
+	}
+	return 30 * 24 * time.Hour
 }
 
 // EventSubject is where an event of tenant, provider and canonical type is stored.
@@ -78,6 +90,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: EventIndex, Description: "envelope id -> stream sequence, for late duplicates", TTL: o.DedupTTL, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: Arrivals, Description: "envelope id -> duplicate deliveries seen", TTL: o.DedupTTL, Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		{Bucket: Guards, Description: "consumer.event id -> effect-once record", TTL: o.guardTTL(), Storage: jetstream.FileStorage, Replicas: o.Replicas},
 	}
 }
 

@@ -1,0 +1,212 @@
+// Package guard is the effect-once guard every consumer passes before an effect: it
+// records (consumer, event id) in a KV bucket with an atomic create, so that of all
+// deliveries of one event — redeliveries, replicas, replays — exactly one proceeds at a
+// time, and none proceeds once the effect is completed.
+//
+// The resume rule. A record is in one of these states, and Begin decides:
+//
+//	no record            → Proceed (attempt 1): the create is the claim
+//	completed            → Skip: ack without effect
+//	dead_letter          → Skip: the DLQ owns it now; a replay resets it first
+//	processing, lease on → Busy: another worker is mid-effect; retry after the lease
+//	processing, expired  → Proceed (resumed): the worker died mid-effect, so the effect
+//	                       may have happened: the effect must look its external key up
+//	                       before making it again (Attempt.Resumed says so)
+//	retryable_failed     → Proceed (next attempt)
+//
+// Every change after the create is a compare-and-set on the record's revision, so two
+// workers can never both proceed.
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Statuses of an event in one consumer.
+const (
+	Received        = "received"
+	Processing      = "processing"
+	Completed       = "completed"
+	RetryableFailed = "retryable_failed"
+	DeadLetter      = "dead_letter"
+)
+
+// Record is what the guard keeps per consumer and event.
+type Record struct {
+	Status        string    `json:"status"`
+	Attempts      int       `json:"attempt_count"`
+	LastError     string    `json:"last_error,omitempty"`
+	FirstAttempt  time.Time `json:"first_attempt"`
+	LastAttempt   time.Time `json:"last_attempt"`
+	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
+	LeaseUntil    time.Time `json:"lease_until,omitzero"`
+}
+
+// Decision is what Begin tells the consumer to do.
+type Decision int
+
+const (
+	// Proceed: make the effect, then Complete or Fail.
+	Proceed Decision = iota
+	// Skip: the effect is done (or dead-lettered); ack without effect.
+	Skip
+	// Busy: another worker holds the event; redeliver after Attempt.Wait.
+	Busy
+)
+
+func (d Decision) String() string {
+	return [...]string{"proceed", "skip", "busy"}[d]
+}
+
+// Attempt is one claim on an event.
+type Attempt struct {
+	Decision Decision
+	Record   Record
+	// Resumed is true when the previous attempt died mid-effect: look the effect's
+	// external key up before making it again.
+	Resumed bool
+	// Wait is how long a Busy event should wait before its redelivery.
+	Wait time.Duration
+
+	key string
+	rev uint64
+}
+
+// Guard is the guard bucket, seen by one consumer.
+type Guard struct {
+	kv       jetstream.KeyValue
+	consumer string
+	lease    time.Duration
+	now      func() time.Time
+}
+
+// New binds consumer's guard over the bucket. lease bounds how long one attempt may
+// hold an event before another worker may resume it: longer than the slowest effect.
+func New(kv jetstream.KeyValue, consumer string, lease time.Duration) *Guard {
+	return &Guard{kv: kv, consumer: consumer, lease: lease, now: time.Now}
+}
+
+// Key is the bucket key of an event in a consumer.
+func Key(consumer, eventID string) string { return consumer + "." + eventID }
+
+// Begin claims eventID for an attempt, or says why not.
+func (g *Guard) Begin(ctx context.Context, eventID string) (Attempt, error) {
+	key := Key(g.consumer, eventID)
+	now := g.now().UTC()
+	rec := Record{Status: Processing, Attempts: 1, FirstAttempt: now, LastAttempt: now, LeaseUntil: now.Add(g.lease)}
+	rev, err := g.kv.Create(ctx, key, mustJSON(rec))
+	if err == nil {
+		return Attempt{Decision: Proceed, Record: rec, key: key, rev: rev}, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return Attempt{}, fmt.Errorf("guard create %s: %w", key, err)
+	}
+	cur, curRev, err := g.get(ctx, key)
+	if err != nil {
+		return Attempt{}, err
+	}
+	switch {
+	case cur.Status == Completed || cur.Status == DeadLetter:
+		return Attempt{Decision: Skip, Record: cur, key: key, rev: curRev}, nil
+	case cur.Status == Processing && now.Before(cur.LeaseUntil):
+		return Attempt{Decision: Busy, Record: cur, Wait: cur.LeaseUntil.Sub(now), key: key, rev: curRev}, nil
+	}
+	resumed := cur.Status == Processing // its lease ran out: the worker died mid-effect
+	next := cur
+	next.Status, next.Attempts, next.LastAttempt, next.LeaseUntil, next.NextAttemptAt = Processing, cur.Attempts+1, now, now.Add(g.lease), time.Time{}
+	rev, err = g.kv.Update(ctx, key, mustJSON(next), curRev)
+	if conflict(err) { // another worker claimed it between our read and write
+		return Attempt{Decision: Busy, Record: cur, Wait: g.lease, key: key, rev: curRev}, nil
+	}
+	if err != nil {
+		return Attempt{}, fmt.Errorf("guard claim %s: %w", key, err)
+	}
+	return Attempt{Decision: Proceed, Record: next, Resumed: resumed, key: key, rev: rev}, nil
+}
+
+// Complete records that a's effect is done.
+func (g *Guard) Complete(ctx context.Context, a *Attempt) error {
+	rec := a.Record
+	rec.Status, rec.LeaseUntil, rec.LastError, rec.NextAttemptAt = Completed, time.Time{}, "", time.Time{}
+	return g.update(ctx, a, rec)
+}
+
+// Fail records a failed attempt: retryable (next attempt after next) or dead-lettered.
+func (g *Guard) Fail(ctx context.Context, a *Attempt, cause error, retryable bool, next time.Time) error {
+	rec := a.Record
+	rec.Status, rec.LeaseUntil, rec.LastError = DeadLetter, time.Time{}, cause.Error()
+	if retryable {
+		rec.Status, rec.NextAttemptAt = RetryableFailed, next.UTC()
+	}
+	return g.update(ctx, a, rec)
+}
+
+// Reset forgets eventID's record, so a replay from the DLQ proceeds as a first attempt.
+// The replayed effect still looks its external key up: Reset makes it possible, not blind.
+func (g *Guard) Reset(ctx context.Context, eventID string) error {
+	err := g.kv.Delete(ctx, Key(g.consumer, eventID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Status reads the record of eventID in consumer; ok is false when there is none.
+func Status(ctx context.Context, kv jetstream.KeyValue, consumer, eventID string) (rec Record, ok bool, err error) {
+	e, err := kv.Get(ctx, Key(consumer, eventID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, err
+	}
+	return rec, true, json.Unmarshal(e.Value(), &rec)
+}
+
+// ErrLost means the record changed under an attempt that held it: its lease ran out and
+// another worker resumed the event. The effect must not be recorded twice.
+var ErrLost = errors.New("guard: the attempt lost its claim (lease expired and the event was resumed)")
+
+func (g *Guard) update(ctx context.Context, a *Attempt, rec Record) error {
+	rev, err := g.kv.Update(ctx, a.key, mustJSON(rec), a.rev)
+	if conflict(err) {
+		return ErrLost
+	}
+	if err != nil {
+		return fmt.Errorf("guard update %s: %w", a.key, err)
+	}
+	a.Record, a.rev = rec, rev
+	return nil
+}
+
+func (g *Guard) get(ctx context.Context, key string) (Record, uint64, error) {
+	e, err := g.kv.Get(ctx, key)
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("guard read %s: %w", key, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return Record{}, 0, fmt.Errorf("guard record %s: %w", key, err)
+	}
+	return rec, e.Revision(), nil
+}
+
+// conflict reports a compare-and-set that lost: the record's revision moved on.
+func conflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+func mustJSON(r Record) []byte {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(err) // a Record always marshals
+	}
+	return b
+}

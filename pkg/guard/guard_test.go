@@ -1,0 +1,165 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/stream"
+)
+
+func bucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	conn := brokertest.Start(t, "")
+	kv, err := conn.JS.KeyValue(context.Background(), stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+type clock struct{ t atomic.Pointer[time.Time] }
+
+func (c *clock) now() time.Time { return *c.t.Load() }
+func (c *clock) set(t time.Time) { c.t.Store(&t) }
+
+func guarded(kv jetstream.KeyValue, consumer string, c *clock) *Guard {
+	g := New(kv, consumer, 30*time.Second)
+	g.now = c.now
+	return g
+}
+
+func TestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	kv := bucket(t)
+	c := &clock{}
+	c.set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	g := guarded(kv, "stopper", c)
+
+	a, err := g.Begin(ctx, "ev_1")
+	if err != nil || a.Decision != Proceed || a.Record.Attempts != 1 || a.Resumed {
+		t.Fatalf("first: %+v %v", a, err)
+	}
+	// A redelivery while the first attempt holds its lease.
+	b, err := g.Begin(ctx, "ev_1")
+	if err != nil || b.Decision != Busy || b.Wait != 30*time.Second {
+		t.Fatalf("while held: %+v %v", b, err)
+	}
+	if err := g.Complete(ctx, &a); err != nil {
+		t.Fatal(err)
+	}
+	// Any later delivery is skipped: the effect is done.
+	s, err := g.Begin(ctx, "ev_1")
+	if err != nil || s.Decision != Skip || s.Record.Status != Completed {
+		t.Fatalf("after completion: %+v %v", s, err)
+	}
+	// Another consumer's guard is its own.
+	other, err := guarded(kv, "crmwriter", c).Begin(ctx, "ev_1")
+	if err != nil || other.Decision != Proceed {
+		t.Fatalf("other consumer: %+v %v", other, err)
+	}
+	rec, ok, err := Status(ctx, kv, "stopper", "ev_1")
+	if err != nil || !ok || rec.Status != Completed || rec.Attempts != 1 {
+		t.Fatalf("status: %+v %v %v", rec, ok, err)
+	}
+	if _, ok, _ := Status(ctx, kv, "stopper", "ev_none"); ok {
+		t.Fatal("status of an unknown event")
+	}
+}
+
+func TestRetryableThenDeadLetter(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{}
+	c.set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	g := guarded(bucket(t), "crmwriter", c)
+	a, _ := g.Begin(ctx, "ev_2")
+	next := c.now().Add(4 * time.Second)
+	if err := g.Fail(ctx, &a, errors.New("hubspot: 503"), true, next); err != nil {
+		t.Fatal(err)
+	}
+	if a.Record.Status != RetryableFailed || a.Record.LastError != "hubspot: 503" || !a.Record.NextAttemptAt.Equal(next) {
+		t.Fatalf("retryable: %+v", a.Record)
+	}
+	b, err := g.Begin(ctx, "ev_2")
+	if err != nil || b.Decision != Proceed || b.Record.Attempts != 2 || b.Resumed {
+		t.Fatalf("next attempt: %+v %v", b, err)
+	}
+	if err := g.Fail(ctx, &b, errors.New("hubspot: 400 invalid"), false, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := g.Begin(ctx, "ev_2")
+	if d.Decision != Skip || d.Record.Status != DeadLetter || d.Record.Attempts != 2 {
+		t.Fatalf("dead letter: %+v", d)
+	}
+	// A replay from the DLQ resets the record and proceeds as a first attempt.
+	if err := g.Reset(ctx, "ev_2"); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := g.Begin(ctx, "ev_2")
+	if r.Decision != Proceed || r.Record.Attempts != 1 {
+		t.Fatalf("after reset: %+v", r)
+	}
+	if err := g.Reset(ctx, "ev_never"); err != nil {
+		t.Fatalf("reset of an unknown event: %v", err)
+	}
+}
+
+// A worker that dies mid-effect leaves a record in processing; once its lease runs out
+// another worker resumes, told that the effect may have happened, and the dead
+// worker's late Complete is refused.
+func TestResumeAfterLeaseExpiry(t *testing.T) {
+	ctx := context.Background()
+	kv := bucket(t)
+	c := &clock{}
+	c.set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	g := guarded(kv, "stopper", c)
+	dead, _ := g.Begin(ctx, "ev_3")
+	c.set(c.now().Add(31 * time.Second))
+	r, err := g.Begin(ctx, "ev_3")
+	if err != nil || r.Decision != Proceed || !r.Resumed || r.Record.Attempts != 2 {
+		t.Fatalf("resume: %+v %v", r, err)
+	}
+	if err := g.Complete(ctx, &dead); !errors.Is(err, ErrLost) {
+		t.Fatalf("the dead attempt's Complete: %v, want ErrLost", err)
+	}
+	if err := g.Complete(ctx, &r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Of many concurrent deliveries of one event, exactly one proceeds.
+func TestConcurrentClaimsOneProceeds(t *testing.T) {
+	ctx := context.Background()
+	kv := bucket(t)
+	c := &clock{}
+	c.set(time.Now())
+	var proceeded, busy atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := guarded(kv, "suppressor", c).Begin(ctx, "ev_4")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			switch a.Decision {
+			case Proceed:
+				proceeded.Add(1)
+			case Busy:
+				busy.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if proceeded.Load() != 1 || busy.Load() != 15 {
+		t.Fatalf("proceeded %d, busy %d", proceeded.Load(), busy.Load())
+	}
+}
