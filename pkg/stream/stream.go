@@ -109,6 +109,47 @@ func IndexConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// Subscription is one consumer service's durable consumer over EXACTO_EVENTS: what it
+// reads and how its deliveries are paced. Every replica of the service shares it.
+type Subscription struct {
+	Durable  string
+	Subjects []string // filter subjects
+	// AckWait bounds one attempt; it is also the guard's lease, so a worker that dies
+	// mid-effect is resumed by another after it.
+	AckWait time.Duration
+	// MaxDeliver is how many attempts a transiently failing event gets before it is
+	// dead-lettered. JetStream itself redelivers without limit: the consumer decides,
+	// so an event is never left undelivered and unrecorded.
+	MaxDeliver    int
+	BackoffBase   time.Duration // first redelivery delay, doubled per attempt, with jitter
+	BackoffMax    time.Duration
+	MaxAckPending int
+}
+
+// ConsumerConfig is the JetStream consumer of s.
+func (s Subscription) ConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        s.Durable,
+		Description:    "exacto " + s.Durable,
+		FilterSubjects: s.Subjects,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckWait:        s.AckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  s.MaxAckPending,
+	}
+}
+
+// DLQSubject is where a dead letter of consumer is stored.
+func DLQSubject(consumer, tenant, provider, typ string) string {
+	return "dlq." + consumer + "." + tenant + "." + provider + "." + typ
+}
+
+// OutcomeSubject is where consumer reports what it did with an event.
+func OutcomeSubject(consumer, tenant, provider, typ string) string {
+	return "outcomes." + consumer + "." + tenant + "." + provider + "." + typ
+}
+
 // Ensure creates or updates every stream and bucket.
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Streams(o) {

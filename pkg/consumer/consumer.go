@@ -1,0 +1,279 @@
+// Package consumer runs a consumer service's durable JetStream consumer through
+// watermill-nats: each event passes the effect-once guard, then the service's handler;
+// its error is classified (transient: redeliver with backoff; permanent or out of
+// attempts: dead letter with the reason), and every outcome is published to
+// EXACTO_OUTCOMES.
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/retry"
+	"exacto.dev/pkg/stream"
+)
+
+// Event is one delivery as a handler sees it.
+type Event struct {
+	Envelope envelope.Envelope
+	Attempt  int // 1 for the first attempt
+	// Resumed: an earlier attempt died mid-effect, so the effect may have happened:
+	// look its external key up before making it again.
+	Resumed bool
+}
+
+// Handler makes a service's effect for one event. Its error should be classified with
+// pkg/retry; an unclassified error counts as transient.
+type Handler func(ctx context.Context, ev Event) error
+
+// Options configure one consumer service's runner.
+type Options struct {
+	// NC is the runner's own connection: watermill's subscriber drains it on close.
+	NC  *nats.Conn
+	Sub stream.Subscription
+	// Workers is how many events this process handles at once (default 1).
+	Workers int
+	Handle  Handler
+	// Dependency, when set, is waited for while a Retry-After pauses it.
+	Dependency string
+	Pacer      *retry.Pacer
+	// Owner names who answers for a dead letter of tenant's event type.
+	Owner func(tenant, typ string) string
+	Log   *slog.Logger
+}
+
+// Run consumes until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	js, err := jetstream.New(o.NC)
+	if err != nil {
+		return err
+	}
+	if o.Workers < 1 {
+		o.Workers = 1
+	}
+	if o.Pacer == nil {
+		o.Pacer = retry.NewPacer()
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	guards, err := js.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", stream.Guards, err)
+	}
+	r := &runner{o: o, js: js, guard: guard.New(guards, o.Sub.Durable, o.Sub.AckWait)}
+	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
+		Conn:                o.NC,
+		Logger:              watermill.NopLogger{},
+		AckWaitTimeout:      o.Sub.AckWait,
+		ResourceInitializer: r.bind,
+		NakDelay:            backoff{retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}},
+		Unmarshaler:         withMetadata{},
+	})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for range o.Workers {
+		msgs, err := sub.Subscribe(ctx, stream.Events)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range msgs {
+				r.handle(ctx, m)
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+type runner struct {
+	o     Options
+	js    jetstream.JetStream
+	guard *guard.Guard
+}
+
+// bind creates or updates the service's durable consumer from the topology.
+func (r *runner) bind(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
+	c, err := js.CreateOrUpdateConsumer(ctx, stream.Events, r.o.Sub.ConsumerConfig())
+	return c, nil, err
+}
+
+// backoff paces transient redeliveries: watermill-nats asks it with the delivery count.
+type backoff struct{ b retry.Backoff }
+
+func (b backoff) WaitTime(delivered uint64) time.Duration { return b.b.Delay(int(delivered)) }
+
+// withMetadata keeps JetStream's delivery count and sequence on the watermill message.
+type withMetadata struct{ wmjs.DefaultUnmarshaler }
+
+const (
+	mdDelivered = "exacto-delivered"
+	mdSeq       = "exacto-seq"
+)
+
+func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
+	m, err := u.DefaultUnmarshaler.Unmarshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	if md, err := msg.Metadata(); err == nil {
+		m.Metadata.Set(mdDelivered, strconv.FormatUint(md.NumDelivered, 10))
+		m.Metadata.Set(mdSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+	}
+	return m, nil
+}
+
+func (r *runner) handle(ctx context.Context, m *message.Message) {
+	delivered, _ := strconv.Atoi(m.Metadata.Get(mdDelivered))
+	var env envelope.Envelope
+	if err := json.Unmarshal(m.Payload, &env); err != nil || env.ID == "" {
+		// Not an envelope: nothing to guard, nothing to retry.
+		r.o.Log.Error("undecodable event", "consumer", r.o.Sub.Durable, "seq", m.Metadata.Get(mdSeq), "err", err)
+		r.deadLetter(ctx, env, m.Payload, fmt.Errorf("not an envelope: %v", err), retry.Permanent, guard.Record{Attempts: delivered})
+		m.Ack()
+		return
+	}
+	if delivered == 1 {
+		r.outcome(ctx, env, guard.Record{Status: guard.Received})
+	}
+	a, err := r.guard.Begin(ctx, env.ID)
+	if err != nil {
+		r.o.Log.Warn("guard unavailable", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+		m.Nack()
+		return
+	}
+	switch a.Decision {
+	case guard.Skip:
+		m.Ack()
+		return
+	case guard.Busy:
+		m.Nack()
+		return
+	}
+	if err := r.o.Pacer.Wait(ctx, r.o.Dependency); err != nil {
+		m.Nack()
+		return
+	}
+	r.outcome(ctx, env, a.Record)
+	herr := r.o.Handle(ctx, Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed})
+	if herr == nil {
+		if err := r.guard.Complete(ctx, &a); err != nil {
+			r.o.Log.Warn("guard complete", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+		}
+		r.outcome(ctx, env, a.Record)
+		m.Ack()
+		return
+	}
+	r.o.Pacer.Observe(herr)
+	class := retry.Of(herr).Class
+	if class == retry.Permanent || a.Record.Attempts >= r.o.Sub.MaxDeliver {
+		if err := r.guard.Fail(ctx, &a, herr, false, time.Time{}); err != nil {
+			r.o.Log.Warn("guard fail", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+		}
+		if err := r.deadLetter(ctx, env, m.Payload, herr, class, a.Record); err != nil {
+			// The dead letter is not stored: keep the event in the stream instead.
+			r.o.Log.Warn("dead letter not stored; redelivering", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+			m.Nack()
+			return
+		}
+		r.outcome(ctx, env, a.Record)
+		m.Ack()
+		return
+	}
+	next := time.Now().Add(r.o.Sub.BackoffBase << max(0, a.Record.Attempts-1))
+	if err := r.guard.Fail(ctx, &a, herr, true, next); err != nil {
+		r.o.Log.Warn("guard fail", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+	}
+	r.outcome(ctx, env, a.Record)
+	m.Nack()
+}
+
+// DeadLetter is what EXACTO_DLQ holds per dead event and consumer.
+type DeadLetter struct {
+	Consumer     string          `json:"consumer"`
+	EventID      string          `json:"event_id"`
+	Tenant       string          `json:"tenant"`
+	Provider     string          `json:"provider"`
+	Type         string          `json:"type"`
+	Error        string          `json:"error"`
+	Class        string          `json:"class"`
+	Attempts     int             `json:"attempt_count"`
+	FirstAttempt time.Time       `json:"first_attempt,omitzero"`
+	LastAttempt  time.Time       `json:"last_attempt,omitzero"`
+	Owner        string          `json:"owner,omitempty"`
+	Event        json.RawMessage `json:"event"`
+}
+
+func (r *runner) deadLetter(ctx context.Context, env envelope.Envelope, raw []byte, cause error, class retry.Class, rec guard.Record) error {
+	dl := DeadLetter{
+		Consumer: r.o.Sub.Durable, EventID: env.ID, Tenant: env.Tenant, Provider: env.Provider, Type: env.Type,
+		Error: cause.Error(), Class: class.String(), Attempts: rec.Attempts,
+		FirstAttempt: rec.FirstAttempt, LastAttempt: rec.LastAttempt, Event: json.RawMessage(raw),
+	}
+	if !json.Valid(raw) {
+		dl.Event, _ = json.Marshal(string(raw))
+	}
+	if r.o.Owner != nil {
+		dl.Owner = r.o.Owner(env.Tenant, env.Type)
+	}
+	data, err := json.Marshal(dl)
+	if err != nil {
+		return err
+	}
+	subj := stream.DLQSubject(r.o.Sub.Durable, token(env.Tenant), token(env.Provider), token(env.Type))
+	msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
+	if env.ID != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, "dlq."+r.o.Sub.Durable+"."+env.ID)
+	}
+	_, err = r.js.PublishMsg(ctx, msg)
+	return err
+}
+
+// Outcome is one status change of an event in a consumer.
+type Outcome struct {
+	Consumer      string    `json:"consumer"`
+	EventID       string    `json:"event_id"`
+	Status        string    `json:"status"`
+	Attempts      int       `json:"attempt_count"`
+	LastError     string    `json:"last_error,omitempty"`
+	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
+	At            time.Time `json:"at"`
+}
+
+// outcome publishes a status change; losing one is logged, not fatal: the guard record
+// stays the truth of the event's status.
+func (r *runner) outcome(ctx context.Context, env envelope.Envelope, rec guard.Record) {
+	data, _ := json.Marshal(Outcome{Consumer: r.o.Sub.Durable, EventID: env.ID, Status: rec.Status, Attempts: rec.Attempts,
+		LastError: rec.LastError, NextAttemptAt: rec.NextAttemptAt, At: time.Now().UTC()})
+	subj := stream.OutcomeSubject(r.o.Sub.Durable, token(env.Tenant), token(env.Provider), token(env.Type))
+	if _, err := r.js.Publish(ctx, subj, data); err != nil {
+		r.o.Log.Warn("outcome not published", "consumer", r.o.Sub.Durable, "id", env.ID, "status", rec.Status, "err", errors.Unwrap(err))
+	}
+}
+
+// token keeps a subject token non-empty.
+func token(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

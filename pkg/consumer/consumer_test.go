@@ -1,0 +1,209 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker"
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/retry"
+	"exacto.dev/pkg/stream"
+)
+
+var sub = stream.Subscription{
+	Durable:       "testworker",
+	Subjects:      []string{"events.*.*.reply.received"},
+	AckWait:       5 * time.Second,
+	MaxDeliver:    3,
+	BackoffBase:   10 * time.Millisecond,
+	BackoffMax:    50 * time.Millisecond,
+	MaxAckPending: 1000,
+}
+
+// publish stores n reply events as the gateway would, returning their ids.
+func publish(t *testing.T, conn *broker.Conn, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", fmt.Sprint(i)), Type: envelope.TypeReplyReceived,
+			Tenant: "acme", Provider: "instantly", Endpoint: "ep", Time: time.Now()}
+		data, _ := json.Marshal(env)
+		msg := &nats.Msg{Subject: env.StreamSubject(), Data: data, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, env.ID)
+		if _, err := conn.JS.PublishMsg(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, env.ID)
+	}
+	return ids
+}
+
+// run starts a runner on its own connection; it stops when the test ends.
+func run(t *testing.T, conn *broker.Conn, h Handler) {
+	t.Helper()
+	nc, err := nats.Connect(conn.Embedded.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := Run(ctx, Options{NC: nc, Sub: sub, Workers: 2, Handle: h, Owner: func(tenant, typ string) string { return "ops@" + tenant }}); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; nc.Close() })
+}
+
+// effects counts handler calls per event.
+type effects struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (e *effects) add(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	e.n[id]++
+	return e.n[id]
+}
+
+func (e *effects) get(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[id]
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func status(t *testing.T, conn *broker.Conn, id string) guard.Record {
+	kv, _ := conn.JS.KeyValue(context.Background(), stream.Guards)
+	rec, _, err := guard.Status(context.Background(), kv, sub.Durable, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// Two replicas share the durable consumer: every event is handled exactly once.
+func TestTwoReplicasHandleEachEventOnce(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var fx effects
+	h := func(ctx context.Context, ev Event) error { fx.add(ev.Envelope.ID); return nil }
+	run(t, conn, h)
+	run(t, conn, h)
+	ids := publish(t, conn, 200)
+	waitFor(t, "every event completed", func() bool {
+		for _, id := range ids {
+			if status(t, conn, id).Status != guard.Completed {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		if n := fx.get(id); n != 1 {
+			t.Fatalf("%s handled %d times", id, n)
+		}
+	}
+	if n := brokertest.Count(t, conn, stream.DLQ); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+	// Each event reported received, processing and completed: three outcomes.
+	waitFor(t, "the outcomes", func() bool { return brokertest.Count(t, conn, stream.Outcomes) == 3*uint64(len(ids)) })
+}
+
+func TestTransientRetriedThenCompleted(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		if fx.add(ev.Envelope.ID) < 3 {
+			return retry.Transiently("hubspot", errors.New("503"))
+		}
+		return nil
+	})
+	id := publish(t, conn, 1)[0]
+	waitFor(t, "completion after two transient failures", func() bool { return status(t, conn, id).Status == guard.Completed })
+	if rec := status(t, conn, id); rec.Attempts != 3 || fx.get(id) != 3 {
+		t.Fatalf("attempts %d, calls %d", rec.Attempts, fx.get(id))
+	}
+	if n := brokertest.Count(t, conn, stream.DLQ); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+}
+
+// A permanent error is dead-lettered after one attempt, with its reason and owner.
+func TestPermanentDeadLetteredAtOnce(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		fx.add(ev.Envelope.ID)
+		return retry.Permanently("hubspot", errors.New("400 property exacto_event_id does not exist"))
+	})
+	id := publish(t, conn, 1)[0]
+	waitFor(t, "the dead letter", func() bool { return brokertest.Count(t, conn, stream.DLQ) == 1 })
+	dl := lastDeadLetter(t, conn)
+	if dl.EventID != id || dl.Class != "permanent" || dl.Attempts != 1 || dl.Owner != "ops@acme" || dl.Consumer != sub.Durable ||
+		dl.Error == "" || dl.FirstAttempt.IsZero() || len(dl.Event) == 0 {
+		t.Fatalf("dead letter: %+v", dl)
+	}
+	time.Sleep(200 * time.Millisecond) // no redelivery follows
+	if fx.get(id) != 1 || status(t, conn, id).Status != guard.DeadLetter {
+		t.Fatalf("calls %d, status %s", fx.get(id), status(t, conn, id).Status)
+	}
+}
+
+func TestOutOfAttemptsDeadLettered(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		fx.add(ev.Envelope.ID)
+		return errors.New("connection reset") // unclassified: transient
+	})
+	id := publish(t, conn, 1)[0]
+	waitFor(t, "the dead letter", func() bool { return brokertest.Count(t, conn, stream.DLQ) == 1 })
+	if dl := lastDeadLetter(t, conn); dl.Class != "transient" || dl.Attempts != sub.MaxDeliver {
+		t.Fatalf("dead letter: %+v", dl)
+	}
+	if fx.get(id) != sub.MaxDeliver {
+		t.Fatalf("calls %d, want %d", fx.get(id), sub.MaxDeliver)
+	}
+}
+
+func lastDeadLetter(t *testing.T, conn *broker.Conn) DeadLetter {
+	t.Helper()
+	s, _ := conn.JS.Stream(context.Background(), stream.DLQ)
+	m, err := s.GetLastMsgForSubject(context.Background(), "dlq.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dl DeadLetter
+	if err := json.Unmarshal(m.Data, &dl); err != nil {
+		t.Fatal(err)
+	}
+	return dl
+}
