@@ -26,7 +26,7 @@ func bucket(t *testing.T) jetstream.KeyValue {
 
 type clock struct{ t atomic.Pointer[time.Time] }
 
-func (c *clock) now() time.Time { return *c.t.Load() }
+func (c *clock) now() time.Time  { return *c.t.Load() }
 func (c *clock) set(t time.Time) { c.t.Store(&t) }
 
 func guarded(kv jetstream.KeyValue, consumer string, c *clock) *Guard {
