@@ -75,7 +75,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", stream.Guards, err)
 	}
-	r := &runner{o: o, js: js, guard: guard.New(guards, o.Sub.Durable, o.Sub.AckWait)}
+	locks, err := js.KeyValue(ctx, stream.ContactLocks)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", stream.ContactLocks, err)
+	}
+	r := &runner{o: o, js: js, guard: guard.New(guards, o.Sub.Durable, o.Sub.AckWait),
+		locks: contactLocks{kv: locks, scope: o.Sub.Durable, lease: o.Sub.AckWait}}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
 		Conn:                o.NC,
 		Logger:              watermill.NopLogger{},
@@ -109,6 +114,7 @@ type runner struct {
 	o     Options
 	js    jetstream.JetStream
 	guard *guard.Guard
+	locks contactLocks
 }
 
 // bind creates or updates the service's durable consumer from the topology.
@@ -154,6 +160,14 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	if delivered == 1 {
 		r.outcome(ctx, env, guard.Record{Status: guard.Received})
+	}
+	if contact := env.ContactKey(); contact != "" {
+		release, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
+		if err != nil || !ok {
+			m.Nack() // the contact is busy in another attempt (or the bucket is away)
+			return
+		}
+		defer release()
 	}
 	a, err := r.guard.Begin(ctx, env.ID)
 	if err != nil {

@@ -32,11 +32,19 @@ var sub = stream.Subscription{
 
 // publish stores n reply events as the gateway would, returning their ids.
 func publish(t *testing.T, conn *broker.Conn, n int) []string {
+	return publishFor(t, conn, n, func(int) string { return "" })
+}
+
+// publishFor stores n reply events, the i-th from contact(i) ("" for none).
+func publishFor(t *testing.T, conn *broker.Conn, n int, contact func(i int) string) []string {
 	t.Helper()
 	var ids []string
 	for i := range n {
 		env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", fmt.Sprint(i)), Type: envelope.TypeReplyReceived,
 			Tenant: "acme", Provider: "instantly", Endpoint: "ep", Time: time.Now()}
+		if c := contact(i); c != "" {
+			env.Data.Contact = &envelope.Contact{Email: c}
+		}
 		data, _ := json.Marshal(env)
 		msg := &nats.Msg{Subject: env.StreamSubject(), Data: data, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, env.ID)
@@ -206,4 +214,62 @@ func lastDeadLetter(t *testing.T, conn *broker.Conn) DeadLetter {
 		t.Fatal(err)
 	}
 	return dl
+}
+
+// Two replicas with two workers each: events of one contact never overlap, while
+// different contacts do run at once.
+func TestPerContactOrdering(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var mu sync.Mutex
+	inFlight := map[string]int{}
+	overlap, maxTotal, total := false, 0, 0
+	var fx effects
+	h := func(ctx context.Context, ev Event) error {
+		c := ev.Envelope.ContactKey()
+		mu.Lock()
+		inFlight[c]++
+		total++
+		if inFlight[c] > 1 {
+			overlap = true
+		}
+		maxTotal = max(maxTotal, total)
+		mu.Unlock()
+		time.Sleep(15 * time.Millisecond)
+		mu.Lock()
+		inFlight[c]--
+		total--
+		mu.Unlock()
+		fx.add(ev.Envelope.ID)
+		return nil
+	}
+	run(t, conn, h)
+	run(t, conn, h)
+	// Contact A has 20 events; B, C and D 5 each. Case differs: still one contact.
+	ids := publishFor(t, conn, 35, func(i int) string {
+		if i < 20 {
+			return []string{"Ana@Example.com", "ana@example.com"}[i%2]
+		}
+		return fmt.Sprintf("lead%d@example.com", i%3)
+	})
+	waitFor(t, "every event handled", func() bool {
+		for _, id := range ids {
+			if fx.get(id) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if overlap {
+		t.Fatal("two events of one contact ran at once")
+	}
+	if maxTotal < 2 {
+		t.Fatal("different contacts never ran in parallel")
+	}
+	for _, id := range ids {
+		if fx.get(id) != 1 {
+			t.Fatalf("%s handled %d times", id, fx.get(id))
+		}
+	}
 }

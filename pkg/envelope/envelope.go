@@ -210,3 +210,24 @@ func Complete(typ string, d Data) bool {
 	}
 	return false
 }
+
+// ContactKey names the person an event is about, for serialising a consumer's work on
+// one contact: the e-mail (case-folded, plus-alias kept: "a+x@" and "a@" stay two keys
+// here, matched later by the projector), else the phone, else the provider's contact
+// id, else the CloudEvents subject. Empty when the event names no one.
+func (e *Envelope) ContactKey() string {
+	if c := e.Data.Contact; c != nil {
+		switch {
+		case c.Email != "":
+			return "email:" + strings.ToLower(strings.TrimSpace(c.Email))
+		case c.Phone != "":
+			return "phone:" + strings.TrimPrefix(strings.TrimSpace(c.Phone), "+")
+		case c.ExternalID != "":
+			return "id:" + e.Provider + ":" + c.ExternalID
+		}
+	}
+	if e.Subject != "" {
+		return "subject:" + e.Provider + ":" + e.Subject
+	}
+	return ""
+}

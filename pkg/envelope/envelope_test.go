@@ -49,3 +49,25 @@ func TestComplete(t *testing.T) {
 		}
 	}
 }
+
+func TestContactKey(t *testing.T) {
+	e := Envelope{Provider: "meta", Subject: "s1"}
+	if e.ContactKey() != "subject:meta:s1" {
+		t.Fatal(e.ContactKey())
+	}
+	e.Data.Contact = &Contact{ExternalID: "42"}
+	if e.ContactKey() != "id:meta:42" {
+		t.Fatal(e.ContactKey())
+	}
+	e.Data.Contact.Phone = "+15550100"
+	if e.ContactKey() != "phone:15550100" {
+		t.Fatal(e.ContactKey())
+	}
+	e.Data.Contact.Email = " Ana+Q4@Example.com"
+	if e.ContactKey() != "email:ana+q4@example.com" {
+		t.Fatal(e.ContactKey())
+	}
+	if (&Envelope{}).ContactKey() != "" {
+		t.Fatal("no contact, no key")
+	}
+}

@@ -1,0 +1,53 @@
+package consumer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Per-contact ordering. Two events of one contact never run at once in one consumer,
+// across all its replicas; different contacts run in parallel. The contract fixes the
+// subjects (events.<tenant>.<provider>.<type>), so partitioning by subject cannot group
+// a contact's events; instead each attempt holds a lease on its contact in a KV bucket
+// (an atomic create, released by a compare-and-delete), and an event whose contact is
+// busy is redelivered shortly. The order in which a contact's events take effect is not
+// arrival order anyway: the lifecycle orders them by event time and version.
+type contactLocks struct {
+	kv    jetstream.KeyValue
+	scope string // the consumer
+	lease time.Duration
+}
+
+// acquire takes the lease on contact; ok is false while another attempt holds it.
+func (l contactLocks) acquire(ctx context.Context, tenant, contact string) (release func(), ok bool, err error) {
+	sum := sha256.Sum256([]byte(contact))
+	key := l.scope + "." + tenant + "." + hex.EncodeToString(sum[:12])
+	until := strconv.FormatInt(time.Now().Add(l.lease).UnixNano(), 10)
+	rev, err := l.kv.Create(ctx, key, []byte(until))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		e, gerr := l.kv.Get(ctx, key)
+		if gerr != nil {
+			return nil, false, nil // released between our create and get: retry soon
+		}
+		held, _ := strconv.ParseInt(string(e.Value()), 10, 64)
+		if time.Now().UnixNano() < held {
+			return nil, false, nil
+		}
+		// The holder died: take over its expired lease.
+		if rev, err = l.kv.Update(ctx, key, []byte(until), e.Revision()); err != nil {
+			return nil, false, nil
+		}
+	} else if err != nil {
+		return nil, false, err
+	}
+	return func() {
+		// Only our own lease is deleted: after a takeover the revision moved on.
+		l.kv.Delete(context.Background(), key, jetstream.LastRevision(rev))
+	}, true, nil
+}
