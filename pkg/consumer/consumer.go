@@ -88,6 +88,8 @@ func Run(ctx context.Context, o Options) error {
 		ResourceInitializer: r.bind,
 		NakDelay:            backoff{retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}},
 		Unmarshaler:         withMetadata{},
+		// Short pull requests: after a pause is lifted, delivery restarts within one.
+		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullExpiry(2 * time.Second)},
 	})
 	if err != nil {
 		return err

@@ -273,3 +273,39 @@ func TestPerContactOrdering(t *testing.T) {
 		}
 	}
 }
+
+// A paused consumer holds its events in the stream; on resume they are all handled.
+func TestPauseHoldsEventsUntilResume(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error { fx.add(ev.Envelope.ID); return nil })
+	waitFor(t, "the consumer bound", func() bool {
+		_, err := conn.JS.Consumer(context.Background(), stream.Events, sub.Durable)
+		return err == nil
+	})
+	ctx := context.Background()
+	if err := Pause(ctx, conn.JS, sub.Durable, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ids := publish(t, conn, 20)
+	time.Sleep(500 * time.Millisecond)
+	for _, id := range ids {
+		if fx.get(id) != 0 {
+			t.Fatal("a paused consumer handled an event")
+		}
+	}
+	if err := Resume(ctx, conn.JS, sub.Durable); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the held events", func() bool {
+		for _, id := range ids {
+			if fx.get(id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := Pause(ctx, conn.JS, "no-such-consumer", time.Now().Add(time.Hour)); err == nil {
+		t.Fatal("paused a consumer that does not exist")
+	}
+}

@@ -130,6 +130,52 @@ type Subscription struct {
 	MaxAckPending int
 }
 
+// Consumer service names, which are also their durable consumers' names.
+const (
+	Classifier = "classifier"
+	Stopper    = "stopper"
+	CRMWriter  = "crmwriter"
+	Suppressor = "suppressor"
+	Projector  = "projector"
+)
+
+// subjects of the given canonical types, from every tenant and provider.
+func subjects(types ...string) []string {
+	out := make([]string, len(types))
+	for i, t := range types {
+		out[i] = "events.*.*." + t
+	}
+	return out
+}
+
+// Subscriptions is every consumer service's subscription: who consumes what, with
+// which ack wait, attempts and backoff. Derived events (reply.classified,
+// sequence.stopped) are published by the services onto the same stream.
+var Subscriptions = []Subscription{
+	{Durable: Classifier, Subjects: subjects("reply.received", "message.received"),
+		AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000},
+	// The stopper acts on any reply without waiting for its classification: a safety
+	// rule, so it must keep up even when the classifier is down.
+	{Durable: Stopper, Subjects: subjects("reply.received", "message.received", "lead.unsubscribed", "email.bounced"),
+		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},
+	{Durable: CRMWriter, Subjects: subjects("reply.received", "reply.classified", "meeting.booked", "opportunity.created"),
+		AckWait: 60 * time.Second, MaxDeliver: 10, BackoffBase: 2 * time.Second, BackoffMax: 10 * time.Minute, MaxAckPending: 500},
+	{Durable: Suppressor, Subjects: subjects("lead.unsubscribed", "email.bounced", "reply.classified"),
+		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},
+	{Durable: Projector, Subjects: []string{"events.>"},
+		AckWait: 30 * time.Second, MaxDeliver: 20, BackoffBase: 500 * time.Millisecond, BackoffMax: time.Minute, MaxAckPending: 5000},
+}
+
+// SubscriptionOf finds a service's subscription by name.
+func SubscriptionOf(name string) (Subscription, bool) {
+	for _, s := range Subscriptions {
+		if s.Durable == name {
+			return s, true
+		}
+	}
+	return Subscription{}, false
+}
+
 // ConsumerConfig is the JetStream consumer of s.
 func (s Subscription) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{

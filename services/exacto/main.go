@@ -18,7 +18,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd())
+	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd())
 	bindEnv(root)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "exacto:", err)
