@@ -26,11 +26,13 @@ type Timed struct {
 }
 
 // ParseTimed parses a Stripe-style signature header strictly: comma-separated key=value
-// entries without spaces, exactly one numeric t, at least one v1 of valid hex. Other
-// keys (v0, future schemes) are skipped. Errors wrap providers.ErrMissingSignature
+// entries without spaces, exactly one numeric t, at least one v1 of valid hex (a v1
+// that is not hex is skipped, as Stripe's libraries do). Other keys (v0, future
+// schemes) are skipped. Errors wrap providers.ErrMissingSignature
 // (nothing usable) or providers.ErrBadSignature (malformed).
 func ParseTimed(header string) (Timed, error) {
 	var out Timed
+	sawV1 := false
 	if header == "" {
 		return out, fmt.Errorf("%w: empty signature header", providers.ErrMissingSignature)
 	}
@@ -50,15 +52,18 @@ func ParseTimed(header string) (Timed, error) {
 			}
 			out.Timestamp, out.Time = v, time.Unix(secs, 0)
 		case "v1":
-			sig, err := hex.DecodeString(v) // accepts upper- and lower-case hex
-			if err != nil || len(sig) == 0 {
-				return Timed{}, fmt.Errorf("%w: v1 is not hex", providers.ErrBadSignature)
+			// Stripe's libraries skip a v1 they cannot read beside a good one.
+			sawV1 = true
+			if sig, err := hex.DecodeString(v); err == nil && len(sig) > 0 { // either case of hex
+				out.Signatures = append(out.Signatures, sig)
 			}
-			out.Signatures = append(out.Signatures, sig)
 		}
 	}
 	if out.Timestamp == "" {
 		return Timed{}, fmt.Errorf("%w: no t in the signature header", providers.ErrBadSignature)
+	}
+	if len(out.Signatures) == 0 && sawV1 {
+		return Timed{}, fmt.Errorf("%w: no v1 is hex", providers.ErrBadSignature)
 	}
 	if len(out.Signatures) == 0 {
 		return Timed{}, fmt.Errorf("%w: no v1 signature", providers.ErrMissingSignature)

@@ -16,6 +16,10 @@ func TestParseTimed(t *testing.T) {
 	if got.Timestamp != "1492774577" || !got.Time.Equal(time.Unix(1492774577, 0)) || len(got.Signatures) != 2 || got.Signatures[1][0] != 0xab {
 		t.Fatalf("parsed %+v", got)
 	}
+	// An unreadable v1 beside a good one is skipped (stripe-go: "should be ignored").
+	if got, err := ParseTimed("t=1,v1=bad_signature,v1=00ff"); err != nil || len(got.Signatures) != 1 {
+		t.Fatalf("unreadable v1 beside a good one: %v %+v", err, got)
+	}
 	for header, want := range map[string]error{
 		"":                      providers.ErrMissingSignature,
 		"t=1":                   providers.ErrMissingSignature,

@@ -55,6 +55,7 @@ type delivery struct {
 	CreatedAt time.Time `json:"created_at"`
 	Payload   struct {
 		URI            string `json:"uri"`
+		Event          string `json:"event"` // the scheduled event's URI, also in early v2 payloads without scheduled_event
 		Email          string `json:"email"`
 		Name           string `json:"name"`
 		Status         string `json:"status"`
@@ -103,7 +104,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 		ProviderType:    d.Event,
 		Key:             key,
 		ProviderEventID: invitee,
-		ObjectID:        providers.FirstOf(d.Payload.ScheduledEvent.URI, invitee),
+		ObjectID:        providers.FirstOf(d.Payload.ScheduledEvent.URI, d.Payload.Event, invitee),
 		Time:            d.CreatedAt.UTC(),
 		Subject:         d.Payload.Email,
 		Data:            envelope.Data{ProviderType: d.Event, Raw: json.RawMessage(r.Body)},
@@ -113,7 +114,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 	}
 	if typ != envelope.TypeUnmapped {
 		m := &envelope.Meeting{
-			ID:        providers.FirstOf(d.Payload.ScheduledEvent.URI, invitee),
+			ID:        providers.FirstOf(d.Payload.ScheduledEvent.URI, d.Payload.Event, invitee),
 			Start:     d.Payload.ScheduledEvent.StartTime,
 			End:       d.Payload.ScheduledEvent.EndTime,
 			Invitee:   d.Payload.Email,

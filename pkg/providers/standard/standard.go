@@ -168,10 +168,12 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 	var d contactData
 	if len(b.Data) > 0 && json.Unmarshal(b.Data, &d) == nil {
 		ev.ObjectID = d.ID
-		if d.Email != "" || d.Phone != "" || d.ID != "" {
+		// data.id names whatever the event is about; it is a contact's id only beside
+		// the person's e-mail or phone (an invoice's id is not).
+		if d.Email != "" || d.Phone != "" {
 			ev.Data.Contact = &envelope.Contact{Email: d.Email, Phone: d.Phone, Name: d.Name, ExternalID: d.ID}
-			ev.Subject = providers.FirstOf(d.Email, d.ID)
 		}
+		ev.Subject = providers.FirstOf(d.Email, d.ID)
 		if d.CampaignID != "" {
 			ev.Data.Campaign = &envelope.Campaign{ID: d.CampaignID}
 		}

@@ -61,10 +61,11 @@ type event struct {
 }
 
 type customer struct {
-	ID    string `json:"id"`
-	Email string `json:"email"`
-	Name  string `json:"name"`
-	Phone string `json:"phone"`
+	ID     string `json:"id"`
+	Object string `json:"object"`
+	Email  string `json:"email"`
+	Name   string `json:"name"`
+	Phone  string `json:"phone"`
 }
 
 // Events normalises the one event of a delivery. Stripe's own types mean nothing to an
@@ -90,10 +91,12 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 	}
 	var obj customer
 	if len(e.Data.Object) > 0 && json.Unmarshal(e.Data.Object, &obj) == nil {
-		ev.ObjectID = obj.ID
-		if obj.Email != "" || obj.Phone != "" || obj.ID != "" {
+		ev.ObjectID, ev.Subject = obj.ID, obj.ID
+		// Only a customer's id is a contact's id: an invoice's (in_…) is not.
+		if obj.Object == "customer" {
 			ev.Data.Contact = &envelope.Contact{Email: obj.Email, Phone: obj.Phone, Name: obj.Name, ExternalID: obj.ID}
-			ev.Subject = obj.ID
+		} else if obj.Email != "" || obj.Phone != "" {
+			ev.Data.Contact = &envelope.Contact{Email: obj.Email, Phone: obj.Phone, Name: obj.Name}
 		}
 	}
 	if ev.Type == envelope.TypeContactUpdated && ev.Data.Contact == nil {
