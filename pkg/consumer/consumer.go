@@ -48,9 +48,11 @@ type Options struct {
 	// Workers is how many events this process handles at once (default 1).
 	Workers int
 	Handle  Handler
-	// Dependency, when set, is waited for while a Retry-After pauses it.
+	// Dependency, when set, is what the handler calls: its Retry-After pauses (Pacer)
+	// and its circuit breaker (Breakers) gate every event of this consumer.
 	Dependency string
 	Pacer      *retry.Pacer
+	Breakers   *Breakers
 	// Owner names who answers for a dead letter of tenant's event type.
 	Owner func(tenant, typ string) string
 	Log   *slog.Logger
@@ -67,6 +69,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Pacer == nil {
 		o.Pacer = retry.NewPacer()
+	}
+	if o.Breakers == nil {
+		o.Breakers = NewBreakers(30*time.Second, 5)
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -163,6 +168,10 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	if delivered == 1 {
 		r.outcome(ctx, env, guard.Record{Status: guard.Received})
 	}
+	if r.o.Dependency != "" && !r.o.Breakers.waitClosed(ctx, r.o.Dependency, r.o.Sub.AckWait/2) {
+		m.Nack() // the dependency is down: the event waits, no attempt is spent
+		return
+	}
 	if contact := env.ContactKey(); contact != "" {
 		release, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
 		if err != nil || !ok {
@@ -190,7 +199,18 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		return
 	}
 	r.outcome(ctx, env, a.Record)
-	herr := r.o.Handle(ctx, Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed})
+	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed}
+	var herr error
+	if r.o.Dependency != "" {
+		herr = r.o.Breakers.call(r.o.Dependency, func() error { return r.o.Handle(ctx, ev) })
+	} else {
+		herr = r.o.Handle(ctx, ev)
+	}
+	if errors.Is(herr, errRefused) {
+		// The breaker opened between our check and the call: retried like any
+		// transient failure.
+		herr = retry.Transiently(r.o.Dependency, herr)
+	}
 	if herr == nil {
 		if err := r.guard.Complete(ctx, &a); err != nil {
 			r.o.Log.Warn("guard complete", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)

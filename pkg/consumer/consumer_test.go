@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func publishFor(t *testing.T, conn *broker.Conn, n int, contact func(i int) stri
 }
 
 // run starts a runner on its own connection; it stops when the test ends.
-func run(t *testing.T, conn *broker.Conn, h Handler) {
+func run(t *testing.T, conn *broker.Conn, h Handler, tune ...func(*Options)) {
 	t.Helper()
 	nc, err := nats.Connect(conn.Embedded.ClientURL())
 	if err != nil {
@@ -67,7 +68,11 @@ func run(t *testing.T, conn *broker.Conn, h Handler) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := Run(ctx, Options{NC: nc, Sub: sub, Workers: 2, Handle: h, Owner: func(tenant, typ string) string { return "ops@" + tenant }}); err != nil {
+		o := Options{NC: nc, Sub: sub, Workers: 2, Handle: h, Owner: func(tenant, typ string) string { return "ops@" + tenant }}
+		for _, f := range tune {
+			f(&o)
+		}
+		if err := Run(ctx, o); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -308,4 +313,47 @@ func TestPauseHoldsEventsUntilResume(t *testing.T) {
 	if err := Pause(ctx, conn.JS, "no-such-consumer", time.Now().Add(time.Hour)); err == nil {
 		t.Fatal("paused a consumer that does not exist")
 	}
+}
+
+// While the dependency is down the breaker opens: the handler is hardly called, no
+// event is dead-lettered, and all complete once it is back.
+func TestBreakerHoldsEventsWhileDependencyIsDown(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var down atomic.Bool
+	down.Store(true)
+	var calls atomic.Int64
+	var fx effects
+	breakers := NewBreakers(300*time.Millisecond, 3)
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		calls.Add(1)
+		if down.Load() {
+			return retry.Transiently("hubspot", errors.New("503 service unavailable"))
+		}
+		fx.add(ev.Envelope.ID)
+		return nil
+	}, func(o *Options) {
+		o.Dependency, o.Breakers = "hubspot", breakers
+		o.Sub.MaxDeliver = 10
+	})
+	ids := publish(t, conn, 30)
+	time.Sleep(1500 * time.Millisecond)
+	during := calls.Load()
+	// 3 failures trip it; then one probe per 300 ms opening. Without a breaker, every
+	// event would be tried until its attempts ran out (30 × 10).
+	if during > 12 {
+		t.Fatalf("%d calls to a dependency that is down", during)
+	}
+	down.Store(false)
+	waitFor(t, "every event completed after recovery", func() bool {
+		for _, id := range ids {
+			if fx.get(id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := brokertest.Count(t, conn, stream.DLQ); n != 0 {
+		t.Fatalf("%d dead letters while the dependency was down", n)
+	}
+	t.Logf("calls while down: %d; total: %d", during, calls.Load())
 }

@@ -1,0 +1,87 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"exacto.dev/pkg/retry"
+)
+
+// Breakers holds one circuit breaker per dependency, shared by every consumer of a
+// process that calls it. While a dependency's breaker is open its consumers take no
+// event for it: events wait in the stream, none is failed because the dependency is
+// down; after Open a half-open probe tries one call.
+type Breakers struct {
+	mu    sync.Mutex
+	byDep map[string]*gobreaker.CircuitBreaker[struct{}]
+	open  time.Duration
+	trips uint32
+	// OnChange, if set, hears every state change (for metrics and logs).
+	OnChange func(dep string, from, to gobreaker.State)
+}
+
+// NewBreakers opens a dependency's breaker after trips consecutive transient failures,
+// for open at a time.
+func NewBreakers(open time.Duration, trips uint32) *Breakers {
+	return &Breakers{byDep: map[string]*gobreaker.CircuitBreaker[struct{}]{}, open: open, trips: trips}
+}
+
+func (b *Breakers) of(dep string) *gobreaker.CircuitBreaker[struct{}] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cb, ok := b.byDep[dep]
+	if !ok {
+		cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+			Name:        dep,
+			MaxRequests: 1,
+			Timeout:     b.open,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= b.trips },
+			// Only a dependency that does not answer trips it: a permanent error is the
+			// event's fault, not the dependency's.
+			IsSuccessful: func(err error) bool { return err == nil || retry.Of(err).Class == retry.Permanent },
+			OnStateChange: func(name string, from, to gobreaker.State) {
+				if b.OnChange != nil {
+					b.OnChange(name, from, to)
+				}
+			},
+		})
+		b.byDep[dep] = cb
+	}
+	return cb
+}
+
+// State is dep's breaker state.
+func (b *Breakers) State(dep string) gobreaker.State { return b.of(dep).State() }
+
+// waitClosed waits up to max for dep's breaker to leave the open state; it reports
+// whether a call may be tried.
+func (b *Breakers) waitClosed(ctx context.Context, dep string, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	for b.of(dep).State() == gobreaker.StateOpen {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// errRefused means the breaker refused the call: it says nothing of the event.
+var errRefused = errors.New("circuit breaker refused the call")
+
+// call runs fn through dep's breaker.
+func (b *Breakers) call(dep string, fn func() error) error {
+	_, err := b.of(dep).Execute(func() (struct{}, error) { return struct{}{}, fn() })
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return errRefused
+	}
+	return err
+}
