@@ -357,3 +357,44 @@ func TestBreakerHoldsEventsWhileDependencyIsDown(t *testing.T) {
 	}
 	t.Logf("calls while down: %d; total: %d", during, calls.Load())
 }
+
+// A 429 with Retry-After pauses the dependency for every event, not just the one.
+func TestRetryAfterPausesTheDependency(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var mu sync.Mutex
+	var callTimes []time.Time
+	var limited atomic.Bool
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		mu.Lock()
+		callTimes = append(callTimes, time.Now())
+		mu.Unlock()
+		if limited.CompareAndSwap(false, true) {
+			return &retry.Error{Class: retry.Transient, Dependency: "hubspot", Status: 429, RetryAfter: time.Second, Err: errors.New("rate limited")}
+		}
+		fx.add(ev.Envelope.ID)
+		return nil
+	}, func(o *Options) { o.Dependency = "hubspot" })
+	ids := publish(t, conn, 10)
+	waitFor(t, "every event completed", func() bool {
+		for _, id := range ids {
+			if fx.get(id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	first := callTimes[0]
+	for _, c := range callTimes[1:] {
+		// Calls already under way when the 429 came back may finish; none may start
+		// inside the second.
+		if d := c.Sub(first); d > 50*time.Millisecond && d < time.Second {
+			t.Fatalf("a call %v after the 429, inside its Retry-After", d)
+		}
+	}
+	if n := brokertest.Count(t, conn, stream.DLQ); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+}
