@@ -55,7 +55,7 @@ func TestDemoUpSendStoresOne(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // the index is written from the stream, asynchronously
 	show, err := n.run("events", "show", id, "--nats-url", "nats://"+n.natsAddr)
-	if err != nil || !strings.Contains(show, `"arrivals": 1`) || !strings.Contains(show, id) {
+	if err != nil || !strings.Contains(show, `"arrivals": 1`) || !strings.Contains(show, id) || !strings.Contains(show, `"stopper": {`) {
 		t.Fatalf("events show: %v\n%s", err, show)
 	}
 	// The same event again is a duplicate: 200, nothing stored, two arrivals.

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/services/gateway/server"
 )
@@ -20,7 +21,7 @@ func eventsCmd() *cobra.Command {
 	var natsURL string
 	show := &cobra.Command{
 		Use:   "show ID",
-		Short: "One event: envelope, raw payload hash, arrivals",
+		Short: "One event: envelope, raw payload hash, arrivals, status in every consumer",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
@@ -57,6 +58,20 @@ func eventsCmd() *cobra.Command {
 					arrivals += n
 				}
 			}
+			consumers := map[string]any{}
+			if kv, err := js.KeyValue(ctx, stream.Guards); err == nil {
+				for _, sub := range stream.Subscriptions {
+					rec, ok, err := guard.Status(ctx, kv, sub.Durable, id)
+					switch {
+					case err != nil:
+						consumers[sub.Durable] = map[string]string{"error": err.Error()}
+					case ok:
+						consumers[sub.Durable] = rec
+					default:
+						consumers[sub.Durable] = map[string]string{"status": "not_seen"}
+					}
+				}
+			}
 			out := map[string]any{
 				"id":            env.ID,
 				"stream_seq":    seq,
@@ -64,6 +79,7 @@ func eventsCmd() *cobra.Command {
 				"stored_at":     msg.Time,
 				"arrivals":      arrivals,
 				"payloadsha256": env.PayloadSHA256,
+				"consumers":     consumers,
 				"envelope":      json.RawMessage(msg.Data),
 			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
