@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/textproto"
 	"strconv"
 	"sync"
 	"time"
@@ -20,12 +21,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/stream"
+	"exacto.dev/pkg/telemetry"
 )
+
+var tracer = telemetry.Tracer("consumer")
 
 // Event is one delivery as a handler sees it.
 type Event struct {
@@ -165,6 +171,11 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		m.Ack()
 		return
 	}
+	// The webhook's trace continues here (the gateway put it in the event's headers).
+	ctx = telemetry.Extract(ctx, func(k string) string { return m.Metadata.Get(textproto.CanonicalMIMEHeaderKey(k)) })
+	ctx, span := tracer.Start(ctx, "consume "+r.o.Sub.Durable, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("exacto.event_id", env.ID), attribute.String("exacto.type", env.Type), attribute.Int("exacto.delivery", delivered)))
+	defer span.End()
 	if delivered == 1 {
 		r.outcome(ctx, env, guard.Record{Status: guard.Received})
 	}

@@ -4,15 +4,19 @@
 package telemetry
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Logger returns a JSON logger, or a text one when text is true.
@@ -35,3 +39,28 @@ func Metrics() (http.Handler, error) {
 	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 }
+
+// propagator carries W3C trace context (traceparent, tracestate) in message headers.
+var propagator = propagation.TraceContext{}
+
+// Inject writes ctx's trace context into NATS headers, so the trace of a webhook
+// continues in every consumer of its event.
+func Inject(ctx context.Context, h nats.Header) {
+	propagator.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// Extract reads a trace context from headers (as a map of single values, which is
+// how watermill keeps them) into ctx.
+func Extract(ctx context.Context, get func(key string) string) context.Context {
+	return propagator.Extract(ctx, funcCarrier(get))
+}
+
+type funcCarrier func(string) string
+
+func (f funcCarrier) Get(key string) string { return f(key) }
+func (f funcCarrier) Set(string, string)    {}
+func (f funcCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
+
+// Tracer is the tracer of an Exacto component; spans go wherever the global tracer
+// provider sends them (nowhere until one is installed).
+func Tracer(component string) trace.Tracer { return otel.Tracer("exacto/" + component) }

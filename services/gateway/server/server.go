@@ -20,6 +20,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/envelope"
@@ -27,7 +29,10 @@ import (
 	"exacto.dev/pkg/providers/meta"
 	"exacto.dev/pkg/providers/registry"
 	"exacto.dev/pkg/stream"
+	"exacto.dev/pkg/telemetry"
 )
+
+var tracer = telemetry.Tracer("gateway")
 
 // Endpoint is one configured endpoint, built for serving.
 type Endpoint struct {
@@ -173,6 +178,14 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.tenant, rec.provider = ep.Tenant, ep.Spec.Name
+	// The trace of a delivery starts here and continues in every consumer of its events.
+	ctx, span := tracer.Start(r.Context(), "webhook "+ep.Spec.Name, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("exacto.tenant", ep.Tenant), attribute.String("exacto.endpoint", ep.ID)))
+	defer func() {
+		span.SetAttributes(attribute.Int("http.response.status_code", rec.status), attribute.Int("exacto.stored", rec.stored))
+		span.End()
+	}()
+	r = r.WithContext(ctx)
 	switch r.Method {
 	case http.MethodPost:
 	case http.MethodGet:
@@ -277,6 +290,7 @@ func (s *Server) store(ctx context.Context, envs []envelope.Envelope) (answer, e
 		msg := &nats.Msg{Subject: env.StreamSubject(), Data: data, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, env.ID)
 		msg.Header.Set("Content-Type", "application/cloudevents+json")
+		telemetry.Inject(ctx, msg.Header)
 		ack, err := s.js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream.Events))
 		if err != nil {
 			return ans, fmt.Errorf("publish %s: %w", env.ID, err)
