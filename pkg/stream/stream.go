@@ -25,6 +25,8 @@ const (
 	Guards = "EXACTO_GUARDS"
 	// ContactLocks serialises each consumer's work on one contact across replicas.
 	ContactLocks = "EXACTO_CONTACT_LOCKS"
+	// Suppression is the tenant-wide do-not-contact list (pkg/suppression).
+	Suppression = "EXACTO_SUPPRESSION"
 )
 
 // Durable consumer names.
@@ -93,6 +95,8 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		{Bucket: EventIndex, Description: "envelope id -> stream sequence, for late duplicates", TTL: o.DedupTTL, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: Arrivals, Description: "envelope id -> duplicate deliveries seen", TTL: o.DedupTTL, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: Guards, Description: "consumer.event id -> effect-once record", TTL: o.guardTTL(), Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		// No TTL: a suppression does not expire.
+		{Bucket: Suppression, Description: "tenant.contact -> why and since when it is suppressed", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// Locks are leases; the TTL only sweeps the ones a dead worker left behind.
 		{Bucket: ContactLocks, Description: "consumer.tenant.contact -> lease of the worker handling it", TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 	}
