@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -289,4 +290,66 @@ func TestTwoGatewayReplicasStoreOnce(t *testing.T) {
 			t.Fatalf("%s stored %d times", id, c)
 		}
 	}
+}
+
+// `exacto up` runs the suppressor: an Instantly unsubscribe suppresses its contact, and
+// `exacto events show` reports the event completed there. A paused suppressor holds
+// the next one until it is resumed.
+func TestUpSuppressesAnUnsubscribe(t *testing.T) {
+	n := newNode(t, "")
+	n.start()
+	natsURL := "nats://" + n.natsAddr
+	send := func(at string) string {
+		out, err := n.run("send", "--provider", "instantly", "--event", "lead_unsubscribed", "--at", at, "--to", "http://"+n.http+"/hooks/instantly/demo-instantly-token")
+		if err != nil || !strings.HasPrefix(out, "200 ") {
+			t.Fatalf("send: %v %s", err, out)
+		}
+		var ans struct {
+			IDs []string `json:"ids"`
+		}
+		json.Unmarshal([]byte(strings.TrimPrefix(out, "200 ")), &ans)
+		return ans.IDs[0]
+	}
+	status := func(id string) string {
+		out, _ := n.run("events", "show", id, "--nats-url", natsURL)
+		var shown struct {
+			Consumers map[string]struct {
+				Status string `json:"status"`
+			} `json:"consumers"`
+		}
+		json.Unmarshal([]byte(out), &shown)
+		return shown.Consumers["suppressor"].Status
+	}
+	waitStatus := func(id, want string) {
+		deadline := time.Now().Add(20 * time.Second)
+		for status(id) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("event %s: suppressor status %q, want %q\n%s", id, status(id), want, n.out.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	id := send("2026-12-02T10:00:00Z")
+	waitStatus(id, "completed")
+	kv, err := n.js().KeyValue(context.Background(), "EXACTO_SUPPRESSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(context.Background())
+	if err != nil || len(keys) != 1 || !strings.HasPrefix(keys[0], "demo.") {
+		t.Fatalf("suppression list: %v %v", keys, err)
+	}
+
+	if out, err := n.run("worker", "pause", "suppressor", "--nats-url", natsURL); err != nil {
+		t.Fatalf("pause: %v %s", err, out)
+	}
+	held := send("2026-12-02T11:00:00Z")
+	time.Sleep(time.Second)
+	if s := status(held); s == "completed" {
+		t.Fatal("a paused suppressor handled an event")
+	}
+	if out, err := n.run("worker", "resume", "suppressor", "--nats-url", natsURL); err != nil {
+		t.Fatalf("resume: %v %s", err, out)
+	}
+	waitStatus(held, "completed")
 }

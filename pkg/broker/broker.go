@@ -141,3 +141,13 @@ func (c *Conn) Close() {
 		c.Embedded.WaitForShutdown()
 	}
 }
+
+// Dial opens another connection to the same server: watermill's subscriber drains and
+// closes the connection it is given, so each consumer runner gets its own.
+func (c *Conn) Dial(name string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if c.Embedded != nil {
+		opts = append(opts, nats.InProcessServer(c.Embedded))
+	}
+	return nats.Connect(c.NC.ConnectedUrl(), opts...)
+}

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	exacto.dev/pkg v0.0.0
 	exacto.dev/services/gateway v0.0.0
+	exacto.dev/services/suppressor v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
@@ -55,4 +56,5 @@ require (
 replace (
 	exacto.dev/pkg => ../../pkg
 	exacto.dev/services/gateway => ../gateway
+	exacto.dev/services/suppressor => ../suppressor
 )

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -61,9 +63,35 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 		return err
 	}
 	defer env.Close()
-	return server.Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) {
+	if !embed { // `exacto gateway`: the gateway alone
+		return server.Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) { env.Log.Info("gateway listening", "addr", addr) })
+	}
+	// `exacto up`: the gateway and every worker; the first to fail stops them all.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(workers)+1)
+	var wg sync.WaitGroup
+	for name, run := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx, env); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("worker %s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	err = server.Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) {
 		banner(env.Config, env.Conn, addr, env.AdminAddr)
 	})
+	cancel()
+	wg.Wait()
+	select {
+	case werr := <-errs:
+		return werr
+	default:
+		return err
+	}
 }
 
 // banner prints where to point providers.
@@ -81,6 +109,7 @@ func banner(cfg *config.Config, conn *broker.Conn, httpAddr, adminAddr string) {
 		fmt.Fprintf(w, "  NATS           %s\n", cfg.NATS.URL)
 	}
 	fmt.Fprintf(w, "  admin          http://%s  (/healthz /readyz /metrics)\n", adminAddr)
+	fmt.Fprintf(w, "  workers        %s\n", strings.Join(runnable(), ", "))
 	fmt.Fprintf(w, "  point providers at:\n")
 	demo := cfg.Source == "built-in demo"
 	for _, t := range cfg.Tenants {

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/signal"
+	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -10,11 +15,40 @@ import (
 	"github.com/spf13/cobra"
 
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
+	suppressor "exacto.dev/services/suppressor/handler"
 )
 
+// workers are the consumer services this binary runs, by name.
+var workers = map[string]func(context.Context, *service.Env) error{
+	stream.Suppressor: suppressor.Run,
+}
+
 func workerCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "worker", Short: "Operate the consumer services"}
+	var cfgPath string
+	var logText bool
+	cmd := &cobra.Command{
+		Use:   "worker NAME",
+		Short: "Run one consumer service alone against EXACTO_NATS_URL, or pause and resume one",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			run, ok := workers[args[0]]
+			if !ok {
+				return fmt.Errorf("no runnable worker %q (runnable: %s)", args[0], strings.Join(runnable(), ", "))
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			env, err := service.Start(ctx, service.Options{Name: "exacto-" + args[0], ConfigPath: cfgPath, LogText: logText})
+			if err != nil {
+				return err
+			}
+			defer env.Close()
+			return run(ctx, env)
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")
+	cmd.Flags().BoolVar(&logText, "log-text", false, "log as text instead of JSON")
 	var natsURL, until string
 	names := func() string {
 		var n []string
@@ -79,4 +113,13 @@ func workerCmd() *cobra.Command {
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+func runnable() []string {
+	var names []string
+	for n := range workers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
