@@ -39,6 +39,19 @@ var Types = []string{
 	TypeMessageStatus, TypeUnmapped,
 }
 
+// Derived event types: facts the workers establish, published back onto the stream so
+// that it stays the one history and a replay rebuilds everything.
+const (
+	TypeReplyClassified = "reply.classified"
+	TypeSequenceStopped = "sequence.stopped"
+)
+
+// DerivedTypes lists the derived types.
+var DerivedTypes = []string{TypeReplyClassified, TypeSequenceStopped}
+
+// AllTypes is every type an envelope may carry: provider events, then derived ones.
+var AllTypes = append(append([]string{}, Types...), DerivedTypes...)
+
 // Envelope is a CloudEvents 1.0 event in JSON structured mode. Extension attributes
 // carry what Exacto knows of the delivery; Data carries the normalised event and its raw
 // provider payload.
@@ -81,8 +94,23 @@ type Data struct {
 	Property     *Property    `json:"property,omitempty"`
 	Meeting      *Meeting     `json:"meeting,omitempty"`
 	Opportunity  *Opportunity `json:"opportunity,omitempty"`
+	// Classification is set on reply.classified: what the classifier made of a reply.
+	Classification *Classification `json:"classification,omitempty"`
+	// Cause is the id of the event a derived event was derived from.
+	Cause string `json:"cause,omitempty"`
 	// Raw is this event's own provider payload, byte for byte (for a batch, its element).
 	Raw json.RawMessage `json:"raw"`
+}
+
+// Classification is a reply's label with the evidence that decided it. It suggests a
+// next action; it never takes one.
+type Classification struct {
+	Label      string   `json:"label"`
+	Confidence float64  `json:"confidence"`
+	Evidence   []string `json:"evidence"`
+	Language   string   `json:"language"`
+	Action     string   `json:"action"`
+	Classifier string   `json:"classifier"` // which classifier and version decided
 }
 
 // Contact identifies the person an event is about, by every id the provider gave.
@@ -142,6 +170,27 @@ type Opportunity struct {
 	Name   string `json:"name,omitempty"`
 	Stage  string `json:"stage,omitempty"`
 	Amount string `json:"amount,omitempty"`
+}
+
+// Derive builds the envelope of a fact worker established about from: same tenant,
+// provider, contact and subject, its own deterministic id (so deriving twice is one
+// event), and the time it was established.
+func Derive(from Envelope, worker, typ string, data Data, now time.Time) Envelope {
+	data.Cause = from.ID
+	if data.Contact == nil {
+		data.Contact = from.Data.Contact
+	}
+	if data.Campaign == nil {
+		data.Campaign = from.Data.Campaign
+	}
+	return Envelope{
+		SpecVersion: "1.0", ID: ID(from.Tenant, "exacto", Key(worker, typ, from.ID)),
+		Source: "/tenants/" + from.Tenant + "/workers/" + worker, Type: typ, Subject: from.Subject,
+		Time: now.UTC(), DataContentType: "application/json", Data: data,
+		Tenant: from.Tenant, Provider: from.Provider, Endpoint: from.Endpoint,
+		ObjectID: from.ObjectID, Channel: from.Channel, ReceivedAt: now.UTC(),
+		PayloadSHA256: from.PayloadSHA256, Signed: from.Signed, AuthMethod: "derived",
+	}
 }
 
 // ID derives an event's envelope id from its tenant, provider and identity key (the
@@ -207,6 +256,10 @@ func Complete(typ string, d Data) bool {
 		return d.Message != nil && d.Status != ""
 	case TypeUnmapped:
 		return d.ProviderType != ""
+	case TypeReplyClassified:
+		return d.Classification != nil && d.Classification.Label != "" && d.Cause != ""
+	case TypeSequenceStopped:
+		return contact && d.Cause != ""
 	}
 	return false
 }

@@ -61,7 +61,7 @@ func compile() {
 		return
 	}
 	dataSchemas = map[string]*jsonschema.Schema{}
-	for _, typ := range envelope.Types {
+	for _, typ := range envelope.AllTypes {
 		s, err := c.Compile("https://exacto.dev/schemas/data/" + typ + ".schema.json")
 		if err != nil {
 			compileErr = fmt.Errorf("data schema of %s: %w", typ, err)

@@ -33,7 +33,7 @@ func TestExamplesValidate(t *testing.T) {
 		json.Unmarshal(b, &head)
 		seen[head.Type] = true
 	}
-	for _, typ := range envelope.Types {
+	for _, typ := range envelope.AllTypes {
 		if !seen[typ] {
 			t.Errorf("no example of %s in schemas/examples", typ)
 		}
@@ -112,7 +112,7 @@ func TestSchemasRefuse(t *testing.T) {
 	}
 }
 
-// The envelope schema's type enum is envelope.Types.
+// The envelope schema's type enum is envelope.AllTypes.
 func TestTypeEnumIsTypes(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(SchemaDir(), "envelope.schema.json"))
 	if err != nil {
@@ -128,8 +128,8 @@ func TestTypeEnumIsTypes(t *testing.T) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(s.Properties.Type.Enum, envelope.Types) {
-		t.Fatalf("schema enum %q, envelope.Types %q", s.Properties.Type.Enum, envelope.Types)
+	if !slices.Equal(s.Properties.Type.Enum, envelope.AllTypes) {
+		t.Fatalf("schema enum %q, envelope.AllTypes %q", s.Properties.Type.Enum, envelope.AllTypes)
 	}
 }
 
