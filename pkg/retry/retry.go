@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -68,6 +69,12 @@ func Transiently(dep string, err error) error {
 	return &Error{Class: Transient, Dependency: dep, Err: err}
 }
 
+// Classified is an error type of another package that knows its class (the platform
+// clients' errors): Of asks it.
+type Classified interface {
+	Retry() *Error
+}
+
 // Of classifies err. Errors not classified by their source are judged by what they
 // are: timeouts, refused or reset connections and unexpected EOFs are transient; so is
 // anything else unclassified, because a wrongly permanent error sends an effect to the
@@ -77,7 +84,22 @@ func Of(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	var c Classified
+	if errors.As(err, &c) {
+		return c.Retry()
+	}
 	return &Error{Class: Transient, Err: err}
+}
+
+// StatusClass is the class of an HTTP error status: 408, 429, 500, 502, 503 and 504
+// are transient; every other status will not change by retrying the same request.
+func StatusClass(status int) Class {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return Transient
+	}
+	return Permanent
 }
 
 // IsTransport reports the errors that mean "the call did not get an answer".
@@ -93,18 +115,16 @@ func HTTP(dep string, resp *http.Response, now time.Time) error {
 	if resp.StatusCode/100 == 2 {
 		return nil
 	}
-	e := &Error{Class: Permanent, Dependency: dep, Status: resp.StatusCode, Err: errors.New(http.StatusText(resp.StatusCode))}
-	switch resp.StatusCode {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		e.Class, e.RetryAfter = Transient, ParseRetryAfter(resp.Header.Get("Retry-After"), now)
-	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusRequestTimeout:
-		e.Class = Transient
+	e := &Error{Class: StatusClass(resp.StatusCode), Dependency: dep, Status: resp.StatusCode, Err: errors.New(http.StatusText(resp.StatusCode))}
+	if e.Class == Transient {
+		e.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), now)
 	}
 	return e
 }
 
 // ParseRetryAfter reads delay-seconds or an HTTP-date; 0 when absent or unreadable.
 func ParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
@@ -112,7 +132,7 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return t.Sub(now).Round(time.Second)
 	}
 	return 0
 }
@@ -184,8 +204,7 @@ func (p *Pacer) Wait(ctx context.Context, dep string) error {
 
 // Observe pauses the dependency of err when it carried a Retry-After.
 func (p *Pacer) Observe(err error) {
-	var e *Error
-	if errors.As(err, &e) && e.RetryAfter > 0 && e.Dependency != "" {
+	if e := Of(err); e.RetryAfter > 0 && e.Dependency != "" {
 		p.Pause(e.Dependency, e.RetryAfter)
 	}
 }

@@ -119,3 +119,18 @@ func TestPacerPausesTheDependency(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if d := ParseRetryAfter(" 3", now); d != 3*time.Second {
+		t.Errorf("seconds: %v", d)
+	}
+	if d := ParseRetryAfter(now.Add(7*time.Second).Format(http.TimeFormat), now); d != 7*time.Second {
+		t.Errorf("http-date: %v", d)
+	}
+	for _, v := range []string{"", "soon", "-1", now.Add(-time.Hour).Format(http.TimeFormat)} {
+		if d := ParseRetryAfter(v, now); d != 0 {
+			t.Errorf("%q: %v", v, d)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package platform
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// MaxBody caps how much of a response we read: provider answers are small and
+// a misbehaving proxy must not make us buffer without bound.
+const MaxBody = 1 << 20
+
+// DefaultTimeout bounds one request when the caller's context has no sooner
+// deadline.
+const DefaultTimeout = 10 * time.Second
+
+// HTTP sends JSON requests to one dependency and classifies the outcome.
+type HTTP struct {
+	Dependency string
+	BaseURL    string // e.g. "https://api.hubapi.com"; no trailing slash
+	Client     *http.Client
+	Timeout    time.Duration            // per request; DefaultTimeout if 0
+	Auth       func(*http.Request)      // sets the credential
+	ErrMsg     func(body []byte) string // optional: pull a message out of an error body
+}
+
+// Do sends method path?query with in as the JSON body (nil for none) and
+// decodes a 2xx body into out (nil to discard). Non-2xx and transport
+// failures come back as *Error.
+func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	u := strings.TrimRight(h.BaseURL, "/") + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return &Error{Dependency: h.Dependency, Msg: "encode request: " + err.Error()}
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return &Error{Dependency: h.Dependency, Msg: "build request: " + err.Error()}
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if h.Auth != nil {
+		h.Auth(req)
+	}
+	client := h.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Classify(h.Dependency, nil, redact(err, req.URL))
+	}
+	defer resp.Body.Close()
+	data, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
+	if cerr := Classify(h.Dependency, resp, nil); cerr != nil {
+		e := cerr.(*Error)
+		if msg := h.errMsg(data); msg != "" {
+			e.Msg = msg
+		}
+		return e
+	}
+	if rerr != nil {
+		// The write was accepted but we lost the answer: same as a timeout.
+		return Classify(h.Dependency, nil, rerr)
+	}
+	if out == nil || len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &Error{Dependency: h.Dependency, Status: resp.StatusCode, Msg: "decode response: " + err.Error()}
+	}
+	return nil
+}
+
+func (h *HTTP) errMsg(body []byte) string {
+	if h.ErrMsg != nil {
+		if m := h.ErrMsg(body); m != "" {
+			return m
+		}
+	}
+	return snippet(body)
+}
+
+// snippet is a short, single-line excerpt of an error body for logs.
+func snippet(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// redact keeps credentials passed in the query string (Smartlead's api_key)
+// out of error messages, which end up in logs.
+func redact(err error, u *url.URL) error {
+	if u == nil || u.RawQuery == "" {
+		return err
+	}
+	msg := err.Error()
+	clean := *u
+	q := clean.Query()
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "key") || strings.Contains(strings.ToLower(k), "token") {
+			q.Set(k, "REDACTED")
+		}
+	}
+	clean.RawQuery = q.Encode()
+	msg = strings.ReplaceAll(msg, u.String(), clean.String())
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (r *redactedError) Error() string { return r.msg }
+func (r *redactedError) Unwrap() error { return r.err }
+
+// Bearer returns an Auth func that sets "Authorization: Bearer <token>".
+func Bearer(token string) func(*http.Request) {
+	return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) }
+}
+
+// QueryKey returns an Auth func that adds name=key to the query string.
+func QueryKey(name, key string) func(*http.Request) {
+	return func(r *http.Request) {
+		q := r.URL.Query()
+		q.Set(name, key)
+		r.URL.RawQuery = q.Encode()
+	}
+}
+
+// PathEscape is url.PathEscape, re-exported so clients need one import.
+func PathEscape(s string) string { return url.PathEscape(s) }

@@ -1,0 +1,324 @@
+// Package hubspot is a small client for the HubSpot CRM v3 objects API: notes
+// that carry our event id (so a write can be found again before it is
+// repeated) and contacts looked up by email.
+//
+// Endpoints (developers.hubspot.com/docs/api-reference/crm-notes-v3/guide,
+// .../crm/search-the-crm, .../error-handling):
+//
+//	POST  /crm/v3/objects/notes             create, with note→contact association 202
+//	POST  /crm/v3/objects/notes/search      find by exacto_event_id
+//	POST  /crm/v3/objects/contacts/search   find by email
+//	POST  /crm/v3/objects/contacts          create
+//	PATCH /crm/v3/objects/contacts/{id}     update
+//	GET   /crm/v3/objects/contacts/{id}     read
+//
+// Auth is a private app token: "Authorization: Bearer <token>".
+package hubspot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"exacto.dev/pkg/platform"
+)
+
+// DefaultBaseURL is HubSpot's API host.
+const DefaultBaseURL = "https://api.hubapi.com"
+
+// ExternalIDProperty is the custom note property holding our event id. It must
+// exist in the portal as a single-line text property with hasUniqueValue set,
+// so HubSpot itself refuses a duplicate even if our search missed the first.
+const ExternalIDProperty = "exacto_event_id"
+
+// NoteToContact is the HUBSPOT_DEFINED association type id for note→contact.
+const NoteToContact = 202
+
+// maxPages bounds any paginated search so a bad cursor cannot loop forever.
+const maxPages = 100
+
+// Config configures a Client.
+type Config struct {
+	BaseURL    string // DefaultBaseURL if empty
+	Token      string // private app access token
+	HTTPClient *http.Client
+	Timeout    time.Duration // per request; platform.DefaultTimeout if 0
+}
+
+// Client talks to one HubSpot portal. Safe for concurrent use.
+type Client struct {
+	h platform.HTTP
+}
+
+// New returns a Client for cfg.
+func New(cfg Config) *Client {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	return &Client{h: platform.HTTP{
+		Dependency: "hubspot",
+		BaseURL:    cfg.BaseURL,
+		Client:     cfg.HTTPClient,
+		Timeout:    cfg.Timeout,
+		Auth:       platform.Bearer(cfg.Token),
+		ErrMsg:     errMsg,
+	}}
+}
+
+// errMsg pulls HubSpot's {"category","message"} out of an error body.
+func errMsg(body []byte) string {
+	var e struct {
+		Category string `json:"category"`
+		Message  string `json:"message"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Message == "" {
+		return ""
+	}
+	if e.Category == "" {
+		return e.Message
+	}
+	return e.Category + ": " + e.Message
+}
+
+// Note is a note on a contact's timeline.
+type Note struct {
+	ID         string // set by HubSpot
+	ContactID  string
+	Body       string
+	Timestamp  time.Time // where the note sits on the timeline
+	OwnerID    string    // optional hubspot_owner_id
+	ExternalID string    // our event id; required
+}
+
+// Contact is a HubSpot contact.
+type Contact struct {
+	ID         string
+	Properties map[string]string
+}
+
+// Object is a raw CRM record as search returns it.
+type Object struct {
+	ID         string            `json:"id"`
+	Properties map[string]string `json:"properties"`
+}
+
+// Filter is one search filter; filters passed together are ANDed.
+type Filter struct {
+	PropertyName string `json:"propertyName"`
+	Operator     string `json:"operator"` // "EQ", "NEQ", "HAS_PROPERTY", …
+	Value        string `json:"value,omitempty"`
+}
+
+var noteProps = []string{"hs_note_body", "hs_timestamp", "hubspot_owner_id", ExternalIDProperty}
+
+// Search returns every objectType record matching all filters, following
+// the "after" cursor page by page (pageSize 1..200; 0 means 100).
+func (c *Client) Search(ctx context.Context, objectType string, filters []Filter, properties []string, pageSize int) ([]Object, error) {
+	if pageSize <= 0 {
+		pageSize = 100
+	}
+	type group struct {
+		Filters []Filter `json:"filters"`
+	}
+	req := struct {
+		FilterGroups []group  `json:"filterGroups,omitempty"`
+		Properties   []string `json:"properties,omitempty"`
+		Limit        int      `json:"limit"`
+		After        string   `json:"after,omitempty"`
+	}{Properties: properties, Limit: pageSize}
+	if len(filters) > 0 {
+		req.FilterGroups = []group{{Filters: filters}}
+	}
+	var all []Object
+	for range maxPages {
+		var resp struct {
+			Results []Object `json:"results"`
+			Paging  *struct {
+				Next *struct {
+					After string `json:"after"`
+				} `json:"next"`
+			} `json:"paging"`
+		}
+		path := "/crm/v3/objects/" + platform.PathEscape(objectType) + "/search"
+		if err := c.h.Do(ctx, http.MethodPost, path, nil, req, &resp); err != nil {
+			return nil, err
+		}
+		all = append(all, resp.Results...)
+		if resp.Paging == nil || resp.Paging.Next == nil || resp.Paging.Next.After == "" {
+			return all, nil
+		}
+		if resp.Paging.Next.After == req.After {
+			return nil, &platform.Error{Dependency: "hubspot", Msg: "search cursor did not advance"}
+		}
+		req.After = resp.Paging.Next.After
+	}
+	return nil, &platform.Error{Dependency: "hubspot", Msg: "search exceeded " + strconv.Itoa(maxPages) + " pages"}
+}
+
+// SearchNoteByExternalID finds the note carrying key; found is false if none.
+func (c *Client) SearchNoteByExternalID(ctx context.Context, key string) (n Note, found bool, err error) {
+	if key == "" {
+		return Note{}, false, errors.New("hubspot: empty external id")
+	}
+	objs, err := c.Search(ctx, "notes", []Filter{{PropertyName: ExternalIDProperty, Operator: "EQ", Value: key}}, noteProps, 10)
+	if err != nil || len(objs) == 0 {
+		return Note{}, false, err
+	}
+	return noteFrom(objs[0]), true, nil
+}
+
+// CreateNote writes n and associates it with n.ContactID. It does not look for
+// an existing note first: callers that may repeat a write use EnsureNote.
+func (c *Client) CreateNote(ctx context.Context, n Note) (Note, error) {
+	if n.ExternalID == "" || n.ContactID == "" {
+		return Note{}, errors.New("hubspot: note needs ExternalID and ContactID")
+	}
+	if n.Timestamp.IsZero() {
+		n.Timestamp = time.Now()
+	}
+	props := map[string]string{
+		"hs_timestamp":     n.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z"),
+		"hs_note_body":     n.Body,
+		ExternalIDProperty: n.ExternalID,
+	}
+	if n.OwnerID != "" {
+		props["hubspot_owner_id"] = n.OwnerID
+	}
+	type assocType struct {
+		Category string `json:"associationCategory"`
+		TypeID   int    `json:"associationTypeId"`
+	}
+	type to struct {
+		ID string `json:"id"`
+	}
+	type assoc struct {
+		To    to          `json:"to"`
+		Types []assocType `json:"types"`
+	}
+	req := struct {
+		Properties   map[string]string `json:"properties"`
+		Associations []assoc           `json:"associations"`
+	}{props, []assoc{{To: to{n.ContactID}, Types: []assocType{{"HUBSPOT_DEFINED", NoteToContact}}}}}
+	var resp Object
+	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes", nil, req, &resp); err != nil {
+		return Note{}, err
+	}
+	n.ID = resp.ID
+	return n, nil
+}
+
+// EnsureNote creates n unless a note with n.ExternalID already exists, and
+// returns the note that is there either way. It is safe to call again after
+// a timeout whose outcome is unknown: the search finds the committed note,
+// and if the search index lags, the unique property turns the second create
+// into a 409 that names the existing note.
+func (c *Client) EnsureNote(ctx context.Context, n Note) (note Note, created bool, err error) {
+	if existing, found, err := c.SearchNoteByExternalID(ctx, n.ExternalID); err != nil || found {
+		return existing, false, err
+	}
+	note, err = c.CreateNote(ctx, n)
+	if err == nil {
+		return note, true, nil
+	}
+	if id, ok := existingID(err); ok {
+		n.ID = id
+		return n, false, nil
+	}
+	return Note{}, false, err
+}
+
+var existingIDRe = regexp.MustCompile(`Existing ID: ?(\d+)`)
+
+// existingID reads the id HubSpot names in a 409 conflict message.
+func existingID(err error) (string, bool) {
+	var pe *platform.Error
+	if !errors.As(err, &pe) || pe.Status != http.StatusConflict {
+		return "", false
+	}
+	m := existingIDRe.FindStringSubmatch(pe.Msg)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+func noteFrom(o Object) Note {
+	n := Note{
+		ID:         o.ID,
+		Body:       o.Properties["hs_note_body"],
+		OwnerID:    o.Properties["hubspot_owner_id"],
+		ExternalID: o.Properties[ExternalIDProperty],
+	}
+	if t, err := time.Parse(time.RFC3339Nano, o.Properties["hs_timestamp"]); err == nil {
+		n.Timestamp = t
+	} else if ms, err := strconv.ParseInt(o.Properties["hs_timestamp"], 10, 64); err == nil {
+		n.Timestamp = time.UnixMilli(ms).UTC()
+	}
+	return n
+}
+
+// FindContactByEmail returns the contact with email; found is false if none.
+func (c *Client) FindContactByEmail(ctx context.Context, email string) (Contact, bool, error) {
+	objs, err := c.Search(ctx, "contacts", []Filter{{PropertyName: "email", Operator: "EQ", Value: strings.ToLower(email)}}, nil, 10)
+	if err != nil || len(objs) == 0 {
+		return Contact{}, false, err
+	}
+	return Contact(objs[0]), true, nil
+}
+
+// UpsertContact finds the contact by email and updates props on it, or
+// creates it with props if absent.
+func (c *Client) UpsertContact(ctx context.Context, email string, props map[string]string) (Contact, error) {
+	if email == "" {
+		return Contact{}, errors.New("hubspot: empty email")
+	}
+	existing, found, err := c.FindContactByEmail(ctx, email)
+	if err != nil {
+		return Contact{}, err
+	}
+	if found {
+		return c.updateContact(ctx, existing.ID, props)
+	}
+	p := maps.Clone(props)
+	if p == nil {
+		p = map[string]string{}
+	}
+	p["email"] = email
+	var resp Object
+	err = c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/contacts", nil, map[string]any{"properties": p}, &resp)
+	if id, ok := existingID(err); ok {
+		// Created concurrently (or by our own timed-out attempt).
+		return c.updateContact(ctx, id, props)
+	}
+	if err != nil {
+		return Contact{}, err
+	}
+	return Contact(resp), nil
+}
+
+func (c *Client) updateContact(ctx context.Context, id string, props map[string]string) (Contact, error) {
+	if len(props) == 0 {
+		return c.GetContact(ctx, id)
+	}
+	var resp Object
+	if err := c.h.Do(ctx, http.MethodPatch, "/crm/v3/objects/contacts/"+platform.PathEscape(id), nil,
+		map[string]any{"properties": props}, &resp); err != nil {
+		return Contact{}, err
+	}
+	return Contact(resp), nil
+}
+
+// GetContact reads a contact by id; a missing one is a permanent 404 error.
+func (c *Client) GetContact(ctx context.Context, id string) (Contact, error) {
+	var resp Object
+	if err := c.h.Do(ctx, http.MethodGet, "/crm/v3/objects/contacts/"+platform.PathEscape(id), nil, nil, &resp); err != nil {
+		return Contact{}, err
+	}
+	return Contact(resp), nil
+}

@@ -1,0 +1,162 @@
+// Package instantly is a small client for the Instantly API v2: stop a lead's
+// sequence in a campaign, block an address after an unsubscribe, and read a
+// lead back to confirm its state at the source.
+//
+// Endpoints (developer.instantly.ai/api-reference):
+//
+//	POST /api/v2/leads/update-interest-status   lead/update-the-interest-status-of-a-lead
+//	POST /api/v2/block-lists-entries            blocklistentry (schema: bl_value)
+//	POST /api/v2/leads/list                     list leads (campaign, contacts filters)
+//	GET  /api/v2/leads/{id}                     get lead
+//
+// Auth: "Authorization: Bearer <API v2 key>". Instantly has no idempotency
+// key, so every write here is chosen to be naturally repeatable: setting the
+// same interest status twice, or blocking an address already blocked, leaves
+// the same state.
+package instantly
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"exacto.dev/pkg/platform"
+)
+
+// DefaultBaseURL is Instantly's API host.
+const DefaultBaseURL = "https://api.instantly.ai"
+
+// Interest status values (the lead's lt_interest_status). Giving a lead an
+// interest status marks its sequence completed, which stops further steps.
+const (
+	OutOfOffice      = 0
+	Interested       = 1
+	MeetingBooked    = 2
+	MeetingCompleted = 3
+	Won              = 4
+	NotInterested    = -1
+	WrongPerson      = -2
+	Lost             = -3
+)
+
+// Lead status values (the lead's status).
+const (
+	StatusActive       = 1
+	StatusPaused       = 2
+	StatusCompleted    = 3
+	StatusBounced      = -1
+	StatusUnsubscribed = -2
+	StatusSkipped      = -3
+)
+
+// Config configures a Client.
+type Config struct {
+	BaseURL    string // DefaultBaseURL if empty
+	APIKey     string
+	HTTPClient *http.Client
+	Timeout    time.Duration
+}
+
+// Client talks to one Instantly workspace. Safe for concurrent use.
+type Client struct {
+	h platform.HTTP
+}
+
+// New returns a Client for cfg.
+func New(cfg Config) *Client {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	return &Client{h: platform.HTTP{
+		Dependency: "instantly",
+		BaseURL:    cfg.BaseURL,
+		Client:     cfg.HTTPClient,
+		Timeout:    cfg.Timeout,
+		Auth:       platform.Bearer(cfg.APIKey),
+		ErrMsg:     errMsg,
+	}}
+}
+
+func errMsg(body []byte) string {
+	var e struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	return e.Message
+}
+
+// Lead is an Instantly lead.
+type Lead struct {
+	ID             string `json:"id"`
+	Email          string `json:"email"`
+	Campaign       string `json:"campaign"`
+	Status         int    `json:"status"`
+	InterestStatus *int   `json:"lt_interest_status"`
+}
+
+// StopLead gives the lead in campaignID an interest status (e.g.
+// NotInterested, Interested), which completes its sequence so Instantly
+// sends no more steps. Instantly runs it as a background job: confirm with
+// FindLead/GetLead. Repeating the call is harmless.
+func (c *Client) StopLead(ctx context.Context, campaignID, email string, interest int) error {
+	if email == "" {
+		return errors.New("instantly: empty email")
+	}
+	req := struct {
+		LeadEmail     string `json:"lead_email"`
+		InterestValue int    `json:"interest_value"`
+		CampaignID    string `json:"campaign_id,omitempty"`
+	}{email, interest, campaignID}
+	return c.h.Do(ctx, http.MethodPost, "/api/v2/leads/update-interest-status", nil, req, nil)
+}
+
+// Unsubscribe adds email (or a bare domain) to the workspace block list, which
+// stops sends to it from every campaign. An entry that already exists counts
+// as done.
+func (c *Client) Unsubscribe(ctx context.Context, emailOrDomain string) error {
+	if emailOrDomain == "" {
+		return errors.New("instantly: empty block list value")
+	}
+	err := c.h.Do(ctx, http.MethodPost, "/api/v2/block-lists-entries", nil,
+		map[string]string{"bl_value": strings.ToLower(emailOrDomain)}, nil)
+	if platform.StatusOf(err) == http.StatusConflict {
+		return nil
+	}
+	return err
+}
+
+// FindLead returns the lead with email in campaignID; found is false if none.
+func (c *Client) FindLead(ctx context.Context, campaignID, email string) (Lead, bool, error) {
+	req := struct {
+		Campaign string   `json:"campaign,omitempty"`
+		Contacts []string `json:"contacts"`
+		Limit    int      `json:"limit"`
+	}{campaignID, []string{email}, 10}
+	var resp struct {
+		Items []Lead `json:"items"`
+	}
+	if err := c.h.Do(ctx, http.MethodPost, "/api/v2/leads/list", nil, req, &resp); err != nil {
+		return Lead{}, false, err
+	}
+	for _, l := range resp.Items {
+		if strings.EqualFold(l.Email, email) {
+			return l, true, nil
+		}
+	}
+	return Lead{}, false, nil
+}
+
+// GetLead reads a lead by id; a missing one is a permanent 404 error.
+func (c *Client) GetLead(ctx context.Context, id string) (Lead, error) {
+	var l Lead
+	err := c.h.Do(ctx, http.MethodGet, "/api/v2/leads/"+platform.PathEscape(id), nil, nil, &l)
+	return l, err
+}
+
+// Stopped reports whether l will receive no more steps of its sequence.
+func (l Lead) Stopped() bool { return l.Status != StatusActive }

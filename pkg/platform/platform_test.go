@@ -1,0 +1,98 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"exacto.dev/pkg/retry"
+)
+
+func TestClassifyStatuses(t *testing.T) {
+	cases := []struct {
+		status    int
+		transient bool
+	}{
+		{200, false}, {201, false}, {204, false},
+		{400, false}, {401, false}, {403, false}, {404, false}, {409, false}, {422, false},
+		{429, true}, {500, true}, {502, true}, {503, true}, {504, true},
+	}
+	for _, c := range cases {
+		resp := &http.Response{StatusCode: c.status, Header: http.Header{}}
+		err := Classify("dep", resp, nil)
+		if c.status < 300 {
+			if err != nil {
+				t.Errorf("%d: got %v, want nil", c.status, err)
+			}
+			continue
+		}
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Status != c.status || pe.Dependency != "dep" {
+			t.Fatalf("%d: got %#v", c.status, err)
+		}
+		if IsTransient(err) != c.transient {
+			t.Errorf("%d: transient=%v, want %v", c.status, IsTransient(err), c.transient)
+		}
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	resp := &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"3"}}}
+	err := Classify("hubspot", resp, nil)
+	if !IsTransient(err) || RetryAfter(err) != 3*time.Second {
+		t.Errorf("429: %v (after %v)", err, RetryAfter(err))
+	}
+}
+
+func TestClassifyTransport(t *testing.T) {
+	if err := Classify("d", nil, context.DeadlineExceeded); !IsTransient(err) {
+		t.Errorf("deadline: %v", err)
+	}
+	if err := Classify("d", nil, fmt.Errorf("wrapped: %w", context.Canceled)); IsTransient(err) {
+		t.Errorf("canceled should not be transient: %v", err)
+	}
+	// A closed port: connection refused is transient.
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	h := &HTTP{Dependency: "d", BaseURL: url, Timeout: time.Second}
+	if err := h.Do(context.Background(), "GET", "/x", nil, nil, nil); !IsTransient(err) || StatusOf(err) != 0 {
+		t.Errorf("refused: %v", err)
+	}
+}
+
+func TestDoTimeoutAndRedaction(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	h := &HTTP{Dependency: "d", BaseURL: srv.URL, Timeout: 50 * time.Millisecond, Auth: QueryKey("api_key", "s3cret")}
+	err := h.Do(context.Background(), "GET", "/slow", nil, nil, nil)
+	if !IsTransient(err) {
+		t.Fatalf("timeout: %v", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "s3cret") {
+		t.Errorf("key leaked into error: %s", msg)
+	}
+}
+
+// The consumers read a platform error's class through pkg/retry.
+func TestClassForTheConsumers(t *testing.T) {
+	limited := Classify("hubspot", &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {" 3 "}}}, nil)
+	if e := retry.Of(fmt.Errorf("write note: %w", limited)); e.Class != retry.Transient || e.RetryAfter != 3*time.Second || e.Dependency != "hubspot" || e.Status != 429 {
+		t.Fatalf("429: %+v", e)
+	}
+	if e := retry.Of(Classify("instantly", &http.Response{StatusCode: 401, Header: http.Header{}}, nil)); e.Class != retry.Permanent {
+		t.Fatalf("401: %+v", e)
+	}
+}

@@ -1,0 +1,386 @@
+package sandbox
+
+import (
+	"maps"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HubSpot routes (names for SetFault and Requests).
+const (
+	RouteHubSpotNoteCreate    = "hubspot.notes.create"
+	RouteHubSpotNoteSearch    = "hubspot.notes.search"
+	RouteHubSpotContactCreate = "hubspot.contacts.create"
+	RouteHubSpotContactSearch = "hubspot.contacts.search"
+	RouteHubSpotContactGet    = "hubspot.contacts.get"
+	RouteHubSpotContactUpdate = "hubspot.contacts.update"
+)
+
+// The unique custom note property that carries our event id; in a real
+// portal it is created once with hasUniqueValue=true.
+const NoteExternalIDProperty = "exacto_event_id"
+
+// NoteToContactAssociation is HubSpot's HUBSPOT_DEFINED note→contact type.
+const NoteToContactAssociation = 202
+
+// Association is one association written with a note.
+type Association struct {
+	ToID     string
+	TypeID   int
+	Category string
+}
+
+// Object is a stored HubSpot record (note or contact), as the sandbox sees it.
+type Object struct {
+	ID           string
+	Properties   map[string]string
+	CreatedAt    time.Time
+	Associations []Association
+}
+
+type hubspotState struct {
+	nextID    int
+	contacts  []*Object // creation order = search order
+	notes     []*Object
+	searchLag time.Duration
+}
+
+func (h *hubspotState) init() { h.nextID = 1000 }
+
+func (h *hubspotState) id() string {
+	h.nextID++
+	return strconv.Itoa(h.nextID)
+}
+
+func find(objs []*Object, id string) *Object {
+	for _, o := range objs {
+		if o.ID == id {
+			return o
+		}
+	}
+	return nil
+}
+
+func clone(o *Object) Object {
+	c := *o
+	c.Properties = maps.Clone(o.Properties)
+	c.Associations = append([]Association(nil), o.Associations...)
+	return c
+}
+
+// Notes returns a copy of every stored note, in creation order.
+func (s *Server) Notes() []Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Object, 0, len(s.hubspot.notes))
+	for _, n := range s.hubspot.notes {
+		out = append(out, clone(n))
+	}
+	return out
+}
+
+// NotesWithExternalID counts notes carrying externalID.
+func (s *Server) NotesWithExternalID(externalID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, o := range s.hubspot.notes {
+		if o.Properties[NoteExternalIDProperty] == externalID {
+			n++
+		}
+	}
+	return n
+}
+
+// Contacts returns a copy of every stored contact, in creation order.
+func (s *Server) Contacts() []Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Object, 0, len(s.hubspot.contacts))
+	for _, c := range s.hubspot.contacts {
+		out = append(out, clone(c))
+	}
+	return out
+}
+
+// AddContact seeds a contact and returns its id.
+func (s *Server) AddContact(email string, props map[string]string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := maps.Clone(props)
+	if p == nil {
+		p = map[string]string{}
+	}
+	p["email"] = strings.ToLower(email)
+	o := &Object{ID: s.hubspot.id(), Properties: p, CreatedAt: time.Now()}
+	s.hubspot.contacts = append(s.hubspot.contacts, o)
+	return o.ID
+}
+
+// AddNote seeds a note (bypassing the API) and returns its id.
+func (s *Server) AddNote(props map[string]string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := &Object{ID: s.hubspot.id(), Properties: maps.Clone(props), CreatedAt: time.Now()}
+	s.hubspot.notes = append(s.hubspot.notes, o)
+	return o.ID
+}
+
+// SetSearchLag hides objects younger than d from search, as HubSpot's search
+// index trails writes by a few seconds.
+func (s *Server) SetSearchLag(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hubspot.searchLag = d
+}
+
+func (s *Server) hubspotAuth(r *http.Request) bool {
+	return r.Header.Get("Authorization") == "Bearer "+s.opts.HubSpotToken
+}
+
+func hubspotError(w http.ResponseWriter, status int, category, msg string) {
+	writeJSON(w, status, map[string]any{
+		"status": "error", "message": msg, "category": category,
+		"correlationId": "sandbox-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+	})
+}
+
+func hubspotDeny(w http.ResponseWriter, _ *http.Request) {
+	hubspotError(w, http.StatusUnauthorized, "INVALID_AUTHENTICATION",
+		"Authentication credentials not found.")
+}
+
+func (s *Server) mountHubSpot(mux *http.ServeMux) {
+	a, d := s.hubspotAuth, hubspotDeny
+	s.handle(mux, "POST /crm/v3/objects/notes", RouteHubSpotNoteCreate, a, d, s.hsCreateNote)
+	s.handle(mux, "POST /crm/v3/objects/notes/search", RouteHubSpotNoteSearch, a, d, s.hsSearch(func() []*Object { return s.hubspot.notes }))
+	s.handle(mux, "POST /crm/v3/objects/contacts", RouteHubSpotContactCreate, a, d, s.hsCreateContact)
+	s.handle(mux, "POST /crm/v3/objects/contacts/search", RouteHubSpotContactSearch, a, d, s.hsSearch(func() []*Object { return s.hubspot.contacts }))
+	s.handle(mux, "GET /crm/v3/objects/contacts/{id}", RouteHubSpotContactGet, a, d, s.hsGetContact)
+	s.handle(mux, "PATCH /crm/v3/objects/contacts/{id}", RouteHubSpotContactUpdate, a, d, s.hsUpdateContact)
+}
+
+type hsCreateReq struct {
+	Properties   map[string]string `json:"properties"`
+	Associations []struct {
+		To struct {
+			ID string `json:"id"`
+		} `json:"to"`
+		Types []struct {
+			Category string `json:"associationCategory"`
+			TypeID   int    `json:"associationTypeId"`
+		} `json:"types"`
+	} `json:"associations"`
+}
+
+func hsJSON(o *Object) map[string]any {
+	ts := o.CreatedAt.UTC().Format(time.RFC3339Nano)
+	return map[string]any{
+		"id": o.ID, "properties": o.Properties, "createdAt": ts, "updatedAt": ts, "archived": false,
+	}
+}
+
+func (s *Server) hsCreateNote(w http.ResponseWriter, r *http.Request) {
+	var req hsCreateReq
+	if err := readJSON(r, &req); err != nil {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
+		return
+	}
+	if req.Properties["hs_timestamp"] == "" {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Property hs_timestamp is required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ext := req.Properties[NoteExternalIDProperty]; ext != "" {
+		for _, n := range s.hubspot.notes {
+			if n.Properties[NoteExternalIDProperty] == ext {
+				// A unique-value property refuses a second record with the value.
+				hubspotError(w, http.StatusConflict, "CONFLICT",
+					"A note with "+NoteExternalIDProperty+"="+ext+" already exists. Existing ID: "+n.ID)
+				return
+			}
+		}
+	}
+	o := &Object{ID: s.hubspot.id(), Properties: maps.Clone(req.Properties), CreatedAt: time.Now()}
+	for _, as := range req.Associations {
+		for _, t := range as.Types {
+			if t.TypeID != NoteToContactAssociation {
+				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR",
+					"sandbox knows only note-to-contact association type 202, got "+strconv.Itoa(t.TypeID))
+				return
+			}
+			if find(s.hubspot.contacts, as.To.ID) == nil {
+				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "contact "+as.To.ID+" does not exist")
+				return
+			}
+			o.Associations = append(o.Associations, Association{ToID: as.To.ID, TypeID: t.TypeID, Category: t.Category})
+		}
+	}
+	s.hubspot.notes = append(s.hubspot.notes, o)
+	writeJSON(w, http.StatusCreated, hsJSON(o))
+}
+
+func (s *Server) hsCreateContact(w http.ResponseWriter, r *http.Request) {
+	var req hsCreateReq
+	if err := readJSON(r, &req); err != nil {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
+		return
+	}
+	email := strings.ToLower(req.Properties["email"])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if email != "" {
+		for _, c := range s.hubspot.contacts {
+			if c.Properties["email"] == email {
+				hubspotError(w, http.StatusConflict, "CONFLICT", "Contact already exists. Existing ID: "+c.ID)
+				return
+			}
+		}
+	}
+	p := maps.Clone(req.Properties)
+	if p == nil {
+		p = map[string]string{}
+	}
+	if email != "" {
+		p["email"] = email
+	}
+	o := &Object{ID: s.hubspot.id(), Properties: p, CreatedAt: time.Now()}
+	s.hubspot.contacts = append(s.hubspot.contacts, o)
+	writeJSON(w, http.StatusCreated, hsJSON(o))
+}
+
+func (s *Server) hsGetContact(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := find(s.hubspot.contacts, r.PathValue("id"))
+	if c == nil {
+		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "resource not found")
+		return
+	}
+	writeJSON(w, http.StatusOK, hsJSON(c))
+}
+
+func (s *Server) hsUpdateContact(w http.ResponseWriter, r *http.Request) {
+	var req hsCreateReq
+	if err := readJSON(r, &req); err != nil {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := find(s.hubspot.contacts, r.PathValue("id"))
+	if c == nil {
+		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "resource not found")
+		return
+	}
+	for k, v := range req.Properties {
+		if k == "email" {
+			v = strings.ToLower(v)
+		}
+		c.Properties[k] = v
+	}
+	writeJSON(w, http.StatusOK, hsJSON(c))
+}
+
+type hsSearchReq struct {
+	FilterGroups []struct {
+		Filters []struct {
+			PropertyName string `json:"propertyName"`
+			Operator     string `json:"operator"`
+			Value        string `json:"value"`
+		} `json:"filters"`
+	} `json:"filterGroups"`
+	Limit int    `json:"limit"`
+	After string `json:"after"`
+}
+
+// hsSearch serves POST /crm/v3/objects/{type}/search: filter groups are ORed,
+// filters within a group ANDed; paging is by an opaque "after" cursor.
+func (s *Server) hsSearch(objs func() []*Object) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req hsSearchReq
+		if err := readJSON(r, &req); err != nil {
+			hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
+			return
+		}
+		if req.Limit == 0 {
+			req.Limit = 10
+		}
+		if req.Limit < 0 || req.Limit > 200 {
+			hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "limit must be between 1 and 200")
+			return
+		}
+		offset := 0
+		if req.After != "" {
+			n, err := strconv.Atoi(req.After)
+			if err != nil || n < 0 {
+				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "invalid after cursor")
+				return
+			}
+			offset = n
+		}
+		for _, g := range req.FilterGroups {
+			for _, f := range g.Filters {
+				switch f.Operator {
+				case "EQ", "NEQ", "HAS_PROPERTY", "NOT_HAS_PROPERTY":
+				default:
+					hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "sandbox does not support operator "+f.Operator)
+					return
+				}
+			}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		cutoff := time.Now().Add(-s.hubspot.searchLag)
+		var hits []*Object
+		for _, o := range objs() {
+			if s.hubspot.searchLag > 0 && o.CreatedAt.After(cutoff) {
+				continue
+			}
+			if matches(o, req) {
+				hits = append(hits, o)
+			}
+		}
+		resp := map[string]any{"total": len(hits)}
+		results := []map[string]any{}
+		end := min(offset+req.Limit, len(hits))
+		for i := offset; i < end; i++ {
+			results = append(results, hsJSON(hits[i]))
+		}
+		resp["results"] = results
+		if end < len(hits) {
+			next := strconv.Itoa(end)
+			resp["paging"] = map[string]any{"next": map[string]any{"after": next, "link": "?after=" + next}}
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+func matches(o *Object, req hsSearchReq) bool {
+	if len(req.FilterGroups) == 0 {
+		return true
+	}
+	for _, g := range req.FilterGroups {
+		ok := true
+		for _, f := range g.Filters {
+			v, has := o.Properties[f.PropertyName]
+			switch f.Operator {
+			case "EQ":
+				ok = ok && has && strings.EqualFold(v, f.Value)
+			case "NEQ":
+				ok = ok && !strings.EqualFold(v, f.Value)
+			case "HAS_PROPERTY":
+				ok = ok && has && v != ""
+			case "NOT_HAS_PROPERTY":
+				ok = ok && (!has || v == "")
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}

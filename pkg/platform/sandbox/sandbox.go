@@ -1,0 +1,299 @@
+// Package sandbox is a loopback stand-in for the HubSpot, Instantly and
+// Smartlead APIs. One http.Server mounts all three under their documented
+// paths, keeps state in memory, checks credentials, counts requests per route
+// and injects faults on demand, so clients can be tested against real HTTP
+// without reaching the providers.
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Credentials the sandbox accepts unless Options say otherwise.
+const (
+	HubSpotToken = "hs-sandbox-token"
+	InstantlyKey = "instantly-sandbox-key"
+	SmartleadKey = "smartlead-sandbox-key"
+)
+
+// Options configure a Server. Zero values take the defaults above.
+type Options struct {
+	HubSpotToken string
+	InstantlyKey string
+	SmartleadKey string
+}
+
+// Fault is injected into the next Count requests of a route (all of them if
+// Count is 0) until cleared.
+type Fault struct {
+	Latency    time.Duration // sleep before handling
+	Status     int           // answer with this status instead of handling (429/500/503/400…)
+	RetryAfter time.Duration // sent as Retry-After seconds with Status (or DownFor's 503)
+	// TimeoutAfterCommit applies the write, then holds the response this long
+	// (or until the client hangs up), so the client times out after the
+	// effect happened: the ambiguous case idempotency must survive.
+	TimeoutAfterCommit time.Duration
+	// DownFor answers 503 (or Status, if set) to every request for this long
+	// after the fault is set, regardless of Count.
+	DownFor time.Duration
+	Count   int
+}
+
+type activeFault struct {
+	Fault
+	left  int // remaining applications; -1 = unlimited
+	until time.Time
+}
+
+// Server is the sandbox. Its methods are safe for concurrent use.
+type Server struct {
+	URL string // base URL, e.g. http://127.0.0.1:54321
+
+	opts Options
+	srv  *http.Server
+	ln   net.Listener
+
+	mu       sync.Mutex
+	faults   map[string]*activeFault
+	counts   map[string]int
+	last     map[string]time.Time
+	hubspot  hubspotState
+	inst     instantlyState
+	smart    smartleadState
+	stopping chan struct{}
+}
+
+// TB is the part of testing.TB that Start needs.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+}
+
+// Start runs a Server on 127.0.0.1:0 and closes it when the test ends.
+func Start(tb TB) *Server {
+	tb.Helper()
+	s, err := Listen(Options{})
+	if err != nil {
+		tb.Fatalf("sandbox: %v", err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Listen runs a Server on 127.0.0.1:0; call Close when done.
+func Listen(opts Options) (*Server, error) {
+	if opts.HubSpotToken == "" {
+		opts.HubSpotToken = HubSpotToken
+	}
+	if opts.InstantlyKey == "" {
+		opts.InstantlyKey = InstantlyKey
+	}
+	if opts.SmartleadKey == "" {
+		opts.SmartleadKey = SmartleadKey
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		URL:      "http://" + ln.Addr().String(),
+		opts:     opts,
+		ln:       ln,
+		faults:   map[string]*activeFault{},
+		counts:   map[string]int{},
+		last:     map[string]time.Time{},
+		stopping: make(chan struct{}),
+	}
+	s.hubspot.init()
+	s.inst.init()
+	s.smart.init()
+	mux := http.NewServeMux()
+	s.mountHubSpot(mux)
+	s.mountInstantly(mux)
+	s.mountSmartlead(mux)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Close stops the server, releasing requests held by faults.
+func (s *Server) Close() {
+	select {
+	case <-s.stopping:
+		return
+	default:
+		close(s.stopping)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		_ = s.srv.Close()
+	}
+}
+
+// SetFault injects f into route (one of the Route* constants).
+func (s *Server) SetFault(route string, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	af := &activeFault{Fault: f, left: f.Count}
+	if f.Count <= 0 {
+		af.left = -1
+	}
+	if f.DownFor > 0 {
+		af.until = time.Now().Add(f.DownFor)
+	}
+	s.faults[route] = af
+}
+
+// ClearFault removes route's fault; ClearFaults removes all.
+func (s *Server) ClearFault(route string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.faults, route)
+}
+
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.faults)
+}
+
+// Requests is how many requests route has received, faulted or not.
+func (s *Server) Requests(route string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[route]
+}
+
+// TotalRequests is the number of requests across all routes.
+func (s *Server) TotalRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.counts {
+		n += c
+	}
+	return n
+}
+
+// LastRequest is when route last received a request (zero if never), so a
+// test can assert that a client stayed quiet for a while.
+func (s *Server) LastRequest(route string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last[route]
+}
+
+// take counts a request and returns the fault to apply to it, if any.
+func (s *Server) take(route string) *Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counts[route]++
+	s.last[route] = time.Now()
+	af := s.faults[route]
+	if af == nil {
+		return nil
+	}
+	if af.DownFor > 0 {
+		if time.Now().Before(af.until) {
+			f := af.Fault
+			if f.Status == 0 {
+				f.Status = http.StatusServiceUnavailable
+			}
+			return &f
+		}
+		delete(s.faults, route)
+		return nil
+	}
+	if af.left == 0 {
+		delete(s.faults, route)
+		return nil
+	}
+	if af.left > 0 {
+		af.left--
+	}
+	f := af.Fault
+	if af.left == 0 {
+		delete(s.faults, route)
+	}
+	return &f
+}
+
+// authFunc reports whether a request carries the right credential.
+type authFunc func(*http.Request) bool
+
+// handle mounts h at pattern under route, wrapped with counting, faults and
+// auth. Faults act before auth, as an edge proxy or rate limiter would.
+func (s *Server) handle(mux *http.ServeMux, pattern, route string, auth authFunc, deny http.HandlerFunc, h http.HandlerFunc) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		f := s.take(route)
+		if f != nil && f.Latency > 0 && !s.sleep(r.Context(), f.Latency) {
+			return
+		}
+		if f != nil && f.Status != 0 {
+			if f.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int(f.RetryAfter/time.Second)))
+			}
+			writeJSON(w, f.Status, map[string]any{"status": "error", "message": "sandbox fault " + strconv.Itoa(f.Status)})
+			return
+		}
+		if !auth(r) {
+			deny(w, r)
+			return
+		}
+		if f != nil && f.TimeoutAfterCommit > 0 {
+			rec := httptest.NewRecorder()
+			h(rec, r) // commit
+			s.sleep(r.Context(), f.TimeoutAfterCommit)
+			copyRecorded(w, rec) // usually nobody is listening any more
+			return
+		}
+		h(w, r)
+	})
+}
+
+// sleep waits d; false if the client left or the server is stopping first.
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.stopping:
+		return false
+	}
+}
+
+func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// readJSON decodes a bounded request body into v.
+func readJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	if err := dec.Decode(v); err != nil {
+		return errors.New("invalid JSON body: " + err.Error())
+	}
+	return nil
+}

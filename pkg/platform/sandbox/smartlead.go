@@ -1,0 +1,216 @@
+package sandbox
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Smartlead routes (names for SetFault and Requests).
+const (
+	RouteSmartleadPause          = "smartlead.campaign-lead.pause"
+	RouteSmartleadUnsubscribe    = "smartlead.campaign-lead.unsubscribe"
+	RouteSmartleadUnsubscribeAll = "smartlead.lead.unsubscribe"
+	RouteSmartleadLeadByEmail    = "smartlead.leads.by-email"
+	RouteSmartleadCampaignLeads  = "smartlead.campaign.leads"
+)
+
+// SmartleadLead is a lead in one campaign as the sandbox stores it.
+type SmartleadLead struct {
+	LeadID       int64
+	CampaignID   int64
+	MapID        int64
+	Email        string
+	Status       string // "STARTED", "INPROGRESS", "PAUSED", "COMPLETED", …
+	Unsubscribed bool
+}
+
+type smartleadState struct {
+	nextID  int64
+	leads   map[string]int64 // email → lead id
+	members []*SmartleadLead // campaign memberships, in insertion order
+	global  map[int64]bool   // unsubscribed from all campaigns
+}
+
+func (st *smartleadState) init() {
+	st.nextID = 5000
+	st.leads = map[string]int64{}
+	st.global = map[int64]bool{}
+}
+
+// AddSmartleadLead seeds email as a started lead of campaignID and returns
+// its lead id (the same id across campaigns).
+func (s *Server) AddSmartleadLead(campaignID int64, email string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	email = strings.ToLower(email)
+	id, ok := s.smart.leads[email]
+	if !ok {
+		s.smart.nextID++
+		id = s.smart.nextID
+		s.smart.leads[email] = id
+	}
+	s.smart.nextID++
+	s.smart.members = append(s.smart.members, &SmartleadLead{
+		LeadID: id, CampaignID: campaignID, MapID: s.smart.nextID, Email: email, Status: "STARTED",
+	})
+	return id
+}
+
+// SmartleadLeadState returns lead's membership in campaign.
+func (s *Server) SmartleadLeadState(campaignID, leadID int64) (SmartleadLead, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.smart.member(campaignID, leadID); m != nil {
+		return *m, true
+	}
+	return SmartleadLead{}, false
+}
+
+// SmartleadUnsubscribedAll reports whether lead was unsubscribed globally.
+func (s *Server) SmartleadUnsubscribedAll(leadID int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.smart.global[leadID]
+}
+
+func (st *smartleadState) member(campaignID, leadID int64) *SmartleadLead {
+	for _, m := range st.members {
+		if m.CampaignID == campaignID && m.LeadID == leadID {
+			return m
+		}
+	}
+	return nil
+}
+
+func (s *Server) smartleadAuth(r *http.Request) bool {
+	return r.URL.Query().Get("api_key") == s.opts.SmartleadKey
+}
+
+func smartleadError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": msg})
+}
+
+func smartleadDeny(w http.ResponseWriter, _ *http.Request) {
+	smartleadError(w, http.StatusUnauthorized, "Invalid API key")
+}
+
+func (s *Server) mountSmartlead(mux *http.ServeMux) {
+	a, d := s.smartleadAuth, smartleadDeny
+	s.handle(mux, "POST /api/v1/campaigns/{cid}/leads/{lid}/pause", RouteSmartleadPause, a, d, s.slMember(func(m *SmartleadLead) {
+		if m.Status != "COMPLETED" {
+			m.Status = "PAUSED"
+		}
+	}))
+	s.handle(mux, "POST /api/v1/campaigns/{cid}/leads/{lid}/unsubscribe", RouteSmartleadUnsubscribe, a, d, s.slMember(func(m *SmartleadLead) {
+		m.Unsubscribed = true
+	}))
+	s.handle(mux, "POST /api/v1/leads/{lid}/unsubscribe", RouteSmartleadUnsubscribeAll, a, d, s.slUnsubscribeAll)
+	s.handle(mux, "GET /api/v1/leads/{$}", RouteSmartleadLeadByEmail, a, d, s.slByEmail)
+	s.handle(mux, "GET /api/v1/campaigns/{cid}/leads", RouteSmartleadCampaignLeads, a, d, s.slCampaignLeads)
+}
+
+func pathInt(r *http.Request, name string) (int64, bool) {
+	n, err := strconv.ParseInt(r.PathValue(name), 10, 64)
+	return n, err == nil && n > 0
+}
+
+// slMember applies change to a campaign membership; repeating it is a no-op.
+func (s *Server) slMember(change func(*SmartleadLead)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		cid, ok1 := pathInt(r, "cid")
+		lid, ok2 := pathInt(r, "lid")
+		if !ok1 || !ok2 {
+			smartleadError(w, http.StatusBadRequest, "campaign_id and lead_id must be numbers")
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		m := s.smart.member(cid, lid)
+		if m == nil {
+			smartleadError(w, http.StatusNotFound, "Lead not found in campaign")
+			return
+		}
+		change(m)
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "data": "success"})
+	}
+}
+
+func (s *Server) slUnsubscribeAll(w http.ResponseWriter, r *http.Request) {
+	lid, ok := pathInt(r, "lid")
+	if !ok {
+		smartleadError(w, http.StatusBadRequest, "lead_id must be a number")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	found := false
+	for _, m := range s.smart.members {
+		if m.LeadID == lid {
+			m.Unsubscribed, found = true, true
+		}
+	}
+	if !found {
+		smartleadError(w, http.StatusNotFound, "Lead not found")
+		return
+	}
+	s.smart.global[lid] = true
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+func (s *Server) slByEmail(w http.ResponseWriter, r *http.Request) {
+	email := strings.ToLower(r.URL.Query().Get("email"))
+	if email == "" {
+		smartleadError(w, http.StatusBadRequest, "email is required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.smart.leads[email]
+	if !ok {
+		writeJSON(w, http.StatusOK, map[string]any{}) // Smartlead answers {} for no lead
+		return
+	}
+	camps := []map[string]any{}
+	for _, m := range s.smart.members {
+		if m.LeadID == id {
+			camps = append(camps, map[string]any{"campaign_id": m.CampaignID, "campaign_lead_map_id": m.MapID})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": id, "email": email, "is_unsubscribed": s.smart.global[id], "lead_campaign_data": camps,
+	})
+}
+
+func (s *Server) slCampaignLeads(w http.ResponseWriter, r *http.Request) {
+	cid, ok := pathInt(r, "cid")
+	if !ok {
+		smartleadError(w, http.StatusBadRequest, "campaign_id must be a number")
+		return
+	}
+	q := r.URL.Query()
+	offset, _ := strconv.Atoi(q.Get("offset"))
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	if limit <= 0 || limit > 100 {
+		limit = 100
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var all []*SmartleadLead
+	for _, m := range s.smart.members {
+		if m.CampaignID == cid {
+			all = append(all, m)
+		}
+	}
+	data := []map[string]any{}
+	for i := max(offset, 0); i < len(all) && len(data) < limit; i++ {
+		m := all[i]
+		data = append(data, map[string]any{
+			"campaign_lead_map_id": m.MapID, "status": m.Status,
+			"lead": map[string]any{"id": m.LeadID, "email": m.Email, "is_unsubscribed": m.Unsubscribed || s.smart.global[m.LeadID]},
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"total_leads": strconv.Itoa(len(all)), "offset": offset, "limit": limit, "data": data,
+	})
+}
