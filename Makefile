@@ -1,7 +1,7 @@
 # Exacto: `make run` starts the whole pipeline on an embedded NATS server; `make test`
 # runs every test that runs here, plus vet and gofmt checks.
 GO      ?= go
-MODULES := pkg services/exacto services/gateway services/suppressor tests
+MODULES := pkg services/classifier services/exacto services/gateway services/suppressor tests
 BIN     := bin/exacto
 
 STATICCHECK := bin/staticcheck

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"exacto.dev/pkg/providers/providertest"
 	"exacto.dev/pkg/providers/stripe"
 )
 
@@ -27,7 +28,7 @@ func TestDemoUpSendStoresOne(t *testing.T) {
 	if !strings.Contains(n.out.String(), "point providers at") {
 		t.Fatalf("banner missing:\n%s", n.out.String())
 	}
-	send := []string{"send", "--provider", "instantly", "--event", "reply_received", "--at", "2026-12-02T10:00:00Z", "--to", "http://" + n.http + "/hooks/instantly/demo-instantly-token"}
+	send := []string{"send", "--provider", "instantly", "--event", "email_opened", "--at", "2026-12-02T10:00:00Z", "--to", "http://" + n.http + "/hooks/instantly/demo-instantly-token"}
 	out, err := n.run(send...)
 	if err != nil || !strings.HasPrefix(out, "200 ") {
 		t.Fatalf("exacto send: %v\n%s", err, out)
@@ -352,4 +353,66 @@ func TestUpSuppressesAnUnsubscribe(t *testing.T) {
 		t.Fatalf("resume: %v %s", err, out)
 	}
 	waitStatus(held, "completed")
+}
+
+// A reply asking to be left alone: the classifier labels it, its reply.classified is
+// stored (schema-valid, once), and the suppressor suppresses the contact from it.
+func TestUpClassifiesAReplyAndSuppressesOnRequest(t *testing.T) {
+	n := newNode(t, "")
+	n.start()
+	body := `{"timestamp":"2026-12-02T10:00:00.000Z","event_type":"reply_received","workspace":"ws_1","campaign_id":"cmp_1","campaign_name":"Q4","lead_email":"Rosa.Diaz@example.com","email_account":"sam@outbound.example","step":2,"variant":1,"email_id":"em_77","reply_subject":"Re: quick question","reply_text":"Please remove me from your list. I do not want any more emails.\n\nOn Mon, Dec 1, 2026 Sam wrote:\n> Hi Rosa, quick question"}`
+	req, _ := http.NewRequest(http.MethodPost, "http://"+n.http+"/hooks/instantly/demo-instantly-token", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Exacto-Secret", "demo-instantly-secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("webhook: %d", resp.StatusCode)
+	}
+	js := n.js()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, "EXACTO_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	var classified []byte
+	for classified == nil && time.Now().Before(deadline) {
+		if m, err := st.GetLastMsgForSubject(ctx, "events.demo.instantly.reply.classified"); err == nil {
+			classified = m.Data
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if classified == nil {
+		t.Fatalf("no reply.classified stored\n%s", n.out.String())
+	}
+	if err := providertest.Validate(classified); err != nil {
+		t.Fatalf("reply.classified: %v\n%s", err, classified)
+	}
+	var env struct {
+		Data struct {
+			Classification struct{ Label, Action string } `json:"classification"`
+		} `json:"data"`
+	}
+	json.Unmarshal(classified, &env)
+	if env.Data.Classification.Label != "unsubscribe_request" || env.Data.Classification.Action != "suppress" {
+		t.Fatalf("classification: %s", classified)
+	}
+	kv, _ := js.KeyValue(ctx, "EXACTO_SUPPRESSION")
+	for {
+		keys, _ := kv.Keys(ctx)
+		if len(keys) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not suppressed: %v", keys)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c := storedIDs(t, js); len(c) != 2 {
+		t.Fatalf("the stream holds %d events, want the reply and its classification", len(c))
+	}
 }

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	exacto.dev/pkg v0.0.0
+	exacto.dev/services/classifier v0.0.0
 	exacto.dev/services/gateway v0.0.0
 	exacto.dev/services/suppressor v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
@@ -55,6 +56,7 @@ require (
 
 replace (
 	exacto.dev/pkg => ../../pkg
+	exacto.dev/services/classifier => ../classifier
 	exacto.dev/services/gateway => ../gateway
 	exacto.dev/services/suppressor => ../suppressor
 )

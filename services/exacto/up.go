@@ -126,7 +126,7 @@ func banner(cfg *config.Config, conn *broker.Conn, httpAddr, adminAddr string) {
 	}
 	if demo {
 		e := cfg.Tenants[0].Endpoints[0]
-		fmt.Fprintf(w, "  try it:\n    exacto send --provider %s --event reply_received --to http://%s/hooks/%s/%s\n", e.Provider, httpAddr, e.ID, e.PathToken.Value)
+		fmt.Fprintf(w, "  try it:\n    exacto send --provider %s --event email_opened --to http://%s/hooks/%s/%s\n", e.Provider, httpAddr, e.ID, e.PathToken.Value)
 		fmt.Fprintf(w, "  (demo config: its secrets are public; write exacto.yaml for real traffic)\n")
 	}
 }

@@ -17,11 +17,13 @@ import (
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
+	classifier "exacto.dev/services/classifier/handler"
 	suppressor "exacto.dev/services/suppressor/handler"
 )
 
 // workers are the consumer services this binary runs, by name.
 var workers = map[string]func(context.Context, *service.Env) error{
+	stream.Classifier: classifier.Run,
 	stream.Suppressor: suppressor.Run,
 }
 

@@ -33,6 +33,15 @@ func Reason(env envelope.Envelope) string {
 			return ""
 		}
 		return Bounced
+	case envelope.TypeReplyClassified:
+		// The person asked to be left alone, or the "reply" was a bounce notice.
+		switch c := env.Data.Classification; {
+		case c == nil:
+		case c.Label == "unsubscribe_request":
+			return DoNotContact
+		case c.Label == "bounce_notice":
+			return Bounced
+		}
 	}
 	return ""
 }

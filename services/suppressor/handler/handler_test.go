@@ -24,6 +24,9 @@ func TestWhatSuppresses(t *testing.T) {
 		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact}}, Bounced},
 		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact, Bounce: &envelope.Bounce{Kind: "soft"}}}, ""},
 		{envelope.Envelope{Type: envelope.TypeReplyReceived, Data: envelope.Data{Contact: contact}}, ""},
+		{envelope.Envelope{Type: envelope.TypeReplyClassified, Data: envelope.Data{Contact: contact, Classification: &envelope.Classification{Label: "unsubscribe_request"}}}, DoNotContact},
+		{envelope.Envelope{Type: envelope.TypeReplyClassified, Data: envelope.Data{Contact: contact, Classification: &envelope.Classification{Label: "bounce_notice"}}}, Bounced},
+		{envelope.Envelope{Type: envelope.TypeReplyClassified, Data: envelope.Data{Contact: contact, Classification: &envelope.Classification{Label: "interested"}}}, ""},
 	}
 	for _, c := range cases {
 		if got := Reason(c.env); got != c.want {

@@ -1,0 +1,56 @@
+// Package handler is the classifier service: every human reply (e-mail or chat) gets a
+// label with evidence, confidence and language, published back onto the stream as
+// reply.classified. It never books or sends anything: the label suggests an action,
+// and below the confidence threshold the action is human_review.
+package handler
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/classify"
+	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/service"
+	"exacto.dev/pkg/stream"
+)
+
+// Version names the shipped classifier in every classification it makes.
+const Version = "rules/1"
+
+// New returns the classifier's handler.
+func New(js jetstream.JetStream, c classify.Classifier) consumer.Handler {
+	return func(ctx context.Context, ev consumer.Event) error {
+		env := ev.Envelope
+		text := ""
+		if m := env.Data.Message; m != nil {
+			text = m.Text
+			if text == "" {
+				text = m.Subject // a reply whose body did not come through: the subject is all there is
+			}
+		}
+		res, err := c.Classify(ctx, text, "")
+		if err != nil {
+			return err
+		}
+		derived := envelope.Derive(env, stream.Classifier, envelope.TypeReplyClassified, envelope.Data{
+			ProviderType: envelope.TypeReplyClassified,
+			Classification: &envelope.Classification{Label: res.Label, Confidence: res.Confidence, Evidence: res.Evidence,
+				Language: res.Language, Action: res.Action, Classifier: Version},
+		}, time.Now())
+		return consumer.PublishDerived(ctx, js, derived)
+	}
+}
+
+// Run runs the classifier's consumer until ctx ends.
+func Run(ctx context.Context, env *service.Env) error {
+	nc, err := env.Conn.Dial("exacto-" + stream.Classifier)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	sub, _ := stream.SubscriptionOf(stream.Classifier)
+	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(env.Conn.JS, classify.New()), Log: env.Log})
+}
