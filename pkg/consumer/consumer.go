@@ -21,7 +21,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"exacto.dev/pkg/envelope"
@@ -32,6 +34,10 @@ import (
 )
 
 var tracer = telemetry.Tracer("consumer")
+
+// deadLetters counts dead letters: alert on any increase.
+var deadLetters, _ = otel.Meter("exacto/consumer").Int64Counter("exacto_dead_letters",
+	metric.WithDescription("events dead-lettered, by consumer, tenant, provider, type and error class"))
 
 // Event is one delivery as a handler sees it.
 type Event struct {
@@ -291,8 +297,12 @@ func (r *runner) deadLetter(ctx context.Context, env envelope.Envelope, raw []by
 	if env.ID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, "dlq."+r.o.Sub.Durable+"."+env.ID)
 	}
-	_, err = r.js.PublishMsg(ctx, msg)
-	return err
+	if _, err = r.js.PublishMsg(ctx, msg); err != nil {
+		return err
+	}
+	deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", r.o.Sub.Durable), attribute.String("tenant", env.Tenant),
+		attribute.String("provider", env.Provider), attribute.String("type", env.Type), attribute.String("class", class.String())))
+	return nil
 }
 
 // Outcome is one status change of an event in a consumer.

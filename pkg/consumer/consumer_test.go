@@ -12,6 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
@@ -171,6 +174,8 @@ func TestTransientRetriedThenCompleted(t *testing.T) {
 
 // A permanent error is dead-lettered after one attempt, with its reason and owner.
 func TestPermanentDeadLetteredAtOnce(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	conn := brokertest.Start(t, "")
 	var fx effects
 	run(t, conn, func(ctx context.Context, ev Event) error {
@@ -187,6 +192,24 @@ func TestPermanentDeadLetteredAtOnce(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // no redelivery follows
 	if fx.get(id) != 1 || status(t, conn, id).Status != guard.DeadLetter {
 		t.Fatalf("calls %d, status %s", fx.get(id), status(t, conn, id).Status)
+	}
+	// The alert metric counted it.
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var counted int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "exacto_dead_letters" {
+				for _, dp := range sum.DataPoints {
+					counted += dp.Value
+				}
+			}
+		}
+	}
+	if counted != 1 {
+		t.Fatalf("exacto_dead_letters counted %d", counted)
 	}
 }
 
