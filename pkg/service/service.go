@@ -6,10 +6,13 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"exacto.dev/pkg/admin"
 	"exacto.dev/pkg/broker"
@@ -78,4 +81,20 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 func (e *Env) Close() {
 	e.adminSrv.Close()
 	e.Conn.Close()
+}
+
+// Main is the main of a one-part binary (services/NAME): start against
+// EXACTO_NATS_URL, run until SIGINT or SIGTERM, exit 1 with the error on failure.
+func Main(name string, run func(context.Context, *Env) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	env, err := Start(ctx, Options{Name: "exacto-" + name})
+	if err == nil {
+		err = run(ctx, env)
+		env.Close()
+	}
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
 }

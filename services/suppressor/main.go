@@ -3,27 +3,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"exacto.dev/pkg/service"
-	"exacto.dev/pkg/stream"
 	"exacto.dev/services/suppressor/handler"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	env, err := service.Start(ctx, service.Options{Name: "exacto-" + stream.Suppressor})
-	if err == nil {
-		defer env.Close()
-		err = handler.Run(ctx, env)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "suppressor:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main("suppressor", handler.Run) }
