@@ -322,8 +322,9 @@ func (r *runner) outcome(ctx context.Context, env envelope.Envelope, rec guard.R
 	data, _ := json.Marshal(Outcome{Consumer: r.o.Sub.Durable, EventID: env.ID, Status: rec.Status, Attempts: rec.Attempts,
 		LastError: rec.LastError, NextAttemptAt: rec.NextAttemptAt, At: time.Now().UTC()})
 	subj := stream.OutcomeSubject(r.o.Sub.Durable, token(env.Tenant), token(env.Provider), token(env.Type))
-	if _, err := r.js.Publish(ctx, subj, data); err != nil {
-		r.o.Log.Warn("outcome not published", "consumer", r.o.Sub.Durable, "id", env.ID, "status", rec.Status, "err", errors.Unwrap(err))
+	// Asynchronous: the handler does not wait for an outcome's fsync.
+	if _, err := r.js.PublishAsync(subj, data); err != nil {
+		r.o.Log.Warn("outcome not published", "consumer", r.o.Sub.Durable, "id", env.ID, "status", rec.Status, "err", err)
 	}
 }
 
