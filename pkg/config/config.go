@@ -11,11 +11,13 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/registry"
 )
@@ -67,7 +69,25 @@ type Gateway struct {
 type Tenant struct {
 	ID        string     `yaml:"id"`
 	Endpoints []Endpoint `yaml:"endpoints"`
-	Line      int        `yaml:"-"`
+	// Owners says who answers for a dead letter, by event type ("default" for the
+	// rest): a team, a person or an on-call alias.
+	Owners map[string]string `yaml:"owners"`
+	Line   int               `yaml:"-"`
+}
+
+// Owner is who answers for tenant's dead letters of event type typ ("" if nobody is
+// configured).
+func (c *Config) Owner(tenant, typ string) string {
+	for _, t := range c.Tenants {
+		if t.ID != tenant {
+			continue
+		}
+		if o, ok := t.Owners[typ]; ok {
+			return o
+		}
+		return t.Owners["default"]
+	}
+	return ""
 }
 
 // Endpoint is one provider account posting to one URL.
@@ -360,6 +380,11 @@ func (c *Config) Validate() error {
 			fail(t.Line, "tenant %q is declared twice", t.ID)
 		}
 		tenants[t.ID] = true
+		for typ := range t.Owners {
+			if typ != "default" && !slices.Contains(envelope.AllTypes, typ) {
+				fail(t.Line, "tenant %s: owners: %q is not an event type (or default)", t.ID, typ)
+			}
+		}
 		for _, e := range t.Endpoints {
 			if !idPattern.MatchString(e.ID) {
 				fail(e.Line, "endpoint id %q: want [a-z0-9-]", e.ID)

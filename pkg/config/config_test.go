@@ -166,3 +166,18 @@ func without(m map[string]string, key string) map[string]string {
 	}
 	return out
 }
+
+func TestOwners(t *testing.T) {
+	doc := strings.Replace(good, "  - id: acme\n", "  - id: acme\n    owners: {default: revops@acme.example, reply.received: sdr-team}\n", 1)
+	c, err := Parse([]byte(doc), "f", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Owner("acme", "reply.received") != "sdr-team" || c.Owner("acme", "email.bounced") != "revops@acme.example" || c.Owner("globex", "reply.received") != "" {
+		t.Fatalf("owners: %q %q", c.Owner("acme", "reply.received"), c.Owner("acme", "email.bounced"))
+	}
+	bad := strings.Replace(good, "  - id: acme\n", "  - id: acme\n    owners: {replies: sdr-team}\n", 1)
+	if _, err := Parse([]byte(bad), "f", env(goodEnv)); err == nil || !strings.Contains(err.Error(), `owners: "replies" is not an event type`) {
+		t.Fatalf("unknown owner type: %v", err)
+	}
+}

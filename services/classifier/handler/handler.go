@@ -52,5 +52,5 @@ func Run(ctx context.Context, env *service.Env) error {
 	}
 	defer nc.Close()
 	sub, _ := stream.SubscriptionOf(stream.Classifier)
-	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(env.Conn.JS, classify.New()), Log: env.Log})
+	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(env.Conn.JS, classify.New()), Owner: env.Config.Owner, Log: env.Log})
 }

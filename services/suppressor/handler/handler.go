@@ -75,5 +75,5 @@ func Run(ctx context.Context, env *service.Env) error {
 	}
 	defer nc.Close()
 	sub, _ := stream.SubscriptionOf(stream.Suppressor)
-	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(suppression.New(kv)), Log: env.Log})
+	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(suppression.New(kv)), Owner: env.Config.Owner, Log: env.Log})
 }
