@@ -173,7 +173,10 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	if err := json.Unmarshal(m.Payload, &env); err != nil || env.ID == "" {
 		// Not an envelope: nothing to guard, nothing to retry.
 		r.o.Log.Error("undecodable event", "consumer", r.o.Sub.Durable, "seq", m.Metadata.Get(mdSeq), "err", err)
-		r.deadLetter(ctx, env, m.Payload, fmt.Errorf("not an envelope: %v", err), retry.Permanent, guard.Record{Attempts: delivered})
+		if derr := r.deadLetter(ctx, env, m.Payload, fmt.Errorf("not an envelope: %v", err), retry.Permanent, guard.Record{Attempts: delivered}); derr != nil {
+			m.Nack() // not in the DLQ yet: keep it in the stream
+			return
+		}
 		m.Ack()
 		return
 	}
@@ -239,14 +242,18 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	r.o.Pacer.Observe(herr)
 	class := retry.Of(herr).Class
 	if class == retry.Permanent || a.Record.Attempts >= r.o.Sub.MaxDeliver {
-		if err := r.guard.Fail(ctx, &a, herr, false, time.Time{}); err != nil {
-			r.o.Log.Warn("guard fail", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
-		}
+		// The dead letter is stored before the guard says so: if it cannot be, the
+		// event stays retryable and in the stream, never marked dead and lost.
 		if err := r.deadLetter(ctx, env, m.Payload, herr, class, a.Record); err != nil {
-			// The dead letter is not stored: keep the event in the stream instead.
 			r.o.Log.Warn("dead letter not stored; redelivering", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+			if err := r.guard.Fail(ctx, &a, herr, true, time.Now()); err != nil {
+				r.o.Log.Warn("guard fail", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+			}
 			m.Nack()
 			return
+		}
+		if err := r.guard.Fail(ctx, &a, herr, false, time.Time{}); err != nil {
+			r.o.Log.Warn("guard fail", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
 		m.Ack()

@@ -421,3 +421,30 @@ func TestRetryAfterPausesTheDependency(t *testing.T) {
 		t.Fatalf("%d dead letters", n)
 	}
 }
+
+// While the DLQ cannot be written, a permanently failing event is not marked dead: it
+// stays in the stream, retryable, and lands in the DLQ once it can.
+func TestDeadLetterNotLostWhenTheDLQIsAway(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	if err := conn.JS.DeleteStream(ctx, stream.DLQ); err != nil {
+		t.Fatal(err)
+	}
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		fx.add(ev.Envelope.ID)
+		return retry.Permanently("hubspot", errors.New("400 invalid"))
+	}, func(o *Options) { o.Sub.MaxDeliver = 100 })
+	id := publish(t, conn, 1)[0]
+	waitFor(t, "two attempts", func() bool { return fx.get(id) >= 2 })
+	if s := status(t, conn, id).Status; s == guard.DeadLetter || s == guard.Completed {
+		t.Fatalf("marked %s while its dead letter could not be stored", s)
+	}
+	if err := stream.Ensure(ctx, conn.JS, brokertest.Topology); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dead letter once the DLQ is back", func() bool { return status(t, conn, id).Status == guard.DeadLetter })
+	if n := brokertest.Count(t, conn, stream.DLQ); n != 1 {
+		t.Fatalf("%d dead letters", n)
+	}
+}
