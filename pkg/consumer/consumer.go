@@ -65,6 +65,8 @@ type Options struct {
 	Dependency string
 	Pacer      *retry.Pacer
 	Breakers   *Breakers
+	// Ready, if set, is called once the consumer is bound and taking events.
+	Ready func()
 	// Owner names who answers for a dead letter of tenant's event type.
 	Owner func(tenant, typ string) string
 	Log   *slog.Logger
@@ -124,6 +126,9 @@ func Run(ctx context.Context, o Options) error {
 				r.handle(ctx, m)
 			}
 		}()
+	}
+	if o.Ready != nil {
+		o.Ready()
 	}
 	wg.Wait()
 	return nil

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"exacto.dev/pkg/admin"
@@ -39,6 +41,17 @@ type Env struct {
 	Admin     *http.ServeMux
 	AdminAddr string // the bound admin address
 	adminSrv  *http.Server
+	parts, up atomic.Int32
+}
+
+// Part registers one part of the process (the gateway, a worker) that must be up
+// before /readyz answers 200; the part calls the returned func once it serves (the
+// gateway listens, the worker's consumer is bound). Register every part before
+// starting any.
+func (e *Env) Part() (up func()) {
+	e.parts.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { e.up.Add(1) }) }
 }
 
 // Start loads the config, connects and serves the admin address.
@@ -71,10 +84,19 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		conn.Close()
 		return nil, err
 	}
-	mux := admin.Mux(metrics, map[string]admin.Check{"jetstream": conn.Ready})
-	srv := admin.Server(cfg.AdminAddr, mux)
-	go srv.Serve(ln)
-	return &Env{Config: cfg, Conn: conn, Log: log, Admin: mux, AdminAddr: ln.Addr().String(), adminSrv: srv}, nil
+	env := &Env{Config: cfg, Conn: conn, Log: log, AdminAddr: ln.Addr().String()}
+	env.Admin = admin.Mux(metrics, map[string]admin.Check{
+		"jetstream": conn.Ready,
+		"started": func(context.Context) error {
+			if n := env.parts.Load(); n == 0 || env.up.Load() < n {
+				return errors.New("still starting")
+			}
+			return nil
+		},
+	})
+	env.adminSrv = admin.Server(cfg.AdminAddr, env.Admin)
+	go env.adminSrv.Serve(ln)
+	return env, nil
 }
 
 // Close stops the admin server and the NATS connection (and embedded server).
@@ -83,13 +105,16 @@ func (e *Env) Close() {
 	e.Conn.Close()
 }
 
+// Run is one part of a process: it serves until ctx ends, calling up once it does.
+type Run func(ctx context.Context, env *Env, up func()) error
+
 // Main is the main of a one-part binary (services/NAME): start against
 // EXACTO_NATS_URL, run until SIGINT or SIGTERM, exit 1 with the error on failure.
-func Main(name string, run func(context.Context, *Env) error) {
+func Main(name string, run Run) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env, err := Start(ctx, Options{Name: "exacto-" + name})
 	if err == nil {
-		err = run(ctx, env)
+		err = run(ctx, env, env.Part())
 		env.Close()
 	}
 	stop()

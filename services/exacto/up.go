@@ -64,18 +64,23 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	}
 	defer env.Close()
 	if !embed { // `exacto gateway`: the gateway alone
-		return server.Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) { env.Log.Info("gateway listening", "addr", addr) })
+		return server.Serve(ctx, env, env.Part())
 	}
 	// `exacto up`: the gateway and every worker; the first to fail stops them all.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(workers)+1)
 	var wg sync.WaitGroup
+	gatewayUp := env.Part()
+	ups := map[string]func(){}
+	for name := range workers { // every part registered before any starts
+		ups[name] = env.Part()
+	}
 	for name, run := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := run(ctx, env); err != nil && ctx.Err() == nil {
+			if err := run(ctx, env, ups[name]); err != nil && ctx.Err() == nil {
 				errs <- fmt.Errorf("worker %s: %w", name, err)
 				cancel()
 			}
@@ -83,6 +88,7 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	}
 	err = server.Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) {
 		banner(env.Config, env.Conn, addr, env.AdminAddr)
+		gatewayUp()
 	})
 	cancel()
 	wg.Wait()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,7 +21,7 @@ import (
 )
 
 // workers are the consumer services this binary runs, by name.
-var workers = map[string]func(context.Context, *service.Env) error{
+var workers = map[string]service.Run{
 	stream.Classifier: classifier.Run,
 	stream.Suppressor: suppressor.Run,
 }
@@ -46,7 +45,7 @@ func workerCmd() *cobra.Command {
 				return err
 			}
 			defer env.Close()
-			return run(ctx, env)
+			return run(ctx, env, env.Part())
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")

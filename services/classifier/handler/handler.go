@@ -45,12 +45,12 @@ func New(js jetstream.JetStream, c classify.Classifier) consumer.Handler {
 }
 
 // Run runs the classifier's consumer until ctx ends.
-func Run(ctx context.Context, env *service.Env) error {
+func Run(ctx context.Context, env *service.Env, up func()) error {
 	nc, err := env.Conn.Dial("exacto-" + stream.Classifier)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	sub, _ := stream.SubscriptionOf(stream.Classifier)
-	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(env.Conn.JS, classify.New()), Owner: env.Config.Owner, Log: env.Log})
+	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(env.Conn.JS, classify.New()), Owner: env.Config.Owner, Ready: up, Log: env.Log})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/service"
 )
 
 // Run serves the gateway and its indexer until ctx ends, then stops accepting and lets
@@ -51,4 +52,12 @@ func Run(ctx context.Context, cfg *config.Config, js jetstream.JetStream, log *s
 		err = nil
 	}
 	return err
+}
+
+// Serve runs the gateway of a started process (a service.Run): up once it listens.
+func Serve(ctx context.Context, env *service.Env, up func()) error {
+	return Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) {
+		env.Log.Info("gateway listening", "addr", addr)
+		up()
+	})
 }

@@ -64,7 +64,7 @@ func New(list *suppression.List) consumer.Handler {
 }
 
 // Run runs the suppressor's consumer until ctx ends.
-func Run(ctx context.Context, env *service.Env) error {
+func Run(ctx context.Context, env *service.Env, up func()) error {
 	kv, err := env.Conn.JS.KeyValue(ctx, stream.Suppression)
 	if err != nil {
 		return err
@@ -75,5 +75,5 @@ func Run(ctx context.Context, env *service.Env) error {
 	}
 	defer nc.Close()
 	sub, _ := stream.SubscriptionOf(stream.Suppressor)
-	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(suppression.New(kv)), Owner: env.Config.Owner, Log: env.Log})
+	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(suppression.New(kv)), Owner: env.Config.Owner, Ready: up, Log: env.Log})
 }
