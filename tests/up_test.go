@@ -55,8 +55,14 @@ func TestDemoUpSendStoresOne(t *testing.T) {
 	for k := range ids {
 		id = k
 	}
-	time.Sleep(200 * time.Millisecond) // the index is written from the stream, asynchronously
-	show, err := n.run("events", "show", id, "--nats-url", "nats://"+n.natsAddr)
+	// The index is written from the stream, asynchronously: wait until it has the event.
+	var show string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if show, err = n.run("events", "show", id, "--nats-url", "nats://"+n.natsAddr); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil || !strings.Contains(show, `"arrivals": 1`) || !strings.Contains(show, id) || !strings.Contains(show, `"stopper": {`) {
 		t.Fatalf("events show: %v\n%s", err, show)
 	}
