@@ -1,7 +1,8 @@
 # Exacto: `make run` starts the whole pipeline on an embedded NATS server; `make test`
 # runs every test that runs here, plus vet and gofmt checks.
 GO      ?= go
-MODULES := pkg services/classifier services/exacto services/gateway services/suppressor tests
+# Every package of every module in go.work.
+PKGS    := exacto.dev/...
 BIN     := bin/exacto
 
 STATICCHECK := bin/staticcheck
@@ -16,13 +17,10 @@ run: build
 	./$(BIN) up
 
 test: fmt-check vet lint $(NATSCLI)
-	@for m in $(MODULES); do \
-		echo "== go test $$m"; \
-		(cd $$m && EXACTO_TEST_NATS_CLI=$(CURDIR)/$(NATSCLI) $(GO) test -count=1 -timeout 20m ./...) || exit 1; \
-	done
+	EXACTO_TEST_NATS_CLI=$(CURDIR)/$(NATSCLI) $(GO) test -count=1 -timeout 20m $(PKGS)
 
 vet:
-	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	$(GO) vet $(PKGS)
 
 # staticcheck comes from the Go module proxy, pinned, into bin/.
 $(STATICCHECK):
@@ -33,10 +31,10 @@ $(NATSCLI):
 	GOBIN=$(CURDIR)/bin $(GO) install github.com/nats-io/natscli/nats@v0.5.0
 
 lint: $(STATICCHECK)
-	@for m in $(MODULES); do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
+	./$(STATICCHECK) $(PKGS)
 
 fmt-check:
-	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l pkg services tests); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 bench:
 	cd tests && $(GO) test -run '^$$' -bench . -benchtime 3s -timeout 30m ./bench/...
