@@ -146,6 +146,22 @@ func Run(t *testing.T, s Suite) {
 			}
 		})
 	}
+	t.Run("samples depend on event and time only", func(t *testing.T) {
+		for _, event := range s.Spec.Events {
+			a, errA := s.Spec.Sample(event, Now)
+			b, errB := s.Spec.Sample(event, Now)
+			c, errC := s.Spec.Sample(event, Now.Add(time.Second))
+			if errA != nil || errB != nil || errC != nil {
+				t.Fatalf("%s: %v %v %v", event, errA, errB, errC)
+			}
+			if !bytes.Equal(a, b) || bytes.Equal(a, c) {
+				t.Errorf("%s: a sample depends on its event and time only", event)
+			}
+		}
+		if _, err := s.Spec.Sample("no-such-event", Now); err == nil {
+			t.Error("a sample of an unknown event")
+		}
+	})
 	t.Run("redelivery keeps identity", func(t *testing.T) {
 		p := s.provider(t, s.Secret)
 		for _, event := range s.Spec.Events {
