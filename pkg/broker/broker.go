@@ -93,7 +93,7 @@ type Conn struct {
 // to it in-process.
 func Open(url string, o Options, name string) (*Conn, error) {
 	c := &Conn{}
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.DrainTimeout(10 * time.Second)}
+	opts := connOptions(name)
 	if url == "" {
 		s, err := Start(o)
 		if err != nil {
@@ -145,9 +145,15 @@ func (c *Conn) Close() {
 // Dial opens another connection to the same server: watermill's subscriber drains and
 // closes the connection it is given, so each consumer runner gets its own.
 func (c *Conn) Dial(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	opts := connOptions(name)
 	if c.Embedded != nil {
 		opts = append(opts, nats.InProcessServer(c.Embedded))
 	}
 	return nats.Connect(c.NC.ConnectedUrl(), opts...)
+}
+
+// connOptions are every Exacto connection's: reconnect forever (the broker restarting
+// must not end a worker) and a bounded drain on shutdown.
+func connOptions(name string) []nats.Option {
+	return []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.DrainTimeout(10 * time.Second)}
 }

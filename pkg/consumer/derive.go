@@ -2,16 +2,13 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/stream"
-	"exacto.dev/pkg/telemetry"
 )
 
 // PublishDerived stores a derived event (a classification, a stop) on EXACTO_EVENTS,
@@ -28,14 +25,10 @@ func PublishDerived(ctx context.Context, js jetstream.JetStream, env envelope.En
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("index lookup: %w", err)
 	}
-	data, err := json.Marshal(env)
+	msg, err := stream.EventMessage(ctx, env)
 	if err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: env.StreamSubject(), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, env.ID)
-	msg.Header.Set("Content-Type", "application/cloudevents+json")
-	telemetry.Inject(ctx, msg.Header)
 	_, err = js.PublishMsg(ctx, msg, jetstream.WithExpectStream(stream.Events))
 	return err
 }

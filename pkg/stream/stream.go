@@ -5,9 +5,13 @@ package stream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/telemetry"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -217,4 +221,19 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 		}
 	}
 	return nil
+}
+
+// EventMessage is the message that stores env on EXACTO_EVENTS: on its subject, with
+// Nats-Msg-Id = envelope id (the stream's dedup) and ctx's trace context. The gateway
+// and the workers that publish derived events both build it here.
+func EventMessage(ctx context.Context, env envelope.Envelope) (*nats.Msg, error) {
+	data, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	msg := &nats.Msg{Subject: env.StreamSubject(), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, env.ID)
+	msg.Header.Set("Content-Type", "application/cloudevents+json")
+	telemetry.Inject(ctx, msg.Header)
+	return msg, nil
 }

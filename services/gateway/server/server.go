@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -283,14 +282,10 @@ func (s *Server) store(ctx context.Context, envs []envelope.Envelope) (answer, e
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return ans, fmt.Errorf("index lookup: %w", err)
 		}
-		data, err := json.Marshal(env)
+		msg, err := stream.EventMessage(ctx, *env)
 		if err != nil {
 			return ans, err
 		}
-		msg := &nats.Msg{Subject: env.StreamSubject(), Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, env.ID)
-		msg.Header.Set("Content-Type", "application/cloudevents+json")
-		telemetry.Inject(ctx, msg.Header)
 		ack, err := s.js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream.Events))
 		if err != nil {
 			return ans, fmt.Errorf("publish %s: %w", env.ID, err)
