@@ -6,6 +6,7 @@ package stream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -236,4 +237,16 @@ func EventMessage(ctx context.Context, env envelope.Envelope) (*nats.Msg, error)
 	msg.Header.Set("Content-Type", "application/cloudevents+json")
 	telemetry.Inject(ctx, msg.Header)
 	return msg, nil
+}
+
+// Stored reports whether the index of stored events (EventIndex) holds id.
+func Stored(ctx context.Context, index jetstream.KeyValue, id string) (bool, error) {
+	_, err := index.Get(ctx, id)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("index lookup: %w", err)
 }

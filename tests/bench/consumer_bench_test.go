@@ -100,7 +100,13 @@ func BenchmarkConsumers(b *testing.B) {
 		return func(context.Context, consumer.Event) error { return nil }
 	})
 	cls, _ := stream.SubscriptionOf(stream.Classifier)
-	classify := drain(b, conn, cls, n, func(c *broker.Conn) consumer.Handler { return classifier.New(c.JS, classify.New()) })
+	classify := drain(b, conn, cls, n, func(c *broker.Conn) consumer.Handler {
+		d, err := consumer.NewDeriver(context.Background(), c.JS)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return classifier.New(d, classify.New())
+	})
 	b.StopTimer()
 	rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
 	b.ReportMetric(rate(raw), "raw_events/s")

@@ -8,8 +8,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"exacto.dev/pkg/classify"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
@@ -21,7 +19,7 @@ import (
 const Version = "rules/1"
 
 // New returns the classifier's handler.
-func New(js jetstream.JetStream, c classify.Classifier) consumer.Handler {
+func New(d *consumer.Deriver, c classify.Classifier) consumer.Handler {
 	return func(ctx context.Context, ev consumer.Event) error {
 		env := ev.Envelope
 		text := ""
@@ -40,17 +38,21 @@ func New(js jetstream.JetStream, c classify.Classifier) consumer.Handler {
 			Classification: &envelope.Classification{Label: res.Label, Confidence: res.Confidence, Evidence: res.Evidence,
 				Language: res.Language, Action: res.Action, Classifier: Version},
 		}, time.Now())
-		return consumer.PublishDerived(ctx, js, derived)
+		return d.Publish(ctx, derived)
 	}
 }
 
 // Run runs the classifier's consumer until ctx ends.
 func Run(ctx context.Context, env *service.Env, up func()) error {
+	d, err := consumer.NewDeriver(ctx, env.Conn.JS)
+	if err != nil {
+		return err
+	}
 	nc, err := env.Conn.Dial("exacto-" + stream.Classifier)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	sub, _ := stream.SubscriptionOf(stream.Classifier)
-	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(env.Conn.JS, classify.New()), Owner: env.Config.Owner, Ready: up, Log: env.Log})
+	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(d, classify.New()), Owner: env.Config.Owner, Ready: up, Log: env.Log})
 }

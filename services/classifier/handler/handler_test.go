@@ -17,7 +17,11 @@ import (
 func TestClassifiesOnce(t *testing.T) {
 	ctx := context.Background()
 	conn := brokertest.Start(t, "")
-	h := New(conn.JS, classify.New())
+	d, err := consumer.NewDeriver(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(d, classify.New())
 	reply := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "smartlead", "r1"), Source: envelope.Source("acme", "sl"), Type: envelope.TypeReplyReceived,
 		Time: time.Now(), DataContentType: "application/json", Tenant: "acme", Provider: "smartlead", Endpoint: "sl", ReceivedAt: time.Now(),
 		PayloadSHA256: "0000000000000000000000000000000000000000000000000000000000000000", AuthMethod: "secret_key",

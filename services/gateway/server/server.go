@@ -276,11 +276,11 @@ func (s *Server) store(ctx context.Context, envs []envelope.Envelope) (answer, e
 			continue
 		}
 		seen[env.ID] = true
-		if _, err := s.index.Get(ctx, env.ID); err == nil {
+		if stored, err := stream.Stored(ctx, s.index, env.ID); err != nil {
+			return ans, err
+		} else if stored {
 			dups = append(dups, env.ID)
 			continue
-		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return ans, fmt.Errorf("index lookup: %w", err)
 		}
 		msg, err := stream.EventMessage(ctx, *env)
 		if err != nil {
