@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,5 +96,57 @@ func TestClassForTheConsumers(t *testing.T) {
 	}
 	if e := retry.Of(Classify("instantly", &http.Response{StatusCode: 401, Header: http.Header{}}, nil)); e.Class != retry.Permanent {
 		t.Fatalf("401: %+v", e)
+	}
+}
+
+// The consumers see each answer of a platform with the class, status and Retry-After
+// it carries.
+func TestClassesThroughRetry(t *testing.T) {
+	cases := []struct {
+		status     int
+		retryAfter string
+		class      retry.Class
+		after      time.Duration
+	}{
+		{200, "", -1, 0},
+		{204, "", -1, 0},
+		{429, "3", retry.Transient, 3 * time.Second},
+		// (an HTTP-date Retry-After is read by retry.ParseRetryAfter, tested there against a fixed clock)
+		{429, "soon", retry.Transient, 0},
+		{503, "7", retry.Transient, 7 * time.Second},
+		{500, "", retry.Transient, 0},
+		{502, "", retry.Transient, 0},
+		{504, "", retry.Transient, 0},
+		{400, "", retry.Permanent, 0},
+		{401, "", retry.Permanent, 0},
+		{403, "", retry.Permanent, 0},
+		{404, "", retry.Permanent, 0},
+		{409, "", retry.Permanent, 0},
+		{422, "", retry.Permanent, 0},
+	}
+	for _, c := range cases {
+		resp := &http.Response{StatusCode: c.status, Header: http.Header{}}
+		if c.retryAfter != "" {
+			resp.Header.Set("Retry-After", c.retryAfter)
+		}
+		err := Classify("hubspot", resp, nil)
+		if c.class == -1 {
+			if err != nil {
+				t.Errorf("%d: %v", c.status, err)
+			}
+			continue
+		}
+		e := retry.Of(err)
+		if e.Class != c.class || e.RetryAfter != c.after || e.Status != c.status || e.Dependency != "hubspot" {
+			t.Errorf("%d %q: %+v", c.status, c.retryAfter, e)
+		}
+	}
+}
+
+func TestTransportErrorsAreTransient(t *testing.T) {
+	for _, err := range []error{context.DeadlineExceeded, syscall.ECONNREFUSED, &net.OpError{Op: "dial", Err: syscall.ECONNRESET}} {
+		if e := retry.Of(Classify("hubspot", nil, err)); e.Class != retry.Transient {
+			t.Errorf("%v: %+v", err, e)
+		}
 	}
 }

@@ -8,14 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -100,26 +97,6 @@ func StatusClass(status int) Class {
 		return Transient
 	}
 	return Permanent
-}
-
-// IsTransport reports the errors that mean "the call did not get an answer".
-func IsTransport(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		(errors.As(err, &ne) && ne.Timeout())
-}
-
-// HTTP classifies an answer of dependency dep; nil for 2xx.
-func HTTP(dep string, resp *http.Response, now time.Time) error {
-	if resp.StatusCode/100 == 2 {
-		return nil
-	}
-	e := &Error{Class: StatusClass(resp.StatusCode), Dependency: dep, Status: resp.StatusCode, Err: errors.New(http.StatusText(resp.StatusCode))}
-	if e.Class == Transient {
-		e.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), now)
-	}
-	return e
 }
 
 // ParseRetryAfter reads delay-seconds or an HTTP-date; 0 when absent or unreadable.
