@@ -54,6 +54,7 @@ type node struct {
 	t                     *testing.T
 	dir                   string // working dir and data dir
 	http, admin, natsAddr string
+	sandbox               string // the sandbox `exacto up` serves for platforms without accounts
 	cmd                   *exec.Cmd
 	out                   *syncBuffer
 	extraEnv              []string
@@ -62,7 +63,7 @@ type node struct {
 
 func newNode(t *testing.T, configYAML string) *node {
 	t.Helper()
-	n := &node{t: t, dir: t.TempDir(), http: freePort(t), admin: freePort(t), natsAddr: freePort(t)}
+	n := &node{t: t, dir: t.TempDir(), http: freePort(t), admin: freePort(t), natsAddr: freePort(t), sandbox: freePort(t)}
 	if configYAML != "" {
 		if err := os.WriteFile(filepath.Join(n.dir, "exacto.yaml"), []byte(configYAML), 0o600); err != nil {
 			t.Fatal(err)
@@ -76,6 +77,8 @@ func (n *node) env() []string {
 		"EXACTO_HTTP_ADDR="+n.http,
 		"EXACTO_ADMIN_ADDR="+n.admin,
 		"EXACTO_NATS_LISTEN="+n.natsAddr,
+		"EXACTO_SANDBOX_ADDR="+n.sandbox,
+		"EXACTO_SANDBOX_URL=",
 		"EXACTO_DATA_DIR="+filepath.Join(n.dir, "data"),
 		"EXACTO_CONFIG=",
 		"EXACTO_NATS_URL="+n.natsURL,

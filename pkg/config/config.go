@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"exacto.dev/pkg/classify"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/registry"
@@ -24,12 +25,18 @@ import (
 
 // Config is the whole configuration of one Exacto deployment.
 type Config struct {
-	HTTPAddr  string   `yaml:"http_addr"`
-	AdminAddr string   `yaml:"admin_addr"`
-	DataDir   string   `yaml:"data_dir"`
-	NATS      NATS     `yaml:"nats"`
-	Gateway   Gateway  `yaml:"gateway"`
-	Tenants   []Tenant `yaml:"tenants"`
+	HTTPAddr  string  `yaml:"http_addr"`
+	AdminAddr string  `yaml:"admin_addr"`
+	DataDir   string  `yaml:"data_dir"`
+	NATS      NATS    `yaml:"nats"`
+	Gateway   Gateway `yaml:"gateway"`
+	// SandboxAddr is where `exacto up` serves the built-in sandbox of Instantly,
+	// Smartlead and HubSpot, which stands in for every platform a tenant has no
+	// credentials for. SandboxURL points single parts (`exacto worker`) at a sandbox
+	// already running; without it they start a private one.
+	SandboxAddr string   `yaml:"sandbox_addr"`
+	SandboxURL  string   `yaml:"sandbox_url"`
+	Tenants     []Tenant `yaml:"tenants"`
 
 	// Warnings collects what loaded but deserves the operator's attention (literal
 	// secrets, short path tokens).
@@ -72,7 +79,63 @@ type Tenant struct {
 	// Owners says who answers for a dead letter, by event type ("default" for the
 	// rest): a team, a person or an on-call alias.
 	Owners map[string]string `yaml:"owners"`
-	Line   int               `yaml:"-"`
+	// Platforms holds the tenant's API credentials for the sending platforms and the
+	// CRM; a platform left out is served by the sandbox.
+	Platforms Platforms `yaml:"platforms"`
+	// Routing assigns each reply's CRM activity an owner: the first rule that matches
+	// wins; a rule with no condition matches every reply.
+	Routing []Route `yaml:"routing"`
+	Line    int     `yaml:"-"`
+}
+
+// Platforms are one tenant's accounts at the platforms Exacto acts on.
+type Platforms struct {
+	Instantly *Platform `yaml:"instantly"`
+	Smartlead *Platform `yaml:"smartlead"`
+	HubSpot   *Platform `yaml:"hubspot"`
+}
+
+// Platform is one API account: its key (for HubSpot, the private app's access token)
+// and, optionally, another base URL (a proxy, or a sandbox of one's own).
+type Platform struct {
+	APIKey  Secret `yaml:"api_key"`
+	BaseURL string `yaml:"base_url"`
+}
+
+// Route gives replies matching every condition set on it to Owner (a HubSpot owner
+// id). Conditions: the event's provider, its campaign id, and the reply's label once
+// classified.
+type Route struct {
+	Provider string `yaml:"provider"`
+	Campaign string `yaml:"campaign"`
+	Label    string `yaml:"label"`
+	Owner    string `yaml:"owner"`
+}
+
+// CRMOwner is the owner of a reply of tenant from provider in campaign with label ("" if
+// not yet classified): the first matching route's owner, "" when none matches.
+func (c *Config) CRMOwner(tenant, provider, campaign, label string) string {
+	for _, t := range c.Tenants {
+		if t.ID != tenant {
+			continue
+		}
+		for _, r := range t.Routing {
+			if (r.Provider == "" || r.Provider == provider) && (r.Campaign == "" || r.Campaign == campaign) && (r.Label == "" || r.Label == label) {
+				return r.Owner
+			}
+		}
+	}
+	return ""
+}
+
+// Tenant returns the tenant with id.
+func (c *Config) Tenant(id string) (*Tenant, bool) {
+	for i := range c.Tenants {
+		if c.Tenants[i].ID == id {
+			return &c.Tenants[i], true
+		}
+	}
+	return nil, false
 }
 
 // Owner is who answers for tenant's dead letters of event type typ ("" if nobody is
@@ -136,6 +199,7 @@ const (
 	DefaultAdminAddr = "127.0.0.1:8081"
 	DefaultListen    = "127.0.0.1:4222"
 	DefaultDataDir   = "./.exacto"
+	DefaultSandbox   = "127.0.0.1:8082"
 	DefaultFile      = "./exacto.yaml"
 )
 
@@ -147,6 +211,9 @@ var Env = map[string]string{
 	"EXACTO_NATS_URL":    "nats.url",
 	"EXACTO_DATA_DIR":    "data_dir",
 	"EXACTO_NATS_SYNC":   "nats.sync",
+	// The sandbox standing in for platforms without credentials.
+	"EXACTO_SANDBOX_ADDR": "sandbox_addr",
+	"EXACTO_SANDBOX_URL":  "sandbox_url",
 }
 
 // Load reads the config: path if given, else EXACTO_CONFIG, else ./exacto.yaml if it
@@ -247,6 +314,8 @@ func (c *Config) applyEnv(getenv func(string) string) {
 	set(&c.NATS.URL, "EXACTO_NATS_URL")
 	set(&c.DataDir, "EXACTO_DATA_DIR")
 	set(&c.NATS.Sync, "EXACTO_NATS_SYNC")
+	set(&c.SandboxAddr, "EXACTO_SANDBOX_ADDR")
+	set(&c.SandboxURL, "EXACTO_SANDBOX_URL")
 }
 
 func (c *Config) applyDefaults() {
@@ -259,6 +328,7 @@ func (c *Config) applyDefaults() {
 	def(&c.AdminAddr, DefaultAdminAddr)
 	def(&c.NATS.Listen, DefaultListen)
 	def(&c.DataDir, DefaultDataDir)
+	def(&c.SandboxAddr, DefaultSandbox)
 	def(&c.NATS.Sync, "always")
 	if c.NATS.DuplicateWindow == 0 {
 		c.NATS.DuplicateWindow = 2 * time.Minute
@@ -308,6 +378,9 @@ func (c *Config) resolve(getenv func(string) string) error {
 				one(fmt.Sprintf("%s secrets[%d]", name, si), &e.Secrets[si])
 			}
 		}
+		for name, p := range t.Platforms.each() {
+			one("tenant "+t.ID+" platforms."+name+".api_key", &p.APIKey)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -345,7 +418,7 @@ func (c *Config) Validate() error {
 	fail := func(line int, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s:%d: %s", c.Source, line, fmt.Sprintf(format, args...)))
 	}
-	for _, a := range []struct{ name, addr string }{{"http_addr", c.HTTPAddr}, {"admin_addr", c.AdminAddr}, {"nats.listen", c.NATS.Listen}} {
+	for _, a := range []struct{ name, addr string }{{"http_addr", c.HTTPAddr}, {"admin_addr", c.AdminAddr}, {"nats.listen", c.NATS.Listen}, {"sandbox_addr", c.SandboxAddr}} {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			fail(0, "%s %q: %v", a.name, a.addr, err)
 		}
@@ -383,6 +456,27 @@ func (c *Config) Validate() error {
 		for typ := range t.Owners {
 			if typ != "default" && !slices.Contains(envelope.AllTypes, typ) {
 				fail(t.Line, "tenant %s: owners: %q is not an event type (or default)", t.ID, typ)
+			}
+		}
+		for name, p := range t.Platforms.each() {
+			if p.APIKey.Value == "" {
+				fail(t.Line, "tenant %s: platforms.%s: api_key is required (leave the platform out to use the sandbox)", t.ID, name)
+			}
+			if p.BaseURL != "" {
+				if u, err := url.Parse(p.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					fail(t.Line, "tenant %s: platforms.%s: base_url %q is not an absolute http(s) URL", t.ID, name, p.BaseURL)
+				}
+			}
+		}
+		for i, r := range t.Routing {
+			if r.Owner == "" {
+				fail(t.Line, "tenant %s: routing[%d]: owner is required", t.ID, i)
+			}
+			if r.Label != "" && !slices.Contains(classify.Labels, r.Label) {
+				fail(t.Line, "tenant %s: routing[%d]: unknown label %q (known: %s)", t.ID, i, r.Label, strings.Join(classify.Labels, ", "))
+			}
+			if r.Provider != "" && !slices.Contains(registry.Names(), r.Provider) {
+				fail(t.Line, "tenant %s: routing[%d]: unknown provider %q", t.ID, i, r.Provider)
 			}
 		}
 		for _, e := range t.Endpoints {
@@ -435,4 +529,15 @@ func (e *Endpoint) ProviderConfig() providers.Config {
 		secrets[i] = s.Value
 	}
 	return providers.Config{Secrets: secrets, Tolerance: e.Tolerance, SecretHeader: e.SecretHeader, Generic: e.Generic}
+}
+
+// each yields the platforms that are configured, by name.
+func (p *Platforms) each() map[string]*Platform {
+	out := map[string]*Platform{}
+	for name, v := range map[string]*Platform{"instantly": p.Instantly, "smartlead": p.Smartlead, "hubspot": p.HubSpot} {
+		if v != nil {
+			out[name] = v
+		}
+	}
+	return out
 }

@@ -181,3 +181,73 @@ func TestOwners(t *testing.T) {
 		t.Fatalf("unknown owner type: %v", err)
 	}
 }
+
+const withPlatforms = `    platforms:
+      instantly: {api_key: env:ACME_INSTANTLY_API_KEY}
+      hubspot: {api_key: env:ACME_HUBSPOT_TOKEN, base_url: "https://hubspot-proxy.example.com"}
+    routing:
+      - {campaign: camp-1, label: interested, owner: "101"}
+      - {provider: smartlead, owner: "202"}
+      - {owner: "303"}
+`
+
+func platformsEnv() map[string]string {
+	m := map[string]string{"ACME_INSTANTLY_API_KEY": "inst-key-0123456789", "ACME_HUBSPOT_TOKEN": "pat-na1-0123456789"}
+	for k, v := range goodEnv {
+		m[k] = v
+	}
+	return m
+}
+
+func TestPlatformsAndRouting(t *testing.T) {
+	doc := strings.Replace(good, "  - id: acme\n", "  - id: acme\n"+withPlatforms, 1)
+	c, err := Parse([]byte(doc), "f", env(platformsEnv()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Tenants[0].Platforms
+	if p.Instantly == nil || p.Instantly.APIKey.Value != "inst-key-0123456789" || p.Smartlead != nil || p.HubSpot.BaseURL != "https://hubspot-proxy.example.com" {
+		t.Fatalf("platforms: %+v", p)
+	}
+	for _, tc := range []struct{ provider, campaign, label, want string }{
+		{"instantly", "camp-1", "interested", "101"},
+		{"instantly", "camp-1", "", "303"}, // not yet classified: the label rule does not match
+		{"smartlead", "camp-9", "", "202"},
+		{"meta", "", "unclear", "303"},
+	} {
+		if got := c.CRMOwner("acme", tc.provider, tc.campaign, tc.label); got != tc.want {
+			t.Errorf("CRMOwner(%s, %s, %s) = %q, want %q", tc.provider, tc.campaign, tc.label, got, tc.want)
+		}
+	}
+	if got := c.CRMOwner("globex", "instantly", "", ""); got != "" {
+		t.Errorf("unknown tenant routed to %q", got)
+	}
+}
+
+func TestPlatformAndRoutingRefusals(t *testing.T) {
+	base := strings.Replace(good, "  - id: acme\n", "  - id: acme\n"+withPlatforms, 1)
+	for _, tc := range []struct {
+		name, doc string
+		env       map[string]string
+		want      string
+	}{
+		{"platform key not set", base, without(platformsEnv(), "ACME_INSTANTLY_API_KEY"), "platforms.instantly.api_key: environment variable ACME_INSTANTLY_API_KEY is not set"},
+		{"platform without key", strings.Replace(base, "{api_key: env:ACME_INSTANTLY_API_KEY}", "{base_url: \"https://x.example\"}", 1), platformsEnv(), "platforms.instantly: api_key is required"},
+		{"bad base url", strings.Replace(base, "https://hubspot-proxy.example.com", "hubspot-proxy", 1), platformsEnv(), "platforms.hubspot: base_url"},
+		{"unknown platform", strings.Replace(base, "instantly: {api_key", "lemlist: {api_key", 1), platformsEnv(), "field lemlist not found"},
+		{"route without owner", strings.Replace(base, `{owner: "303"}`, `{label: unclear}`, 1), platformsEnv(), "routing[2]: owner is required"},
+		{"route with unknown label", strings.Replace(base, "label: interested", "label: keen", 1), platformsEnv(), `routing[0]: unknown label "keen"`},
+		{"route with unknown provider", strings.Replace(base, "provider: smartlead", "provider: lemlist", 1), platformsEnv(), `routing[1]: unknown provider "lemlist"`},
+		{"bad sandbox address", "sandbox_addr: nowhere\n" + base, platformsEnv(), "sandbox_addr"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc), "exacto.yaml", env(tc.env))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v does not contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "inst-key-0123456789") || strings.Contains(err.Error(), "pat-na1-0123456789") {
+				t.Fatalf("error leaks a key: %v", err)
+			}
+		})
+	}
+}

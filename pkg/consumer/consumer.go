@@ -46,6 +46,38 @@ type Event struct {
 	// Resumed: an earlier attempt died mid-effect, so the effect may have happened:
 	// look its external key up before making it again.
 	Resumed bool
+
+	pacer    *retry.Pacer
+	breakers *Breakers
+}
+
+// Call runs fn, one call to dependency dep, through dep's pacer (a Retry-After it
+// answered holds every event's calls) and circuit breaker (while it is open no call is
+// made and the event is retried later). Handlers make every outside call through it.
+func (ev Event) Call(ctx context.Context, dep string, fn func(ctx context.Context) error) error {
+	if ev.pacer == nil { // an Event built by hand, outside a runner (tests)
+		return fn(ctx)
+	}
+	if err := ev.pacer.Wait(ctx, dep); err != nil {
+		return retry.Transiently(dep, err)
+	}
+	err := ev.breakers.call(dep, func() error { return fn(ctx) })
+	if errors.Is(err, errRefused) {
+		// The breaker opened between the runner's check and this call.
+		return retry.Transiently(dep, err)
+	}
+	ev.pacer.Observe(err)
+	return err
+}
+
+// Dependencies names, for each event, the dependencies its handler may call: the runner
+// holds the event in the stream (no attempt spent) while any of them is paused or
+// its breaker is open.
+type Dependencies func(env envelope.Envelope) []string
+
+// On is the Dependencies of a handler that calls deps for every event.
+func On(deps ...string) Dependencies {
+	return func(envelope.Envelope) []string { return deps }
 }
 
 // Handler makes a service's effect for one event. Its error should be classified with
@@ -60,11 +92,12 @@ type Options struct {
 	// Workers is how many events this process handles at once (default 1).
 	Workers int
 	Handle  Handler
-	// Dependency, when set, is what the handler calls: its Retry-After pauses (Pacer)
-	// and its circuit breaker (Breakers) gate every event of this consumer.
-	Dependency string
-	Pacer      *retry.Pacer
-	Breakers   *Breakers
+	// Dependencies, when set, say what the handler calls for an event (through
+	// Event.Call): their Retry-After pauses (Pacer) and circuit breakers (Breakers)
+	// gate the event before an attempt is spent on it.
+	Dependencies Dependencies
+	Pacer        *retry.Pacer
+	Breakers     *Breakers
 	// Ready, if set, is called once the consumer is bound and taking events.
 	Ready func()
 	// Owner names who answers for a dead letter of tenant's event type.
@@ -193,9 +226,15 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	if delivered == 1 {
 		r.outcome(ctx, env, guard.Record{Status: guard.Received})
 	}
-	if r.o.Dependency != "" && !r.o.Breakers.waitClosed(ctx, r.o.Dependency, r.o.Sub.AckWait/2) {
-		m.Nack() // the dependency is down: the event waits, no attempt is spent
-		return
+	var deps []string
+	if r.o.Dependencies != nil {
+		deps = r.o.Dependencies(env)
+	}
+	for _, dep := range deps {
+		if !r.o.Breakers.waitClosed(ctx, dep, r.o.Sub.AckWait/2) {
+			m.Nack() // the dependency is down: the event waits, no attempt is spent
+			return
+		}
 	}
 	if contact := env.ContactKey(); contact != "" {
 		release, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
@@ -219,23 +258,9 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		m.Nack()
 		return
 	}
-	if err := r.o.Pacer.Wait(ctx, r.o.Dependency); err != nil {
-		m.Nack()
-		return
-	}
 	r.outcome(ctx, env, a.Record)
-	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed}
-	var herr error
-	if r.o.Dependency != "" {
-		herr = r.o.Breakers.call(r.o.Dependency, func() error { return r.o.Handle(ctx, ev) })
-	} else {
-		herr = r.o.Handle(ctx, ev)
-	}
-	if errors.Is(herr, errRefused) {
-		// The breaker opened between our check and the call: retried like any
-		// transient failure.
-		herr = retry.Transiently(r.o.Dependency, herr)
-	}
+	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, pacer: r.o.Pacer, breakers: r.o.Breakers}
+	herr := r.o.Handle(ctx, ev)
 	if herr == nil {
 		if err := r.guard.Complete(ctx, &a); err != nil {
 			r.o.Log.Warn("guard complete", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
@@ -244,7 +269,6 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		m.Ack()
 		return
 	}
-	r.o.Pacer.Observe(herr)
 	class := retry.Of(herr).Class
 	if class == retry.Permanent || a.Record.Attempts >= r.o.Sub.MaxDeliver {
 		// The dead letter is stored before the guard says so: if it cannot be, the

@@ -262,7 +262,17 @@ func TestPerContactOrdering(t *testing.T) {
 		}
 		maxTotal = max(maxTotal, total)
 		mu.Unlock()
-		time.Sleep(15 * time.Millisecond)
+		// Stay in the handler until another contact's event joins (or 300ms pass):
+		// parallelism is then seen whenever the runner allows it, on a slow disk too.
+		for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			seen := maxTotal >= 2
+			mu.Unlock()
+			if seen {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
 		mu.Lock()
 		inFlight[c]--
 		total--
@@ -348,14 +358,16 @@ func TestBreakerHoldsEventsWhileDependencyIsDown(t *testing.T) {
 	var fx effects
 	breakers := NewBreakers(300*time.Millisecond, 3)
 	run(t, conn, func(ctx context.Context, ev Event) error {
-		calls.Add(1)
-		if down.Load() {
-			return retry.Transiently("hubspot", errors.New("503 service unavailable"))
-		}
-		fx.add(ev.Envelope.ID)
-		return nil
+		return ev.Call(ctx, "hubspot", func(context.Context) error {
+			calls.Add(1)
+			if down.Load() {
+				return retry.Transiently("hubspot", errors.New("503 service unavailable"))
+			}
+			fx.add(ev.Envelope.ID)
+			return nil
+		})
 	}, func(o *Options) {
-		o.Dependency, o.Breakers = "hubspot", breakers
+		o.Dependencies, o.Breakers = On("hubspot"), breakers
 		o.Sub.MaxDeliver = 10
 	})
 	ids := publish(t, conn, 30)
@@ -389,15 +401,17 @@ func TestRetryAfterPausesTheDependency(t *testing.T) {
 	var limited atomic.Bool
 	var fx effects
 	run(t, conn, func(ctx context.Context, ev Event) error {
-		mu.Lock()
-		callTimes = append(callTimes, time.Now())
-		mu.Unlock()
-		if limited.CompareAndSwap(false, true) {
-			return &retry.Error{Class: retry.Transient, Dependency: "hubspot", Status: 429, RetryAfter: time.Second, Err: errors.New("rate limited")}
-		}
-		fx.add(ev.Envelope.ID)
-		return nil
-	}, func(o *Options) { o.Dependency = "hubspot" })
+		return ev.Call(ctx, "hubspot", func(context.Context) error {
+			mu.Lock()
+			callTimes = append(callTimes, time.Now())
+			mu.Unlock()
+			if limited.CompareAndSwap(false, true) {
+				return &retry.Error{Class: retry.Transient, Dependency: "hubspot", Status: 429, RetryAfter: time.Second, Err: errors.New("rate limited")}
+			}
+			fx.add(ev.Envelope.ID)
+			return nil
+		})
+	}, func(o *Options) { o.Dependencies = On("hubspot") })
 	ids := publish(t, conn, 10)
 	waitFor(t, "every event completed", func() bool {
 		for _, id := range ids {

@@ -19,6 +19,8 @@ import (
 	"exacto.dev/pkg/admin"
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/pkg/telemetry"
 )
@@ -40,6 +42,10 @@ type Env struct {
 	Log       *slog.Logger
 	Admin     *http.ServeMux
 	AdminAddr string // the bound admin address
+	// Platforms are every tenant's platform clients; Sandbox is the sandbox this
+	// process started for the platforms without credentials (nil if none).
+	Platforms *accounts.Set
+	Sandbox   *sandbox.Server
 	adminSrv  *http.Server
 	parts, up atomic.Int32
 }
@@ -79,12 +85,32 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		conn.Close()
 		return nil, err
 	}
+	// Platforms without credentials are served by the sandbox: the configured one, or
+	// one this process starts (on sandbox_addr for `exacto up`, anywhere on loopback
+	// for a part alone).
+	var sb *sandbox.Server
+	sandboxURL := cfg.SandboxURL
+	if accounts.NeedsSandbox(cfg) && sandboxURL == "" {
+		addr := "127.0.0.1:0"
+		if o.Embed {
+			addr = cfg.SandboxAddr
+		}
+		if sb, err = sandbox.Listen(sandbox.Options{Addr: addr, AutoEnroll: true}); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		sandboxURL = sb.URL
+	}
 	ln, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		conn.Close()
+		if sb != nil {
+			sb.Close()
+		}
 		return nil, err
 	}
-	env := &Env{Config: cfg, Conn: conn, Log: log, AdminAddr: ln.Addr().String()}
+	env := &Env{Config: cfg, Conn: conn, Log: log, AdminAddr: ln.Addr().String(),
+		Platforms: accounts.New(cfg, sandboxURL), Sandbox: sb}
 	env.Admin = admin.Mux(metrics, map[string]admin.Check{
 		"jetstream": conn.Ready,
 		"started": func(context.Context) error {
@@ -102,6 +128,9 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 // Close stops the admin server and the NATS connection (and embedded server).
 func (e *Env) Close() {
 	e.adminSrv.Close()
+	if e.Sandbox != nil {
+		e.Sandbox.Close()
+	}
 	e.Conn.Close()
 }
 

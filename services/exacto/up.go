@@ -12,8 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"exacto.dev/pkg/broker"
-	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/service"
 	"exacto.dev/services/gateway/server"
 )
@@ -87,7 +85,7 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 		}()
 	}
 	err = server.Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) {
-		banner(env.Config, env.Conn, addr, env.AdminAddr)
+		banner(env, addr)
 		gatewayUp()
 	})
 	cancel()
@@ -101,7 +99,8 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 }
 
 // banner prints where to point providers.
-func banner(cfg *config.Config, conn *broker.Conn, httpAddr, adminAddr string) {
+func banner(env *service.Env, httpAddr string) {
+	cfg, conn, adminAddr := env.Config, env.Conn, env.AdminAddr
 	w := os.Stdout
 	fmt.Fprintf(w, "exacto is up (config: %s)\n", cfg.Source)
 	if conn.Embedded != nil {
@@ -116,6 +115,9 @@ func banner(cfg *config.Config, conn *broker.Conn, httpAddr, adminAddr string) {
 	}
 	fmt.Fprintf(w, "  admin          http://%s  (/healthz /readyz /metrics)\n", adminAddr)
 	fmt.Fprintf(w, "  workers        %s\n", strings.Join(runnable(), ", "))
+	if env.Sandbox != nil {
+		fmt.Fprintf(w, "  sandbox        %s  (Instantly, Smartlead and HubSpot for tenants without accounts)\n", env.Sandbox.URL)
+	}
 	fmt.Fprintf(w, "  point providers at:\n")
 	demo := cfg.Source == "built-in demo"
 	for _, t := range cfg.Tenants {

@@ -26,9 +26,14 @@ const (
 
 // Options configure a Server. Zero values take the defaults above.
 type Options struct {
+	// Addr is where to listen: a loopback address (default 127.0.0.1:0).
+	Addr         string
 	HubSpotToken string
 	InstantlyKey string
 	SmartleadKey string
+	// AutoEnroll makes a lookup of a lead the sandbox does not know enrol it as an
+	// active lead first, so that `exacto up` without accounts has sequences to stop.
+	AutoEnroll bool
 }
 
 // Fault is injected into the next Count requests of a route (all of them if
@@ -89,8 +94,11 @@ func Start(tb TB) *Server {
 	return s
 }
 
-// Listen runs a Server on 127.0.0.1:0; call Close when done.
+// Listen runs a Server on opts.Addr (127.0.0.1:0 by default); call Close when done.
 func Listen(opts Options) (*Server, error) {
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
 	if opts.HubSpotToken == "" {
 		opts.HubSpotToken = HubSpotToken
 	}
@@ -100,7 +108,7 @@ func Listen(opts Options) (*Server, error) {
 	if opts.SmartleadKey == "" {
 		opts.SmartleadKey = SmartleadKey
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", opts.Addr)
 	if err != nil {
 		return nil, err
 	}
