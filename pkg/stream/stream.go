@@ -32,6 +32,8 @@ const (
 	ContactLocks = "EXACTO_CONTACT_LOCKS"
 	// Suppression is the tenant-wide do-not-contact list (pkg/suppression).
 	Suppression = "EXACTO_SUPPRESSION"
+	// ContactIDs is each contact's internal ids and every external id (pkg/contacts).
+	ContactIDs = "EXACTO_CONTACT_IDS"
 )
 
 // Durable consumer names.
@@ -102,6 +104,8 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		{Bucket: Guards, Description: "consumer.event id -> effect-once record", TTL: o.guardTTL(), Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: a suppression does not expire.
 		{Bucket: Suppression, Description: "tenant.contact -> why and since when it is suppressed", Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		// No TTL: a contact's ids are its identity.
+		{Bucket: ContactIDs, Description: "tenant identity keys -> contact id; contact id -> internal and external ids", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// Locks are leases; the TTL only sweeps the ones a dead worker left behind.
 		{Bucket: ContactLocks, Description: "consumer.tenant.contact -> lease of the worker handling it", TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 	}

@@ -1,14 +1,26 @@
 // Package handler is the suppressor's effect: on an unsubscribe, a hard bounce or a
 // reply classified as "do not contact", the contact goes on the tenant-wide
-// suppression list at once — all campaigns, all providers.
+// suppression list at once — all campaigns, all providers — and then every sending
+// platform of the tenant is told: the address goes on Instantly's block list and the
+// lead is unsubscribed from every Smartlead campaign.
+//
+// The list comes first and is never held back by a platform: the handler declares no
+// dependency gate, so a platform that is down delays only the telling. Its call fails
+// transiently, the event is retried with backoff (adding to the list again is
+// harmless: the first entry stays) and the platform is told once it answers. Both
+// platform calls are idempotent (a second block-list entry is a conflict we count as
+// done; an unsubscribed Smartlead lead is left alone). Nothing here ever resubscribes.
 package handler
 
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
@@ -46,8 +58,11 @@ func Reason(env envelope.Envelope) string {
 	return ""
 }
 
-// New returns the suppressor's handler over list.
-func New(list *suppression.List) consumer.Handler {
+// Clients returns a tenant's platform clients (accounts.Set.For).
+type Clients func(tenant string) (accounts.Clients, bool)
+
+// New returns the suppressor's handler over list; clients tell the platforms.
+func New(list *suppression.List, clients Clients) consumer.Handler {
 	return func(ctx context.Context, ev consumer.Event) error {
 		env := ev.Envelope
 		reason := Reason(env)
@@ -58,9 +73,36 @@ func New(list *suppression.List) consumer.Handler {
 		if contact == "" {
 			return retry.Permanently("suppressor", errors.New("the event names no contact to suppress"))
 		}
-		_, err := list.Add(ctx, env.Tenant, suppression.Entry{Contact: contact, Reason: reason, EventID: env.ID, Since: env.Time})
+		if _, err := list.Add(ctx, env.Tenant, suppression.Entry{Contact: contact, Reason: reason, EventID: env.ID, Since: env.Time}); err != nil {
+			return err
+		}
+		email := ""
+		if env.Data.Contact != nil {
+			email = contacts.NormalizeEmail(env.Data.Contact.Email)
+		}
+		if email == "" {
+			return nil // a phone-only contact: no e-mail platform knows it
+		}
+		c, ok := clients(env.Tenant)
+		if !ok {
+			return retry.Permanently("suppressor", fmt.Errorf("tenant %q has no platform accounts", env.Tenant))
+		}
+		return tellPlatforms(ctx, ev, c, email)
+	}
+}
+
+// tellPlatforms makes every sending platform stop mailing email, in all campaigns.
+func tellPlatforms(ctx context.Context, ev consumer.Event, c accounts.Clients, email string) error {
+	if err := ev.Call(ctx, "instantly", func(ctx context.Context) error { return c.Instantly.Unsubscribe(ctx, email) }); err != nil {
 		return err
 	}
+	return ev.Call(ctx, "smartlead", func(ctx context.Context) error {
+		lead, found, err := c.Smartlead.LeadByEmail(ctx, email)
+		if err != nil || !found || lead.Unsubscribed {
+			return err // not a Smartlead lead, or already unsubscribed from all
+		}
+		return c.Smartlead.Unsubscribe(ctx, lead.ID)
+	})
 }
 
 // Run runs the suppressor's consumer until ctx ends.
@@ -75,5 +117,6 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	}
 	defer nc.Close()
 	sub, _ := stream.SubscriptionOf(stream.Suppressor)
-	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(suppression.New(kv)), Owner: env.Config.Owner, Ready: up, Log: env.Log})
+	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(suppression.New(kv), env.Platforms.For),
+		Owner: env.Config.Owner, Ready: up, Log: env.Log})
 }

@@ -7,6 +7,11 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/platform/hubspot"
+	"exacto.dev/pkg/platform/instantly"
+	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/platform/smartlead"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/pkg/suppression"
@@ -40,7 +45,8 @@ func TestHandler(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	kv, _ := conn.JS.KeyValue(ctx, stream.Suppression)
 	list := suppression.New(kv)
-	h := New(list)
+	sb := sandbox.Start(t)
+	h := New(list, sandboxClients(sb))
 	env := envelope.Envelope{ID: "ev_1", Tenant: "acme", Type: envelope.TypeLeadUnsubscribed, Data: envelope.Data{Contact: &envelope.Contact{Email: "Ana@Example.com"}}}
 	for range 2 { // twice: harmless
 		if err := h(ctx, consumer.Event{Envelope: env}); err != nil {
@@ -55,5 +61,96 @@ func TestHandler(t *testing.T) {
 	err = h(ctx, consumer.Event{Envelope: envelope.Envelope{ID: "ev_2", Tenant: "acme", Type: envelope.TypeLeadUnsubscribed}})
 	if retry.Of(err).Class != retry.Permanent {
 		t.Fatalf("no contact: %v", err)
+	}
+}
+
+// sandboxClients serves every tenant from the sandbox.
+func sandboxClients(sb *sandbox.Server) Clients {
+	return func(string) (accounts.Clients, bool) {
+		return accounts.Clients{
+			Instantly: instantly.New(instantly.Config{BaseURL: sb.URL, APIKey: sandbox.InstantlyKey}),
+			Smartlead: smartlead.New(smartlead.Config{BaseURL: sb.URL, APIKey: sandbox.SmartleadKey}),
+			HubSpot:   hubspot.New(hubspot.Config{BaseURL: sb.URL, Token: sandbox.HubSpotToken}),
+		}, true
+	}
+}
+
+// An unsubscribe reaches every sending platform, once, and nothing resubscribes.
+func TestEveryPlatformIsTold(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	kv, _ := conn.JS.KeyValue(ctx, stream.Suppression)
+	list := suppression.New(kv)
+	sb := sandbox.Start(t)
+	leadID := sb.AddSmartleadLead(9181, "ana@example.com")
+	sb.AddSmartleadLead(9182, "ana@example.com")
+	h := New(list, sandboxClients(sb))
+	env := envelope.Envelope{ID: "ev_1", Tenant: "acme", Provider: "hubspot", Type: envelope.TypeLeadUnsubscribed,
+		Data: envelope.Data{Contact: &envelope.Contact{Email: "Ana@Example.com"}}}
+	for range 3 { // redeliveries: harmless
+		if err := h(ctx, consumer.Event{Envelope: env}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bl := sb.Blocklist(); len(bl) != 1 || bl[0] != "ana@example.com" {
+		t.Fatalf("instantly block list %v", bl)
+	}
+	if !sb.SmartleadUnsubscribedAll(leadID) {
+		t.Fatal("the smartlead lead is still subscribed")
+	}
+	if n := sb.Requests(sandbox.RouteSmartleadUnsubscribeAll); n != 1 {
+		t.Fatalf("%d smartlead unsubscribe calls, want 1 (the repeats see it unsubscribed)", n)
+	}
+	// A contact Smartlead does not know: blocked at Instantly, nothing asked of Smartlead
+	// but the lookup.
+	other := env
+	other.ID, other.Data.Contact = "ev_2", &envelope.Contact{Email: "ben@example.com"}
+	if err := h(ctx, consumer.Event{Envelope: other}); err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.Requests(sandbox.RouteSmartleadUnsubscribeAll); n != 1 {
+		t.Fatalf("smartlead unsubscribe called for an unknown lead (%d calls)", n)
+	}
+}
+
+// A platform that is down delays the telling, never the list.
+func TestListBeforePlatforms(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	kv, _ := conn.JS.KeyValue(ctx, stream.Suppression)
+	list := suppression.New(kv)
+	sb := sandbox.Start(t)
+	sb.SetFault(sandbox.RouteInstantlyBlocklist, sandbox.Fault{Status: 503})
+	h := New(list, sandboxClients(sb))
+	env := envelope.Envelope{ID: "ev_1", Tenant: "acme", Provider: "instantly", Type: envelope.TypeEmailBounced,
+		Data: envelope.Data{Contact: &envelope.Contact{Email: "ana@example.com"}, Bounce: &envelope.Bounce{Kind: "hard"}}}
+	err := h(ctx, consumer.Event{Envelope: env})
+	if err == nil || retry.Of(err).Class != retry.Transient {
+		t.Fatalf("instantly down: %v, want a transient error", err)
+	}
+	if e, ok, _ := list.Lookup(ctx, "acme", "email:ana@example.com"); !ok || e.Reason != Bounced {
+		t.Fatalf("not suppressed while a platform was down: %+v %v", e, ok)
+	}
+	sb.ClearFaults()
+	if err := h(ctx, consumer.Event{Envelope: env}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sb.Blocklist()) != 1 {
+		t.Fatalf("block list %v after recovery", sb.Blocklist())
+	}
+	// A phone-only contact is suppressed, and no e-mail platform is asked.
+	before := sb.TotalRequests()
+	phone := envelope.Envelope{ID: "ev_3", Tenant: "acme", Provider: "meta", Type: envelope.TypeLeadUnsubscribed,
+		Data: envelope.Data{Contact: &envelope.Contact{Phone: "+15550100"}}}
+	if err := h(ctx, consumer.Event{Envelope: phone}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := list.Lookup(ctx, "acme", phone.ContactKey()); !ok || sb.TotalRequests() != before {
+		t.Fatalf("phone-only: suppressed %v, %d platform calls", ok, sb.TotalRequests()-before)
+	}
+	// A tenant without accounts is a permanent error, after the list.
+	noAccounts := New(list, func(string) (accounts.Clients, bool) { return accounts.Clients{}, false })
+	if err := noAccounts(ctx, consumer.Event{Envelope: env}); retry.Of(err).Class != retry.Permanent {
+		t.Fatalf("unknown tenant: %v", err)
 	}
 }

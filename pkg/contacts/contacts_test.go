@@ -1,0 +1,145 @@
+package contacts
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/stream"
+)
+
+func directory(t *testing.T) *Directory {
+	t.Helper()
+	conn := brokertest.Start(t, "")
+	kv, err := conn.JS.KeyValue(context.Background(), stream.ContactIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(kv)
+}
+
+func TestNormalizeEmail(t *testing.T) {
+	for in, want := range map[string]string{
+		"  Ana.Silva@Example.COM ":      "ana.silva@example.com",
+		"Ana+news@example.com":          "ana+news@example.com", // the alias is kept as written
+		"Ana Silva <ana@example.com>":   "ana@example.com",
+		"not an address":                "",
+		"@example.com":                  "",
+		"ana@":                          "",
+		"":                              "",
+		"ana silva@example.com":         "",
+		"<ana@example.com>":             "ana@example.com",
+		"ANA@EXAMPLE.COM.":              "ana@example.com.",
+		"first.last+tag@sub.example.io": "first.last+tag@sub.example.io",
+	} {
+		if got := NormalizeEmail(in); got != want {
+			t.Errorf("NormalizeEmail(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// One person seen by e-mail, then by the platform's lead id with the e-mail, then by
+// the CRM id alone: one contact with every id, and the same ids on a second recording.
+func TestOneContactAcrossSystems(t *testing.T) {
+	ctx := context.Background()
+	d := directory(t)
+	a, err := d.Record(ctx, "acme", Seen{Email: "Ana@Northwind.example", External: map[string]string{CampaignID: "instantly:camp-1", MessageID: "m-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.Record(ctx, "acme", Seen{Email: "ana@northwind.example", External: map[string]string{SendingPlatformContactID: "instantly:lead-7", CRMContactID: "hubspot:901"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := d.Record(ctx, "acme", Seen{External: map[string]string{CRMContactID: "hubspot:901", CRMActivityID: "hubspot:note-5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ContactID == "" || b.ContactID != a.ContactID || c.ContactID != a.ContactID {
+		t.Fatalf("three contacts for one person: %s %s %s", a.ContactID, b.ContactID, c.ContactID)
+	}
+	got, ok, err := d.Find(ctx, "acme", SendingPlatformContactID, "instantly:lead-7")
+	if err != nil || !ok {
+		t.Fatalf("find by lead id: %v %v", ok, err)
+	}
+	for kind, want := range map[string]string{CampaignID: "instantly:camp-1", MessageID: "m-1", SendingPlatformContactID: "instantly:lead-7", CRMContactID: "hubspot:901", CRMActivityID: "hubspot:note-5"} {
+		if l := got.External[kind]; len(l) != 1 || l[0] != want {
+			t.Errorf("%s = %v, want [%s]", kind, l, want)
+		}
+	}
+	if len(got.Emails) != 1 || got.Emails[0] != "ana@northwind.example" {
+		t.Errorf("emails %v", got.Emails)
+	}
+	// A campaign finds nobody: it is shared by many.
+	if _, ok, _ := d.Find(ctx, "acme", CampaignID, "instantly:camp-1"); ok {
+		t.Error("a campaign id found a contact")
+	}
+	// Recording the same again changes nothing.
+	again, err := d.Record(ctx, "acme", Seen{Email: "ana@northwind.example", External: map[string]string{CRMContactID: "hubspot:901"}})
+	if err != nil || !again.Updated.Equal(got.Updated) {
+		t.Fatalf("a repeat changed the record: %v %v -> %v", err, got.Updated, again.Updated)
+	}
+}
+
+func TestAliasesTenantsAndAccounts(t *testing.T) {
+	ctx := context.Background()
+	d := directory(t)
+	plain, _ := d.Record(ctx, "acme", Seen{Email: "ana@northwind.example"})
+	alias, _ := d.Record(ctx, "acme", Seen{Email: "ana+promo@northwind.example"})
+	colleague, _ := d.Record(ctx, "acme", Seen{Email: "ben@northwind.example"})
+	other, _ := d.Record(ctx, "globex", Seen{Email: "ana@northwind.example"})
+	gmailA, _ := d.Record(ctx, "acme", Seen{Email: "ana.x@gmail.com"})
+	gmailB, _ := d.Record(ctx, "acme", Seen{Email: "ben.y@gmail.com"})
+	if plain.ContactID == alias.ContactID {
+		t.Error("a plus-alias was merged into the plain address on a guess")
+	}
+	if plain.ContactID == other.ContactID {
+		t.Error("two tenants share a contact")
+	}
+	if plain.AccountID != colleague.AccountID || plain.AccountID != alias.AccountID {
+		t.Error("colleagues at one domain are not one account")
+	}
+	if gmailA.AccountID == gmailB.AccountID {
+		t.Error("two free-mail users were made one account")
+	}
+	// Deterministic: the same first key gives the same id in a fresh directory (a replay).
+	fresh, _ := directory(t).Record(ctx, "acme", Seen{Email: "ANA@northwind.example"})
+	if fresh.ContactID != plain.ContactID || fresh.AccountID != plain.AccountID {
+		t.Errorf("a replay assigned other ids: %s/%s vs %s/%s", fresh.ContactID, fresh.AccountID, plain.ContactID, plain.AccountID)
+	}
+}
+
+func TestRefusesWhatNamesNobody(t *testing.T) {
+	d := directory(t)
+	for _, s := range []Seen{{}, {Email: "nonsense"}, {External: map[string]string{CampaignID: "c-1"}}} {
+		if _, err := d.Record(context.Background(), "acme", s); err == nil {
+			t.Errorf("recorded %+v", s)
+		}
+	}
+	if _, err := d.Record(context.Background(), "", Seen{Email: "a@b.example"}); err == nil {
+		t.Error("recorded without a tenant")
+	}
+}
+
+// Workers adding ids to one contact at once lose none of them.
+func TestConcurrentRecordsKeepEveryID(t *testing.T) {
+	ctx := context.Background()
+	d := directory(t)
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := d.Record(ctx, "acme", Seen{Email: "ana@northwind.example", External: map[string]string{MessageID: fmt.Sprint("m-", i)}}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	rec, ok, err := d.Find(ctx, "acme", "email", "Ana@Northwind.example")
+	if err != nil || !ok || len(rec.External[MessageID]) != 12 {
+		t.Fatalf("after 12 concurrent records: %v %v %d message ids", ok, err, len(rec.External[MessageID]))
+	}
+}
