@@ -251,3 +251,32 @@ func TestPlatformAndRoutingRefusals(t *testing.T) {
 		})
 	}
 }
+
+// The README's config reference is a config that loads: every field it shows exists.
+func TestREADMEConfigLoads(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "## Config reference")
+	if !ok {
+		t.Fatal("README has no config reference")
+	}
+	_, block, ok := strings.Cut(after, "```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README's config reference has no yaml block")
+	}
+	c, err := Parse([]byte(block), "README.md", func(name string) string {
+		if strings.HasPrefix(name, "EXACTO_") {
+			return ""
+		}
+		return "value-of-" + strings.ToLower(name) + "-0123456789"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CRMOwner("acme", "smartlead", "9181", "") != "23456" || c.Tenants[0].Platforms.HubSpot == nil {
+		t.Fatalf("README config: routing or platforms lost: %+v", c.Tenants[0])
+	}
+}

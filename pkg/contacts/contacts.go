@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/stream"
 )
 
 // Kinds of external id.
@@ -77,6 +79,15 @@ type Directory struct{ kv jetstream.KeyValue }
 
 // New binds the directory over kv.
 func New(kv jetstream.KeyValue) *Directory { return &Directory{kv: kv} }
+
+// Open binds the directory over its bucket in js.
+func Open(ctx context.Context, js jetstream.JetStream) (*Directory, error) {
+	kv, err := js.KeyValue(ctx, stream.ContactIDs)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", stream.ContactIDs, err)
+	}
+	return New(kv), nil
+}
 
 // NormalizeEmail is the form e-mails are matched in: the bare address, trimmed and
 // lower-cased, plus-alias kept. "" when s holds no address.

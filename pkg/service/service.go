@@ -19,6 +19,7 @@ import (
 	"exacto.dev/pkg/admin"
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/stream"
@@ -151,4 +152,28 @@ func Main(name string, run Run) {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
+}
+
+// Consume runs consumer service name until ctx ends: its subscription from the topology,
+// on a connection of its own (watermill drains it on close), with the config's
+// dead-letter owners and the process's log; o gives the handler, its dependencies and
+// how many events run at once (default 2).
+func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Options) error {
+	sub, ok := stream.SubscriptionOf(name)
+	if !ok {
+		return fmt.Errorf("no consumer %q in the topology", name)
+	}
+	nc, err := e.Conn.Dial("exacto-" + name)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	o.NC, o.Sub, o.Ready, o.Log = nc, sub, up, e.Log
+	if o.Owner == nil {
+		o.Owner = e.Config.Owner
+	}
+	if o.Workers == 0 {
+		o.Workers = 2
+	}
+	return consumer.Run(ctx, o)
 }

@@ -5,7 +5,9 @@ go 1.26.8
 require (
 	exacto.dev/pkg v0.0.0
 	exacto.dev/services/classifier v0.0.0
+	exacto.dev/services/crmwriter v0.0.0
 	exacto.dev/services/gateway v0.0.0
+	exacto.dev/services/stopper v0.0.0
 	exacto.dev/services/suppressor v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
 	github.com/spf13/cobra v1.10.2
@@ -57,6 +59,8 @@ require (
 replace (
 	exacto.dev/pkg => ../../pkg
 	exacto.dev/services/classifier => ../classifier
+	exacto.dev/services/crmwriter => ../crmwriter
 	exacto.dev/services/gateway => ../gateway
+	exacto.dev/services/stopper => ../stopper
 	exacto.dev/services/suppressor => ../suppressor
 )

@@ -17,12 +17,16 @@ import (
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
 	classifier "exacto.dev/services/classifier/handler"
+	crmwriter "exacto.dev/services/crmwriter/handler"
+	stopper "exacto.dev/services/stopper/handler"
 	suppressor "exacto.dev/services/suppressor/handler"
 )
 
 // workers are the consumer services this binary runs, by name.
 var workers = map[string]service.Run{
 	stream.Classifier: classifier.Run,
+	stream.Stopper:    stopper.Run,
+	stream.CRMWriter:  crmwriter.Run,
 	stream.Suppressor: suppressor.Run,
 }
 

@@ -6,6 +6,7 @@
 // .../crm/search-the-crm, .../error-handling):
 //
 //	POST  /crm/v3/objects/notes             create, with note→contact association 202
+//	PATCH /crm/v3/objects/notes/{id}        update (the classification, the owner)
 //	POST  /crm/v3/objects/notes/search      find by exacto_event_id
 //	POST  /crm/v3/objects/contacts/search   find by email
 //	POST  /crm/v3/objects/contacts          create
@@ -21,6 +22,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,6 +41,14 @@ const ExternalIDProperty = "exacto_event_id"
 
 // NoteToContact is the HUBSPOT_DEFINED association type id for note→contact.
 const NoteToContact = 202
+
+// MaxNoteBody is the documented limit of hs_note_body, in characters: a longer
+// body is refused with a 400, so callers cut it first.
+const MaxNoteBody = 65536
+
+// ContactProperties are the contact properties read back by FindContactByEmail and
+// GetContact: search and read return only a few defaults unless asked.
+var ContactProperties = []string{"email", "firstname", "lastname", "phone", "hubspot_owner_id"}
 
 // maxPages bounds any paginated search so a bad cursor cannot loop forever.
 const maxPages = 100
@@ -226,7 +236,7 @@ func (c *Client) EnsureNote(ctx context.Context, n Note) (note Note, created boo
 	if err == nil {
 		return note, true, nil
 	}
-	if id, ok := existingID(err); ok {
+	if id, ok := ExistingID(err); ok {
 		n.ID = id
 		return n, false, nil
 	}
@@ -235,8 +245,9 @@ func (c *Client) EnsureNote(ctx context.Context, n Note) (note Note, created boo
 
 var existingIDRe = regexp.MustCompile(`Existing ID: ?(\d+)`)
 
-// existingID reads the id HubSpot names in a 409 conflict message.
-func existingID(err error) (string, bool) {
+// ExistingID reads the id HubSpot names in the 409 that refuses a second record
+// with a unique value (a contact's email, a note's exacto_event_id).
+func ExistingID(err error) (string, bool) {
 	var pe *platform.Error
 	if !errors.As(err, &pe) || pe.Status != http.StatusConflict {
 		return "", false
@@ -265,7 +276,7 @@ func noteFrom(o Object) Note {
 
 // FindContactByEmail returns the contact with email; found is false if none.
 func (c *Client) FindContactByEmail(ctx context.Context, email string) (Contact, bool, error) {
-	objs, err := c.Search(ctx, "contacts", []Filter{{PropertyName: "email", Operator: "EQ", Value: strings.ToLower(email)}}, nil, 10)
+	objs, err := c.Search(ctx, "contacts", []Filter{{PropertyName: "email", Operator: "EQ", Value: strings.ToLower(email)}}, ContactProperties, 10)
 	if err != nil || len(objs) == 0 {
 		return Contact{}, false, err
 	}
@@ -283,26 +294,33 @@ func (c *Client) UpsertContact(ctx context.Context, email string, props map[stri
 		return Contact{}, err
 	}
 	if found {
-		return c.updateContact(ctx, existing.ID, props)
+		return c.UpdateContact(ctx, existing.ID, props)
 	}
 	p := maps.Clone(props)
 	if p == nil {
 		p = map[string]string{}
 	}
 	p["email"] = email
-	var resp Object
-	err = c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/contacts", nil, map[string]any{"properties": p}, &resp)
-	if id, ok := existingID(err); ok {
+	created, err := c.CreateContact(ctx, p)
+	if id, ok := ExistingID(err); ok {
 		// Created concurrently (or by our own timed-out attempt).
-		return c.updateContact(ctx, id, props)
+		return c.UpdateContact(ctx, id, props)
 	}
-	if err != nil {
+	return created, err
+}
+
+// CreateContact creates a contact with props. A contact with the same email
+// already there is a 409 whose id ExistingID reads.
+func (c *Client) CreateContact(ctx context.Context, props map[string]string) (Contact, error) {
+	var resp Object
+	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/contacts", nil, map[string]any{"properties": props}, &resp); err != nil {
 		return Contact{}, err
 	}
 	return Contact(resp), nil
 }
 
-func (c *Client) updateContact(ctx context.Context, id string, props map[string]string) (Contact, error) {
+// UpdateContact sets props on contact id (a read when props is empty).
+func (c *Client) UpdateContact(ctx context.Context, id string, props map[string]string) (Contact, error) {
 	if len(props) == 0 {
 		return c.GetContact(ctx, id)
 	}
@@ -317,8 +335,24 @@ func (c *Client) updateContact(ctx context.Context, id string, props map[string]
 // GetContact reads a contact by id; a missing one is a permanent 404 error.
 func (c *Client) GetContact(ctx context.Context, id string) (Contact, error) {
 	var resp Object
-	if err := c.h.Do(ctx, http.MethodGet, "/crm/v3/objects/contacts/"+platform.PathEscape(id), nil, nil, &resp); err != nil {
+	q := url.Values{"properties": {strings.Join(ContactProperties, ",")}}
+	if err := c.h.Do(ctx, http.MethodGet, "/crm/v3/objects/contacts/"+platform.PathEscape(id), q, nil, &resp); err != nil {
 		return Contact{}, err
 	}
 	return Contact(resp), nil
+}
+
+// UpdateNote sets props on note id and returns the note as HubSpot answers it.
+// Setting the same values again changes nothing, so a repeated update is
+// harmless. A note that does not exist is a permanent 404 error.
+func (c *Client) UpdateNote(ctx context.Context, id string, props map[string]string) (Note, error) {
+	if id == "" || len(props) == 0 {
+		return Note{}, errors.New("hubspot: note update needs an id and properties")
+	}
+	var resp Object
+	if err := c.h.Do(ctx, http.MethodPatch, "/crm/v3/objects/notes/"+platform.PathEscape(id), nil,
+		map[string]any{"properties": props}, &resp); err != nil {
+		return Note{}, err
+	}
+	return noteFrom(resp), nil
 }

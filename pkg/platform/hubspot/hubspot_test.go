@@ -3,6 +3,7 @@ package hubspot_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,5 +220,65 @@ func TestUpsertContact(t *testing.T) {
 	}
 	if total := sb.TotalRequests(); total > 15 {
 		t.Errorf("%d requests; expected a handful", total)
+	}
+}
+
+func TestUpdateNote(t *testing.T) {
+	sb, c, contact := setup(t)
+	ctx := context.Background()
+	n, _, err := c.EnsureNote(ctx, note(contact, "evt-5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := map[string]string{"hs_note_body": "Replied: interested (0.9)", "hubspot_owner_id": "88"}
+	for range 2 { // the same update twice changes nothing more
+		got, err := c.UpdateNote(ctx, n.ID, props)
+		if err != nil || got.ID != n.ID || got.Body != props["hs_note_body"] || got.OwnerID != "88" {
+			t.Fatalf("update: %+v %v", got, err)
+		}
+	}
+	stored := sb.Notes()
+	if len(stored) != 1 || stored[0].Properties["hs_note_body"] != props["hs_note_body"] ||
+		stored[0].Properties[hubspot.ExternalIDProperty] != "evt-5" || len(stored[0].Associations) != 1 {
+		t.Fatalf("stored: %+v", stored)
+	}
+	if sb.Requests(sandbox.RouteHubSpotNoteUpdate) != 2 {
+		t.Errorf("updates = %d", sb.Requests(sandbox.RouteHubSpotNoteUpdate))
+	}
+
+	if _, err := c.UpdateNote(ctx, "424242", props); platform.StatusOf(err) != http.StatusNotFound || platform.IsTransient(err) {
+		t.Errorf("missing note: %v", err)
+	}
+	// The unique property holds on update too: the 409 names the holder.
+	other, _, err := c.EnsureNote(ctx, note(contact, "evt-6"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.UpdateNote(ctx, other.ID, map[string]string{hubspot.ExternalIDProperty: "evt-5"})
+	if id, ok := hubspot.ExistingID(err); !ok || id != n.ID {
+		t.Errorf("duplicate key on update: %v", err)
+	}
+	// A body over the documented limit is refused, permanently.
+	_, err = c.UpdateNote(ctx, n.ID, map[string]string{"hs_note_body": strings.Repeat("é", hubspot.MaxNoteBody+1)})
+	if platform.StatusOf(err) != http.StatusBadRequest || platform.IsTransient(err) {
+		t.Errorf("long body: %v", err)
+	}
+	if _, err := c.CreateNote(ctx, hubspot.Note{ContactID: contact, ExternalID: "evt-7", Body: strings.Repeat("x", hubspot.MaxNoteBody+1)}); platform.StatusOf(err) != http.StatusBadRequest {
+		t.Errorf("long body on create: %v", err)
+	}
+	if _, err := c.CreateNote(ctx, hubspot.Note{ContactID: contact, ExternalID: "evt-8", Body: strings.Repeat("é", hubspot.MaxNoteBody)}); err != nil {
+		t.Errorf("body at the limit: %v", err)
+	}
+}
+
+func TestCreateContactConflictNamesExisting(t *testing.T) {
+	_, c, existing := setup(t)
+	_, err := c.CreateContact(context.Background(), map[string]string{"email": "Ada@Example.com"})
+	if id, ok := hubspot.ExistingID(err); !ok || id != existing || platform.IsTransient(err) {
+		t.Fatalf("duplicate email: %v", err)
+	}
+	got, err := c.GetContact(context.Background(), existing)
+	if err != nil || got.Properties["firstname"] != "Ada" {
+		t.Fatalf("get: %+v %v", got, err)
 	}
 }

@@ -132,23 +132,37 @@ func (c *Client) Unsubscribe(ctx context.Context, emailOrDomain string) error {
 
 // FindLead returns the lead with email in campaignID; found is false if none.
 func (c *Client) FindLead(ctx context.Context, campaignID, email string) (Lead, bool, error) {
+	leads, err := c.FindLeads(ctx, campaignID, email)
+	if err != nil || len(leads) == 0 {
+		return Lead{}, false, err
+	}
+	return leads[0], true, nil
+}
+
+// FindLeads returns every lead with email: one per campaign it is in (only
+// campaignID's when set). The contacts filter makes one page enough.
+func (c *Client) FindLeads(ctx context.Context, campaignID, email string) ([]Lead, error) {
+	if email == "" {
+		return nil, errors.New("instantly: empty email")
+	}
 	req := struct {
 		Campaign string   `json:"campaign,omitempty"`
 		Contacts []string `json:"contacts"`
 		Limit    int      `json:"limit"`
-	}{campaignID, []string{email}, 10}
+	}{campaignID, []string{email}, 100}
 	var resp struct {
 		Items []Lead `json:"items"`
 	}
 	if err := c.h.Do(ctx, http.MethodPost, "/api/v2/leads/list", nil, req, &resp); err != nil {
-		return Lead{}, false, err
+		return nil, err
 	}
+	var out []Lead
 	for _, l := range resp.Items {
 		if strings.EqualFold(l.Email, email) {
-			return l, true, nil
+			out = append(out, l)
 		}
 	}
-	return Lead{}, false, nil
+	return out, nil
 }
 
 // GetLead reads a lead by id; a missing one is a permanent 404 error.

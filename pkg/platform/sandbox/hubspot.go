@@ -6,12 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // HubSpot routes (names for SetFault and Requests).
 const (
 	RouteHubSpotNoteCreate    = "hubspot.notes.create"
 	RouteHubSpotNoteSearch    = "hubspot.notes.search"
+	RouteHubSpotNoteUpdate    = "hubspot.notes.update"
 	RouteHubSpotContactCreate = "hubspot.contacts.create"
 	RouteHubSpotContactSearch = "hubspot.contacts.search"
 	RouteHubSpotContactGet    = "hubspot.contacts.get"
@@ -21,6 +23,9 @@ const (
 // The unique custom note property that carries our event id; in a real
 // portal it is created once with hasUniqueValue=true.
 const NoteExternalIDProperty = "exacto_event_id"
+
+// MaxNoteBody is HubSpot's documented limit of hs_note_body, in characters.
+const MaxNoteBody = 65536
 
 // NoteToContactAssociation is HubSpot's HUBSPOT_DEFINED note→contact type.
 const NoteToContactAssociation = 202
@@ -37,6 +42,7 @@ type Object struct {
 	ID           string
 	Properties   map[string]string
 	CreatedAt    time.Time
+	UpdatedAt    time.Time
 	Associations []Association
 }
 
@@ -155,6 +161,7 @@ func hubspotDeny(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) mountHubSpot(mux *http.ServeMux) {
 	a, d := s.hubspotAuth, hubspotDeny
 	s.handle(mux, "POST /crm/v3/objects/notes", RouteHubSpotNoteCreate, a, d, s.hsCreateNote)
+	s.handle(mux, "PATCH /crm/v3/objects/notes/{id}", RouteHubSpotNoteUpdate, a, d, s.hsUpdateNote)
 	s.handle(mux, "POST /crm/v3/objects/notes/search", RouteHubSpotNoteSearch, a, d, s.hsSearch(func() []*Object { return s.hubspot.notes }))
 	s.handle(mux, "POST /crm/v3/objects/contacts", RouteHubSpotContactCreate, a, d, s.hsCreateContact)
 	s.handle(mux, "POST /crm/v3/objects/contacts/search", RouteHubSpotContactSearch, a, d, s.hsSearch(func() []*Object { return s.hubspot.contacts }))
@@ -176,9 +183,13 @@ type hsCreateReq struct {
 }
 
 func hsJSON(o *Object) map[string]any {
-	ts := o.CreatedAt.UTC().Format(time.RFC3339Nano)
+	updated := o.UpdatedAt
+	if updated.IsZero() {
+		updated = o.CreatedAt
+	}
 	return map[string]any{
-		"id": o.ID, "properties": o.Properties, "createdAt": ts, "updatedAt": ts, "archived": false,
+		"id": o.ID, "properties": o.Properties, "archived": false,
+		"createdAt": o.CreatedAt.UTC().Format(time.RFC3339Nano), "updatedAt": updated.UTC().Format(time.RFC3339Nano),
 	}
 }
 
@@ -192,17 +203,13 @@ func (s *Server) hsCreateNote(w http.ResponseWriter, r *http.Request) {
 		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Property hs_timestamp is required")
 		return
 	}
+	if !noteBodyFits(w, req.Properties) {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ext := req.Properties[NoteExternalIDProperty]; ext != "" {
-		for _, n := range s.hubspot.notes {
-			if n.Properties[NoteExternalIDProperty] == ext {
-				// A unique-value property refuses a second record with the value.
-				hubspotError(w, http.StatusConflict, "CONFLICT",
-					"A note with "+NoteExternalIDProperty+"="+ext+" already exists. Existing ID: "+n.ID)
-				return
-			}
-		}
+	if !s.uniqueNoteID(w, req.Properties, "") {
+		return
 	}
 	o := &Object{ID: s.hubspot.id(), Properties: maps.Clone(req.Properties), CreatedAt: time.Now()}
 	for _, as := range req.Associations {
@@ -221,6 +228,63 @@ func (s *Server) hsCreateNote(w http.ResponseWriter, r *http.Request) {
 	}
 	s.hubspot.notes = append(s.hubspot.notes, o)
 	writeJSON(w, http.StatusCreated, hsJSON(o))
+}
+
+// noteBodyFits answers 400 for a body over HubSpot's limit.
+func noteBodyFits(w http.ResponseWriter, props map[string]string) bool {
+	if utf8.RuneCountInString(props["hs_note_body"]) > MaxNoteBody {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR",
+			"Property hs_note_body is limited to "+strconv.Itoa(MaxNoteBody)+" characters")
+		return false
+	}
+	return true
+}
+
+// uniqueNoteID answers 409 when props would give a second note (not self) the
+// external id another holds: a unique-value property refuses it, naming the
+// holder. Called with s.mu held.
+func (s *Server) uniqueNoteID(w http.ResponseWriter, props map[string]string, self string) bool {
+	ext := props[NoteExternalIDProperty]
+	if ext == "" {
+		return true
+	}
+	for _, n := range s.hubspot.notes {
+		if n.ID != self && n.Properties[NoteExternalIDProperty] == ext {
+			hubspotError(w, http.StatusConflict, "CONFLICT",
+				"A note with "+NoteExternalIDProperty+"="+ext+" already exists. Existing ID: "+n.ID)
+			return false
+		}
+	}
+	return true
+}
+
+// hsUpdateNote serves PATCH /crm/v3/objects/notes/{id}: the given properties
+// are set, the others kept; associations are not touched.
+func (s *Server) hsUpdateNote(w http.ResponseWriter, r *http.Request) {
+	var req hsCreateReq
+	if err := readJSON(r, &req); err != nil {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
+		return
+	}
+	if !noteBodyFits(w, req.Properties) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := find(s.hubspot.notes, r.PathValue("id"))
+	if n == nil {
+		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "resource not found")
+		return
+	}
+	if !s.uniqueNoteID(w, req.Properties, n.ID) {
+		return
+	}
+	if n.Properties == nil {
+		n.Properties = map[string]string{}
+	}
+	maps.Copy(n.Properties, req.Properties)
+	n.UpdatedAt = time.Now()
+	writeJSON(w, http.StatusOK, hsJSON(n))
 }
 
 func (s *Server) hsCreateContact(w http.ResponseWriter, r *http.Request) {
@@ -282,6 +346,7 @@ func (s *Server) hsUpdateContact(w http.ResponseWriter, r *http.Request) {
 		}
 		c.Properties[k] = v
 	}
+	c.UpdatedAt = time.Now()
 	writeJSON(w, http.StatusOK, hsJSON(c))
 }
 

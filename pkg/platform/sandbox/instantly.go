@@ -23,6 +23,10 @@ const (
 	InstantlyUnsubscribed = -2
 )
 
+// InstantlyAutoCampaign is the campaign AutoEnroll puts a lead in when the lookup
+// names none.
+const InstantlyAutoCampaign = "00000000-0000-4000-8000-5a4db0c0a000"
+
 // InstantlyLead is a lead as the sandbox stores it.
 type InstantlyLead struct {
 	ID             string `json:"id"`
@@ -53,10 +57,39 @@ func (st *instantlyState) init() {}
 func (s *Server) AddInstantlyLead(campaign, email string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.inst.nextID++
-	id := "00000000-0000-4000-8000-" + leftPad(strconv.Itoa(s.inst.nextID), 12)
-	s.inst.leads = append(s.inst.leads, &InstantlyLead{ID: id, Email: strings.ToLower(email), Campaign: campaign, Status: InstantlyActive})
+	return s.inst.add(campaign, email)
+}
+
+func (st *instantlyState) add(campaign, email string) string {
+	st.nextID++
+	id := "00000000-0000-4000-8000-" + leftPad(strconv.Itoa(st.nextID), 12)
+	st.leads = append(st.leads, &InstantlyLead{ID: id, Email: strings.ToLower(email), Campaign: campaign, Status: InstantlyActive})
 	return id
+}
+
+// enrol, for AutoEnroll, adds each of emails that has no lead in campaign (in any
+// campaign when campaign is "") as an active lead of campaign (InstantlyAutoCampaign
+// when ""). The caller holds s.mu.
+func (st *instantlyState) enrol(campaign string, emails []string) {
+	for _, e := range emails {
+		if e == "" {
+			continue
+		}
+		known := false
+		for _, l := range st.leads {
+			if strings.EqualFold(l.Email, e) && (campaign == "" || l.Campaign == campaign) {
+				known = true
+				break
+			}
+		}
+		if !known {
+			c := campaign
+			if c == "" {
+				c = InstantlyAutoCampaign
+			}
+			st.add(c, e)
+		}
+	}
 }
 
 func leftPad(s string, n int) string { return strings.Repeat("0", max(0, n-len(s))) + s }
@@ -191,6 +224,9 @@ func (s *Server) inList(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.opts.AutoEnroll && len(req.Contacts) > 0 {
+		s.inst.enrol(req.Campaign, req.Contacts)
+	}
 	items := []InstantlyLead{}
 	started := req.StartingAfter == ""
 	next := ""

@@ -86,7 +86,13 @@ type TB interface {
 // Start runs a Server on 127.0.0.1:0 and closes it when the test ends.
 func Start(tb TB) *Server {
 	tb.Helper()
-	s, err := Listen(Options{})
+	return StartWith(tb, Options{})
+}
+
+// StartWith is Start with opts (their Addr defaults to 127.0.0.1:0).
+func StartWith(tb TB, opts Options) *Server {
+	tb.Helper()
+	s, err := Listen(opts)
 	if err != nil {
 		tb.Fatalf("sandbox: %v", err)
 	}

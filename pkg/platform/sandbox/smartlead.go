@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -14,6 +16,9 @@ const (
 	RouteSmartleadLeadByEmail    = "smartlead.leads.by-email"
 	RouteSmartleadCampaignLeads  = "smartlead.campaign.leads"
 )
+
+// SmartleadAutoCampaign is the campaign AutoEnroll puts a lead met by e-mail in.
+const SmartleadAutoCampaign int64 = 900001
 
 // SmartleadLead is a lead in one campaign as the sandbox stores it.
 type SmartleadLead struct {
@@ -30,12 +35,16 @@ type smartleadState struct {
 	leads   map[string]int64 // email → lead id
 	members []*SmartleadLead // campaign memberships, in insertion order
 	global  map[int64]bool   // unsubscribed from all campaigns
+	// auto holds the leads AutoEnroll created: the sandbox cannot know their
+	// campaigns, so they join each campaign they are asked about.
+	auto map[int64]bool
 }
 
 func (st *smartleadState) init() {
 	st.nextID = 5000
 	st.leads = map[string]int64{}
 	st.global = map[int64]bool{}
+	st.auto = map[int64]bool{}
 }
 
 // AddSmartleadLead seeds email as a started lead of campaignID and returns
@@ -43,18 +52,38 @@ func (st *smartleadState) init() {
 func (s *Server) AddSmartleadLead(campaignID int64, email string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.smart.add(campaignID, email)
+}
+
+func (st *smartleadState) add(campaignID int64, email string) int64 {
 	email = strings.ToLower(email)
-	id, ok := s.smart.leads[email]
+	id, ok := st.leads[email]
 	if !ok {
-		s.smart.nextID++
-		id = s.smart.nextID
-		s.smart.leads[email] = id
+		st.nextID++
+		id = st.nextID
+		st.leads[email] = id
 	}
-	s.smart.nextID++
-	s.smart.members = append(s.smart.members, &SmartleadLead{
-		LeadID: id, CampaignID: campaignID, MapID: s.smart.nextID, Email: email, Status: "STARTED",
+	st.nextID++
+	st.members = append(st.members, &SmartleadLead{
+		LeadID: id, CampaignID: campaignID, MapID: st.nextID, Email: email, Status: "STARTED",
 	})
 	return id
+}
+
+// enrolAuto adds every lead AutoEnroll created to campaignID, as a started lead,
+// unless it is a member already. The caller holds s.mu.
+func (st *smartleadState) enrolAuto(campaignID int64) {
+	for _, id := range slices.Sorted(maps.Keys(st.auto)) { // sorted: stable map ids
+		if st.member(campaignID, id) != nil {
+			continue
+		}
+		for email, lid := range st.leads {
+			if lid == id {
+				st.add(campaignID, email)
+				break
+			}
+		}
+	}
 }
 
 // SmartleadLeadState returns lead's membership in campaign.
@@ -126,6 +155,9 @@ func (s *Server) slMember(change func(*SmartleadLead)) http.HandlerFunc {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.opts.AutoEnroll && s.smart.auto[lid] {
+			s.smart.enrolAuto(cid)
+		}
 		m := s.smart.member(cid, lid)
 		if m == nil {
 			smartleadError(w, http.StatusNotFound, "Lead not found in campaign")
@@ -167,6 +199,10 @@ func (s *Server) slByEmail(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id, ok := s.smart.leads[email]
+	if !ok && s.opts.AutoEnroll {
+		id, ok = s.smart.add(SmartleadAutoCampaign, email), true
+		s.smart.auto[id] = true
+	}
 	if !ok {
 		writeJSON(w, http.StatusOK, map[string]any{}) // Smartlead answers {} for no lead
 		return
@@ -196,6 +232,9 @@ func (s *Server) slCampaignLeads(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.opts.AutoEnroll {
+		s.smart.enrolAuto(cid)
+	}
 	var all []*SmartleadLead
 	for _, m := range s.smart.members {
 		if m.CampaignID == cid {

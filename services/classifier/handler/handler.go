@@ -48,11 +48,5 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	nc, err := env.Conn.Dial("exacto-" + stream.Classifier)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	sub, _ := stream.SubscriptionOf(stream.Classifier)
-	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(d, classify.New()), Owner: env.Config.Owner, Ready: up, Log: env.Log})
+	return env.Consume(ctx, stream.Classifier, up, consumer.Options{Handle: New(d, classify.New())})
 }

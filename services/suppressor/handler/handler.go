@@ -111,12 +111,5 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	nc, err := env.Conn.Dial("exacto-" + stream.Suppressor)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	sub, _ := stream.SubscriptionOf(stream.Suppressor)
-	return consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: New(suppression.New(kv), env.Platforms.For),
-		Owner: env.Config.Owner, Ready: up, Log: env.Log})
+	return env.Consume(ctx, stream.Suppressor, up, consumer.Options{Handle: New(suppression.New(kv), env.Platforms.For)})
 }

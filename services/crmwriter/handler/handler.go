@@ -1,0 +1,567 @@
+// Package handler is the crmwriter: every reply becomes exactly one CRM activity in
+// HubSpot (a note on the contact's timeline, carrying our event id in the unique note
+// property exacto_event_id), and so does every booked meeting and created opportunity.
+//
+// Per event type:
+//
+//   - reply.received: the contact is found by e-mail, or created (email, first and
+//     last name, phone, owner); on a contact that exists only properties it lacks are
+//     filled, so nothing a salesperson typed is overwritten. Then the note: searched by
+//     the event id, created only when absent, associated with the contact (type 202),
+//     timestamped at the reply's time, owned by the first routing rule that matches
+//     (label "" before classification). A reply written without an owner counts in
+//     exacto_replies_without_owner.
+//   - reply.classified: the reply's own note (exacto_event_id = Data.Cause) is
+//     updated in place with the label, confidence, action and evidence, and gets the
+//     owner of a routing rule that matches the label. Still one activity per reply.
+//     If that note is not there yet (the classification overtook its reply, or
+//     HubSpot's search index lags), the attempt fails transiently and is retried.
+//   - meeting.booked, opportunity.created: one note each, keyed by the event id, on
+//     the contact named by e-mail (the meeting's invitee, else the event's contact).
+//     An event that names no e-mail completes without effect and is logged: there is
+//     no contact to put it on, and retrying cannot make one appear.
+//
+// Exactly once: a write whose answer was lost (a timeout after HubSpot committed it) is
+// retried as a transient error; the retry searches first and finds the note, and when
+// the search index has not caught up yet, the unique property turns the second create
+// into a 409 naming the note that exists. Contacts are deduplicated by e-mail the same
+// way. Every attempt looks before it writes, so Event.Resumed (an attempt that died
+// mid-effect) needs no path of its own. The consumer framework's guard makes a
+// completed event a no-op.
+//
+// Every HubSpot request goes through Event.Call, one request per call, so a 429's
+// Retry-After holds every event's next request and the breaker stops calls while
+// HubSpot is down. Errors keep pkg/platform's class: 400/401/403/404 are dead-lettered
+// at once, timeouts, 429 and 5xx retried. A reply that names no e-mail is
+// dead-lettered: HubSpot contacts are matched by e-mail, and a person must look.
+//
+// What was written (contact id, note id) is logged and handed to Options.OnWritten.
+package handler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"log/slog"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform/hubspot"
+	"exacto.dev/pkg/retry"
+	"exacto.dev/pkg/service"
+	"exacto.dev/pkg/stream"
+)
+
+// Dependency is the name HubSpot calls are paced and broken under.
+const Dependency = "hubspot"
+
+// repliesWithoutOwner counts replies written to the CRM with no owner: no routing rule
+// matched, so nobody is notified of them.
+var repliesWithoutOwner, _ = otel.Meter("exacto/crmwriter").Int64Counter("exacto_replies_without_owner",
+	metric.WithDescription("replies written to the CRM without an owner (no routing rule matched), by tenant and provider"))
+
+// Written is what one event left in HubSpot.
+type Written struct {
+	EventID string
+	// ExternalID is the note's exacto_event_id: the event's own id, or for
+	// reply.classified the reply's (the note it updated).
+	ExternalID string
+	// ContactID is the note's contact; empty for reply.classified, whose note was
+	// found by its key (the reply's own Written named the contact).
+	ContactID string
+	NoteID    string
+	Owner     string // the note's hubspot_owner_id, "" for none
+	Created   bool   // this attempt created the note (false: it was there, or was updated)
+}
+
+// Options configure the handler.
+type Options struct {
+	// HubSpot gives a tenant's HubSpot client; false for a tenant not configured
+	// (its events are dead-lettered).
+	HubSpot func(tenant string) (*hubspot.Client, bool)
+	// Route is the routing rules: the owner of tenant's activity from provider in
+	// campaign with label ("" before classification), "" when no rule matches.
+	Route func(tenant, provider, campaign, label string) string
+	// OnWritten, if set, hears each written activity after HubSpot has it. Its error
+	// fails the attempt (classified like any handler error): on retry the note is
+	// found again and OnWritten called again, so it must be idempotent.
+	OnWritten func(ctx context.Context, env envelope.Envelope, w Written) error
+	Log       *slog.Logger
+}
+
+type writer struct{ o Options }
+
+// New returns the crmwriter's handler.
+func New(o Options) consumer.Handler {
+	if o.Route == nil {
+		o.Route = func(string, string, string, string) string { return "" }
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return (&writer{o}).handle
+}
+
+// Run runs the crmwriter's consumer until ctx ends.
+func Run(ctx context.Context, env *service.Env, up func()) error {
+	dir, err := contacts.Open(ctx, env.Conn.JS)
+	if err != nil {
+		return err
+	}
+	h := New(Options{
+		HubSpot: func(tenant string) (*hubspot.Client, bool) {
+			c, ok := env.Platforms.For(tenant)
+			return c.HubSpot, ok && c.HubSpot != nil
+		},
+		Route:     env.Config.CRMOwner,
+		OnWritten: Record(dir),
+		Log:       env.Log,
+	})
+	// Two workers: each event makes up to five requests, two of them searches, and
+	// HubSpot's search endpoints have a tight per-second limit of their own.
+	return env.Consume(ctx, stream.CRMWriter, up, consumer.Options{Handle: h, Dependencies: consumer.On(Dependency)})
+}
+
+// Record keeps what HubSpot has of a contact in dir: its CRM contact id and each
+// activity written for it. Recording the same again changes nothing.
+func Record(dir *contacts.Directory) func(ctx context.Context, env envelope.Envelope, w Written) error {
+	return func(ctx context.Context, env envelope.Envelope, w Written) error {
+		seen := contacts.Seen{External: map[string]string{contacts.CRMActivityID: "hubspot:" + w.NoteID}}
+		if c := env.Data.Contact; c != nil {
+			seen.Email, seen.Phone = c.Email, c.Phone
+		}
+		if m := env.Data.Meeting; m != nil && seen.Email == "" {
+			seen.Email = m.Invitee
+		}
+		if w.ContactID != "" {
+			seen.External[contacts.CRMContactID] = "hubspot:" + w.ContactID
+		}
+		if _, err := dir.Record(ctx, env.Tenant, seen); err != nil {
+			return retry.Transiently("contacts", err)
+		}
+		return nil
+	}
+}
+
+func (w *writer) handle(ctx context.Context, ev consumer.Event) error {
+	env := ev.Envelope
+	hs, ok := w.o.HubSpot(env.Tenant)
+	if !ok {
+		return retry.Permanently(stream.CRMWriter, fmt.Errorf("tenant %q has no HubSpot account configured", env.Tenant))
+	}
+	var (
+		res Written
+		err error
+	)
+	switch env.Type {
+	case envelope.TypeReplyReceived:
+		res, err = w.reply(ctx, ev, hs)
+	case envelope.TypeReplyClassified:
+		res, err = w.classified(ctx, ev, hs)
+	case envelope.TypeMeetingBooked, envelope.TypeOpportunityCreated:
+		res, err = w.activity(ctx, ev, hs)
+	default:
+		w.o.Log.Warn("crmwriter: event type not written to the CRM", "id", env.ID, "type", env.Type)
+		return nil
+	}
+	if err != nil || res.NoteID == "" {
+		return err
+	}
+	w.o.Log.Info("crm activity written", "id", env.ID, "type", env.Type, "tenant", env.Tenant,
+		"hubspot_contact_id", res.ContactID, "hubspot_note_id", res.NoteID, "external_id", res.ExternalID,
+		"owner", res.Owner, "created", res.Created, "resumed", ev.Resumed, "attempt", ev.Attempt)
+	if w.o.OnWritten != nil {
+		if err := w.o.OnWritten(ctx, env, res); err != nil {
+			return fmt.Errorf("after writing note %s: %w", res.NoteID, err)
+		}
+	}
+	// Counted on success only: the guard completes an event once, so each reply is
+	// counted once however many attempts it took.
+	if env.Type == envelope.TypeReplyReceived && res.Owner == "" {
+		repliesWithoutOwner.Add(ctx, 1, metric.WithAttributes(
+			attribute.String("tenant", env.Tenant), attribute.String("provider", env.Provider)))
+	}
+	return nil
+}
+
+func (w *writer) reply(ctx context.Context, ev consumer.Event, hs *hubspot.Client) (Written, error) {
+	env := ev.Envelope
+	c := env.Data.Contact
+	if c == nil || c.Email == "" {
+		return Written{}, retry.Permanently(stream.CRMWriter, errors.New("the reply names no e-mail: HubSpot contacts are matched by e-mail"))
+	}
+	owner := w.o.Route(env.Tenant, env.Provider, campaignID(env), "")
+	contact, err := w.upsertContact(ctx, ev, hs, c.Email, contactProps(c, owner))
+	if err != nil {
+		return Written{}, err
+	}
+	return w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: replyBody(env),
+		Timestamp: eventTime(env), OwnerID: owner, ExternalID: env.ID})
+}
+
+func (w *writer) classified(ctx context.Context, ev consumer.Event, hs *hubspot.Client) (Written, error) {
+	env := ev.Envelope
+	cl, key := env.Data.Classification, env.Data.Cause
+	if cl == nil || cl.Label == "" || key == "" {
+		return Written{}, retry.Permanently(stream.CRMWriter, errors.New("reply.classified without a label or the reply's id (cause)"))
+	}
+	var (
+		note  hubspot.Note
+		found bool
+	)
+	err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+		note, found, err = hs.SearchNoteByExternalID(ctx, key)
+		return err
+	})
+	if err != nil {
+		return Written{}, fmt.Errorf("find the reply's note: %w", err)
+	}
+	if !found {
+		// Outside Event.Call on purpose: HubSpot answered, so the breaker must not
+		// count this against it.
+		return Written{}, retry.Transiently(stream.CRMWriter, fmt.Errorf("the note of reply %s is not in HubSpot yet", key))
+	}
+	props := map[string]string{}
+	if body := withClassification(note.Body, cl); body != note.Body {
+		props["hs_note_body"] = body
+	}
+	owner := note.OwnerID
+	// A label rule may name an owner; no match keeps the owner the reply got.
+	if routed := w.o.Route(env.Tenant, env.Provider, campaignID(env), cl.Label); routed != "" && routed != owner {
+		props["hubspot_owner_id"] = routed
+		owner = routed
+	}
+	res := Written{EventID: env.ID, ExternalID: key, NoteID: note.ID, Owner: owner}
+	if len(props) == 0 {
+		return res, nil // already written: a repeat changes nothing
+	}
+	err = ev.Call(ctx, Dependency, func(ctx context.Context) error {
+		_, err := hs.UpdateNote(ctx, note.ID, props)
+		return err
+	})
+	if err != nil {
+		return Written{}, fmt.Errorf("update note %s: %w", note.ID, err)
+	}
+	return res, nil
+}
+
+func (w *writer) activity(ctx context.Context, ev consumer.Event, hs *hubspot.Client) (Written, error) {
+	env := ev.Envelope
+	email, c := "", env.Data.Contact
+	if c != nil {
+		email = c.Email
+	}
+	if m := env.Data.Meeting; m != nil && strings.Contains(m.Invitee, "@") {
+		email = m.Invitee
+	}
+	if email == "" {
+		w.o.Log.Warn("crmwriter: event names no e-mail; nothing written", "id", env.ID, "type", env.Type, "tenant", env.Tenant)
+		return Written{}, nil
+	}
+	if c == nil {
+		c = &envelope.Contact{}
+	}
+	owner := w.o.Route(env.Tenant, env.Provider, campaignID(env), "")
+	contact, err := w.upsertContact(ctx, ev, hs, email, contactProps(c, owner))
+	if err != nil {
+		return Written{}, err
+	}
+	return w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: activityBody(env),
+		Timestamp: eventTime(env), OwnerID: owner, ExternalID: env.ID})
+}
+
+// ensureNote is hubspot.EnsureNote with each request made through ev.Call: search by
+// the external id, create only if absent, and read a 409 as "it is there".
+func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.Client, n hubspot.Note) (Written, error) {
+	res := Written{EventID: ev.Envelope.ID, ExternalID: n.ExternalID, ContactID: n.ContactID, Owner: n.OwnerID}
+	var (
+		existing hubspot.Note
+		found    bool
+	)
+	err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+		existing, found, err = hs.SearchNoteByExternalID(ctx, n.ExternalID)
+		return err
+	})
+	if err != nil {
+		return Written{}, fmt.Errorf("search note: %w", err)
+	}
+	if found {
+		res.NoteID, res.Owner = existing.ID, existing.OwnerID
+		return res, nil
+	}
+	var created hubspot.Note
+	err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+		created, err = hs.CreateNote(ctx, n)
+		return err
+	})
+	if id, ok := hubspot.ExistingID(err); ok {
+		// Our own earlier write, committed though its answer was lost; search has not
+		// indexed it yet.
+		res.NoteID = id
+		return res, nil
+	}
+	if err != nil {
+		return Written{}, fmt.Errorf("create note: %w", err)
+	}
+	res.NoteID, res.Created = created.ID, true
+	return res, nil
+}
+
+// upsertContact finds the contact by e-mail or creates it with want; on a contact that
+// exists it fills only the properties it lacks.
+func (w *writer) upsertContact(ctx context.Context, ev consumer.Event, hs *hubspot.Client, email string, want map[string]string) (hubspot.Contact, error) {
+	email = strings.ToLower(strings.TrimSpace(email))
+	var (
+		c     hubspot.Contact
+		found bool
+	)
+	err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+		c, found, err = hs.FindContactByEmail(ctx, email)
+		return err
+	})
+	if err != nil {
+		return c, fmt.Errorf("find contact: %w", err)
+	}
+	if !found {
+		props := maps.Clone(want)
+		props["email"] = email
+		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+			c, err = hs.CreateContact(ctx, props)
+			return err
+		})
+		id, exists := hubspot.ExistingID(err)
+		if !exists {
+			if err != nil {
+				return c, fmt.Errorf("create contact: %w", err)
+			}
+			return c, nil
+		}
+		// Created meanwhile (by another event, or our own timed-out attempt) and not
+		// searchable yet: read it, so that only what it lacks is filled.
+		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+			c, err = hs.GetContact(ctx, id)
+			return err
+		})
+		if err != nil {
+			return c, fmt.Errorf("read contact %s: %w", id, err)
+		}
+	}
+	patch := map[string]string{}
+	for k, v := range want {
+		if strings.TrimSpace(c.Properties[k]) == "" {
+			patch[k] = v
+		}
+	}
+	if len(patch) == 0 {
+		return c, nil
+	}
+	err = ev.Call(ctx, Dependency, func(ctx context.Context) error {
+		_, err := hs.UpdateContact(ctx, c.ID, patch)
+		return err
+	})
+	if err != nil {
+		return c, fmt.Errorf("update contact %s: %w", c.ID, err)
+	}
+	return c, nil
+}
+
+// contactProps are the contact properties an event justifies: the name split at the
+// first space (HubSpot keeps first and last name apart), the phone, and the routed
+// owner for a contact nobody owns yet.
+func contactProps(c *envelope.Contact, owner string) map[string]string {
+	p := map[string]string{}
+	if first, last, _ := strings.Cut(strings.TrimSpace(c.Name), " "); first != "" && !strings.Contains(first, "@") {
+		p["firstname"] = first
+		if last = strings.TrimSpace(last); last != "" {
+			p["lastname"] = last
+		}
+	}
+	if c.Phone != "" {
+		p["phone"] = c.Phone
+	}
+	if owner != "" {
+		p["hubspot_owner_id"] = owner
+	}
+	return p
+}
+
+func campaignID(env envelope.Envelope) string {
+	if c := env.Data.Campaign; c != nil {
+		return c.ID
+	}
+	return ""
+}
+
+// eventTime places the note on the timeline: when it happened, else when we heard.
+func eventTime(env envelope.Envelope) time.Time {
+	if !env.Time.IsZero() {
+		return env.Time
+	}
+	return env.ReceivedAt
+}
+
+// Note bodies are HTML (HubSpot renders hs_note_body as rich text): everything from
+// the event is escaped, since reply text is written by strangers.
+
+// classMarker starts the classification paragraph, always the last of a reply's note,
+// so that the classification can replace it in place.
+const (
+	classLabel  = "Exacto classification:"
+	classMarker = "<p><strong>" + classLabel + "</strong>"
+)
+
+// Budget of the documented 65,536-character limit: the reply part is cut to
+// maxReplyPart, the classification paragraph to the rest, with room to spare.
+const (
+	maxReplyPart = 60000
+	maxClassPart = 5000
+)
+
+func replyBody(env envelope.Envelope) string {
+	var b strings.Builder
+	b.WriteString("<p><strong>Reply received</strong> via " + esc(env.Provider))
+	if c := env.Data.Campaign; c != nil && (c.Name != "" || c.ID != "") {
+		b.WriteString(" · campaign " + esc(cmp.Or(c.Name, c.ID)))
+		if c.Name != "" && c.ID != "" {
+			b.WriteString(" (" + esc(c.ID) + ")")
+		}
+		if c.Step != "" {
+			b.WriteString(", step " + esc(c.Step))
+		}
+	}
+	b.WriteString("</p>")
+	if m := env.Data.Message; m != nil {
+		if m.From != "" {
+			b.WriteString("<p><strong>From:</strong> " + esc(m.From) + "</p>")
+		}
+		if m.Subject != "" {
+			b.WriteString("<p><strong>Subject:</strong> " + esc(m.Subject) + "</p>")
+		}
+		if m.Auto {
+			b.WriteString("<p><em>Automatic reply</em></p>")
+		}
+		if m.Text != "" {
+			b.WriteString("<p>" + strings.ReplaceAll(esc(m.Text), "\n", "<br>") + "</p>")
+		}
+	}
+	b.WriteString("<p>Exacto event " + esc(env.ID) + "</p>")
+	return cutHTML(b.String(), maxReplyPart) + classMarker + " pending</p>"
+}
+
+// withClassification replaces body's classification paragraph with cl's (appends it
+// if the paragraph is gone). Same body and classification, same result.
+func withClassification(body string, cl *envelope.Classification) string {
+	if i := strings.LastIndex(body, classMarker); i >= 0 {
+		body = body[:i]
+	} else if i := strings.LastIndex(body, classLabel); i >= 0 {
+		// HubSpot re-serialised our HTML (attributes, other tags): cut at the
+		// paragraph that holds the label.
+		if p := strings.LastIndex(body[:i], "<p"); p >= 0 {
+			i = p
+		}
+		body = body[:i]
+	}
+	s := " " + esc(cl.Label) + " (confidence " + strconv.FormatFloat(cl.Confidence, 'f', 2, 64)
+	if cl.Action != "" {
+		s += ", suggested action " + esc(cl.Action)
+	}
+	if cl.Language != "" {
+		s += ", language " + esc(cl.Language)
+	}
+	if cl.Classifier != "" {
+		s += ", by " + esc(cl.Classifier)
+	}
+	s += ")"
+	if len(cl.Evidence) > 0 {
+		ev := make([]string, len(cl.Evidence))
+		for i, e := range cl.Evidence {
+			ev[i] = "“" + esc(e) + "”"
+		}
+		s += "<br>Evidence: " + strings.Join(ev, "; ")
+	}
+	return body + classMarker + cutHTML(s, maxClassPart) + "</p>"
+}
+
+func activityBody(env envelope.Envelope) string {
+	var b strings.Builder
+	d := env.Data
+	switch {
+	case env.Type == envelope.TypeMeetingBooked && d.Meeting != nil:
+		m := d.Meeting
+		b.WriteString("<p><strong>Meeting booked</strong> via " + esc(env.Provider))
+		if m.EventType != "" {
+			b.WriteString(": " + esc(m.EventType))
+		}
+		b.WriteString("</p>")
+		if !m.Start.IsZero() {
+			b.WriteString("<p><strong>When:</strong> " + m.Start.UTC().Format("2006-01-02 15:04 MST"))
+			if !m.End.IsZero() {
+				b.WriteString(" – " + m.End.UTC().Format("15:04 MST"))
+			}
+			b.WriteString("</p>")
+		}
+		if m.Invitee != "" {
+			b.WriteString("<p><strong>Invitee:</strong> " + esc(m.Invitee) + "</p>")
+		}
+		if m.Reason != "" {
+			b.WriteString("<p>" + strings.ReplaceAll(esc(m.Reason), "\n", "<br>") + "</p>")
+		}
+	case env.Type == envelope.TypeOpportunityCreated && d.Opportunity != nil:
+		o := d.Opportunity
+		b.WriteString("<p><strong>Opportunity created</strong> via " + esc(env.Provider))
+		if o.Name != "" {
+			b.WriteString(": " + esc(o.Name))
+		}
+		b.WriteString("</p>")
+		if o.Stage != "" {
+			b.WriteString("<p><strong>Stage:</strong> " + esc(o.Stage) + "</p>")
+		}
+		if o.Amount != "" {
+			b.WriteString("<p><strong>Amount:</strong> " + esc(o.Amount) + "</p>")
+		}
+	default:
+		b.WriteString("<p><strong>" + esc(env.Type) + "</strong> via " + esc(env.Provider) + "</p>")
+	}
+	if c := d.Campaign; c != nil && (c.Name != "" || c.ID != "") {
+		b.WriteString("<p><strong>Campaign:</strong> " + esc(cmp.Or(c.Name, c.ID)) + "</p>")
+	}
+	b.WriteString("<p>Exacto event " + esc(env.ID) + "</p>")
+	return cutHTML(b.String(), maxReplyPart)
+}
+
+func esc(s string) string { return html.EscapeString(s) }
+
+// cutHTML cuts s to at most max characters without splitting an entity or a tag,
+// marking the cut.
+func cutHTML(s string, max int) string {
+	if utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	const mark = "… [truncated]"
+	n := max - utf8.RuneCountInString(mark)
+	i := 0
+	for range n {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	s = s[:i]
+	if amp := strings.LastIndexByte(s, '&'); amp >= 0 && !strings.Contains(s[amp:], ";") {
+		s = s[:amp]
+	}
+	if lt := strings.LastIndexByte(s, '<'); lt >= 0 && !strings.Contains(s[lt:], ">") {
+		s = s[:lt]
+	}
+	return s + mark
+}

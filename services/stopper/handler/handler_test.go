@@ -1,0 +1,566 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker"
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/platform/instantly"
+	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/platform/smartlead"
+	"exacto.dev/pkg/providers/providertest"
+	"exacto.dev/pkg/retry"
+	"exacto.dev/pkg/stream"
+)
+
+const (
+	tenant       = "acme"
+	instCampaign = "019cc043-e398-7985-aef5-99101bec3adf"
+)
+
+// rig is the stopper on a real embedded JetStream against the platform sandbox.
+type rig struct {
+	t       *testing.T
+	conn    *broker.Conn
+	sb      *sandbox.Server
+	handle  consumer.Handler
+	clients accounts.Clients
+	dir     *contacts.Directory
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	conn := brokertest.Start(t, "")
+	sb := sandbox.Start(t)
+	clients := accounts.Clients{
+		Instantly: instantly.New(instantly.Config{BaseURL: sb.URL, APIKey: sandbox.InstantlyKey, Timeout: 2 * time.Second}),
+		Smartlead: smartlead.New(smartlead.Config{BaseURL: sb.URL, APIKey: sandbox.SmartleadKey, Timeout: 2 * time.Second}),
+	}
+	d, err := consumer.NewDeriver(context.Background(), conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := contacts.Open(context.Background(), conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	platforms := func(tn string) (accounts.Clients, bool) { return clients, tn == tenant }
+	return &rig{t: t, conn: conn, sb: sb, clients: clients, dir: dir, handle: New(d, platforms, dir, nil)}
+}
+
+// run starts the stopper's consumer with the production subscription, its backoff
+// shortened so that retries fit in a test.
+func (r *rig) run() {
+	r.t.Helper()
+	nc, err := nats.Connect(r.conn.Embedded.ClientURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	sub, _ := stream.SubscriptionOf(stream.Stopper)
+	sub.BackoffBase, sub.BackoffMax = 20*time.Millisecond, 200*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 2, Handle: r.handle, Dependencies: Dependencies,
+			Owner: func(string, string) string { return "ops@acme" }})
+		if err != nil {
+			r.t.Error(err)
+		}
+	}()
+	r.t.Cleanup(func() { cancel(); <-done; nc.Close() })
+}
+
+// event builds an envelope as the gateway would store it.
+func event(provider, typ, key string, data envelope.Data) envelope.Envelope {
+	now := time.Now().UTC()
+	subject := ""
+	if data.Contact != nil {
+		subject = data.Contact.Email
+	}
+	if data.ProviderType == "" {
+		data.ProviderType = typ
+	}
+	data.Raw = json.RawMessage(`{}`)
+	return envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID(tenant, provider, key), Source: envelope.Source(tenant, provider+"-main"),
+		Type: typ, Subject: subject, Time: now, DataContentType: "application/json", Data: data,
+		Tenant: tenant, Provider: provider, Endpoint: provider + "-main", ReceivedAt: now, Channel: "email",
+		PayloadSHA256: strings.Repeat("0", 64), Signed: provider != Instantly && provider != Smartlead, AuthMethod: "test"}
+}
+
+func reply(provider, key, addr string) envelope.Envelope {
+	return event(provider, envelope.TypeReplyReceived, key, envelope.Data{Contact: &envelope.Contact{Email: addr},
+		Message: &envelope.Message{ID: key, Text: "Thanks, please stop emailing me."}})
+}
+
+func withCampaign(env envelope.Envelope, id string) envelope.Envelope {
+	env.Data.Campaign = &envelope.Campaign{ID: id, Name: "Q4 outreach", Step: "1"}
+	return env
+}
+
+// publish stores env on EXACTO_EVENTS; msgID, if set, replaces its Nats-Msg-Id (a
+// provider redelivery the duplicate window does not catch).
+func (r *rig) publish(env envelope.Envelope, msgID string) {
+	r.t.Helper()
+	msg, err := stream.EventMessage(context.Background(), env)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if msgID != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	if _, err := r.conn.JS.PublishMsg(context.Background(), msg); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) status(id string) guard.Record {
+	r.t.Helper()
+	kv, err := r.conn.JS.KeyValue(context.Background(), stream.Guards)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rec, _, err := guard.Status(context.Background(), kv, stream.Stopper, id)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return rec
+}
+
+func (r *rig) waitFor(what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.t.Fatalf("timed out waiting for %s", what)
+}
+
+func (r *rig) waitStatus(id, want string) {
+	r.t.Helper()
+	r.waitFor(id+" "+want, func() bool { return r.status(id).Status == want })
+}
+
+// drained waits until the stopper has nothing pending or unacknowledged.
+func (r *rig) drained() {
+	r.t.Helper()
+	r.waitFor("the stopper to drain", func() bool {
+		c, err := r.conn.JS.Consumer(context.Background(), stream.Events, stream.Stopper)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+}
+
+// read returns every message of stream name on subject.
+func (r *rig) read(name, subject string) []*jetstream.RawStreamMsg {
+	r.t.Helper()
+	ctx := context.Background()
+	st, err := r.conn.JS.Stream(ctx, name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted
+		}
+		if ok, _ := matches(subject, m.Subject); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func matches(pattern, subject string) (bool, error) {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		if tok == ">" {
+			return true, nil
+		}
+		if i >= len(s) || (tok != "*" && tok != s[i]) {
+			return false, nil
+		}
+	}
+	return len(p) == len(s), nil
+}
+
+// stopped is every sequence.stopped stored, validated against the schemas.
+func (r *rig) stopped() []envelope.Envelope {
+	r.t.Helper()
+	var out []envelope.Envelope
+	for _, m := range r.read(stream.Events, "events.*.*."+envelope.TypeSequenceStopped) {
+		if err := providertest.Validate(m.Data); err != nil {
+			r.t.Fatalf("%v\n%s", err, m.Data)
+		}
+		var env envelope.Envelope
+		if err := json.Unmarshal(m.Data, &env); err != nil {
+			r.t.Fatal(err)
+		}
+		out = append(out, env)
+	}
+	return out
+}
+
+func (r *rig) deadLetters() []consumer.DeadLetter {
+	r.t.Helper()
+	var out []consumer.DeadLetter
+	for _, m := range r.read(stream.DLQ, "dlq.>") {
+		var dl consumer.DeadLetter
+		if err := json.Unmarshal(m.Data, &dl); err != nil {
+			r.t.Fatal(err)
+		}
+		out = append(out, dl)
+	}
+	return out
+}
+
+func TestCause(t *testing.T) {
+	contact := &envelope.Contact{Email: "ana@example.com"}
+	cases := []struct {
+		env  envelope.Envelope
+		want string
+	}{
+		{envelope.Envelope{Type: envelope.TypeReplyReceived, Data: envelope.Data{Contact: contact, Message: &envelope.Message{}}}, causeReply},
+		{envelope.Envelope{Type: envelope.TypeReplyReceived, Data: envelope.Data{Contact: contact, Message: &envelope.Message{Auto: true}}}, ""},
+		{envelope.Envelope{Type: envelope.TypeMessageReceived, Data: envelope.Data{Contact: contact, Message: &envelope.Message{ID: "m"}}}, causeReply},
+		{envelope.Envelope{Type: envelope.TypeMessageReceived, Data: envelope.Data{Contact: &envelope.Contact{Phone: "+34600000000"}, Message: &envelope.Message{ID: "m"}}}, ""},
+		{envelope.Envelope{Type: envelope.TypeLeadUnsubscribed, Data: envelope.Data{Contact: contact}}, causeUnsubscribe},
+		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact, Bounce: &envelope.Bounce{Kind: "hard"}}}, causeBounce},
+		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact, Bounce: &envelope.Bounce{Kind: "unknown"}}}, causeBounce},
+		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact}}, causeBounce},
+		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact, Bounce: &envelope.Bounce{Kind: "soft"}}}, ""},
+		{envelope.Envelope{Type: envelope.TypeEmailOpened, Data: envelope.Data{Contact: contact}}, ""},
+		{envelope.Envelope{Type: envelope.TypeEmailDelivered, Data: envelope.Data{Contact: contact}}, ""},
+		// A Smartlead event names its lead and campaign even without an e-mail.
+		{envelope.Envelope{Type: envelope.TypeLeadUnsubscribed, Provider: Smartlead, Data: envelope.Data{Contact: &envelope.Contact{ExternalID: "5001"}, Campaign: &envelope.Campaign{ID: "42"}}}, causeUnsubscribe},
+	}
+	for _, c := range cases {
+		got, skip := Cause(c.env)
+		if got != c.want || (got == "") == (skip == "") {
+			t.Errorf("%s %+v %+v: %q (%q), want %q", c.env.Type, c.env.Data.Message, c.env.Data.Bounce, got, skip, c.want)
+		}
+		if deps := Dependencies(c.env); (len(deps) > 0) != (c.want != "") {
+			t.Errorf("%s: dependencies %v for cause %q", c.env.Type, deps, c.want)
+		}
+	}
+	if got := SendingPlatforms(envelope.Envelope{Provider: "hubspot"}); len(got) != 2 {
+		t.Errorf("hubspot event stops on %v, want both platforms", got)
+	}
+}
+
+// An Instantly reply stops the lead with one write and one sequence.stopped, however
+// often it is delivered.
+func TestInstantlyReplyStopsOnce(t *testing.T) {
+	r := newRig(t)
+	id := r.sb.AddInstantlyLead(instCampaign, "jordan@example.com")
+	r.run()
+	env := withCampaign(reply(Instantly, "r1", "Jordan@Example.com"), instCampaign)
+	r.publish(env, "")
+	r.publish(env, "provider-retry-1") // past the duplicate window: a second delivery
+	r.publish(env, "provider-retry-2")
+	r.waitStatus(env.ID, guard.Completed)
+	r.drained()
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != 1 {
+		t.Fatalf("%d stop calls, want 1", n)
+	}
+	l, _ := r.sb.InstantlyLeadState(id)
+	if l.Status != sandbox.InstantlyCompleted || l.InterestStatus == nil || *l.InterestStatus != instantly.NotInterested {
+		t.Fatalf("lead after the stop: %+v", l)
+	}
+	if b := r.sb.Blocklist(); len(b) != 0 {
+		t.Fatalf("a reply blocked %v", b)
+	}
+	// The handler run again (a worker resumed after a crash): it reads, finds the lead
+	// stopped, writes nothing and derives the same event.
+	if err := r.handle(context.Background(), consumer.Event{Envelope: env, Attempt: 2, Resumed: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != 1 {
+		t.Fatalf("%d stop calls after a rerun, want 1", n)
+	}
+	st := r.stopped()
+	if len(st) != 1 {
+		t.Fatalf("%d sequence.stopped, want 1", len(st))
+	}
+	s := st[0]
+	if s.Data.Cause != env.ID || s.Data.Status != StatusStopped || s.Provider != Instantly || s.Data.Contact.ExternalID != id ||
+		s.Data.Campaign == nil || s.Data.Campaign.ID != instCampaign {
+		t.Fatalf("sequence.stopped: %+v %+v", s, s.Data)
+	}
+	// The contact's directory entry has the lead and campaign Instantly confirmed.
+	rec, ok, err := r.dir.Find(context.Background(), tenant, contacts.SendingPlatformContactID, "instantly:"+id)
+	if err != nil || !ok || len(rec.Emails) != 1 || rec.External[contacts.CampaignID][0] != "instantly:"+instCampaign {
+		t.Fatalf("directory: %+v %v %v", rec, ok, err)
+	}
+}
+
+// A lead already stopped (Instantly's own stop on reply) gets no write at all.
+func TestAlreadyStoppedNoWrite(t *testing.T) {
+	r := newRig(t)
+	r.sb.AddInstantlyLead(instCampaign, "kim@example.com")
+	if err := r.clients.Instantly.StopLead(context.Background(), instCampaign, "kim@example.com", instantly.Interested); err != nil {
+		t.Fatal(err)
+	}
+	before := r.sb.Requests(sandbox.RouteInstantlyInterest)
+	r.run()
+	env := withCampaign(reply(Instantly, "r2", "kim@example.com"), instCampaign)
+	r.publish(env, "")
+	r.waitStatus(env.ID, guard.Completed)
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != before {
+		t.Fatalf("%d stop calls for a stopped lead", n-before)
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyLeadList); n != 1 {
+		t.Fatalf("%d lead reads, want 1", n)
+	}
+	if st := r.stopped(); len(st) != 1 || st[0].Data.Status != StatusAlreadyStopped {
+		t.Fatalf("sequence.stopped: %+v", st)
+	}
+}
+
+// A lead the platform does not have is a dead letter at once, with the reason.
+func TestAbsentLeadDeadLettered(t *testing.T) {
+	r := newRig(t)
+	r.sb.AddInstantlyLead("another-campaign", "lee@example.com") // not in the event's campaign
+	r.run()
+	env := withCampaign(reply(Instantly, "r3", "lee@example.com"), instCampaign)
+	r.publish(env, "")
+	r.waitStatus(env.ID, guard.DeadLetter)
+	dls := r.deadLetters()
+	if len(dls) != 1 {
+		t.Fatalf("%d dead letters", len(dls))
+	}
+	dl := dls[0]
+	if dl.EventID != env.ID || dl.Attempts != 1 || dl.Class != "permanent" || dl.Consumer != stream.Stopper ||
+		!strings.Contains(dl.Error, "absent at instantly") || !strings.Contains(dl.Error, instCampaign) {
+		t.Fatalf("dead letter: %+v", dl)
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != 0 {
+		t.Fatalf("%d stop calls", n)
+	}
+	if st := r.stopped(); len(st) != 0 {
+		t.Fatalf("%d sequence.stopped for an absent lead", len(st))
+	}
+}
+
+// A Smartlead reply pauses the lead in the reply's campaign only.
+func TestSmartleadReplyPauses(t *testing.T) {
+	r := newRig(t)
+	lead := r.sb.AddSmartleadLead(42, "luis@example.com")
+	r.sb.AddSmartleadLead(43, "luis@example.com")
+	r.run()
+	env := reply(Smartlead, "r4", "luis@example.com")
+	env.Data.Contact.ExternalID = strconv.FormatInt(lead, 10)
+	env = withCampaign(env, "42")
+	r.publish(env, "")
+	r.waitStatus(env.ID, guard.Completed)
+	if m, _ := r.sb.SmartleadLeadState(42, lead); m.Status != "PAUSED" {
+		t.Fatalf("campaign 42: %+v", m)
+	}
+	if m, _ := r.sb.SmartleadLeadState(43, lead); m.Status != "STARTED" {
+		t.Fatalf("campaign 43 touched: %+v", m)
+	}
+	if n := r.sb.Requests(sandbox.RouteSmartleadPause); n != 1 {
+		t.Fatalf("%d pause calls", n)
+	}
+	if n := r.sb.Requests(sandbox.RouteSmartleadUnsubscribeAll); n != 0 {
+		t.Fatalf("a reply unsubscribed (%d calls)", n)
+	}
+	if st := r.stopped(); len(st) != 1 || st[0].Data.Status != StatusStopped || st[0].Data.Contact.ExternalID != env.Data.Contact.ExternalID {
+		t.Fatalf("sequence.stopped: %+v", st)
+	}
+}
+
+// An unsubscribe stops the sequence and blocks the address, on either platform.
+func TestUnsubscribeStopsAndBlocks(t *testing.T) {
+	r := newRig(t)
+	instLead := r.sb.AddInstantlyLead(instCampaign, "ines@example.com")
+	slLead := r.sb.AddSmartleadLead(42, "olga@example.com")
+	r.run()
+	inst := withCampaign(event(Instantly, envelope.TypeLeadUnsubscribed, "u1", envelope.Data{Contact: &envelope.Contact{Email: "ines@example.com"}}), instCampaign)
+	sl := withCampaign(event(Smartlead, envelope.TypeLeadUnsubscribed, "u2", envelope.Data{
+		Contact: &envelope.Contact{Email: "olga@example.com", ExternalID: strconv.FormatInt(slLead, 10)}}), "42")
+	r.publish(inst, "")
+	r.publish(sl, "")
+	r.waitStatus(inst.ID, guard.Completed)
+	r.waitStatus(sl.ID, guard.Completed)
+
+	if b := r.sb.Blocklist(); len(b) != 1 || b[0] != "ines@example.com" {
+		t.Fatalf("instantly block list %v", b)
+	}
+	if n := len(r.sb.Stops("ines@example.com")); n != 1 {
+		t.Fatalf("%d instantly stops", n)
+	}
+	if l, _ := r.sb.InstantlyLeadState(instLead); l.Status == sandbox.InstantlyActive {
+		t.Fatalf("instantly lead still active: %+v", l)
+	}
+	if !r.sb.SmartleadUnsubscribedAll(slLead) {
+		t.Fatal("smartlead lead not unsubscribed")
+	}
+	if m, _ := r.sb.SmartleadLeadState(42, slLead); m.Status != "PAUSED" {
+		t.Fatalf("smartlead lead: %+v", m)
+	}
+	if n := len(r.stopped()); n != 2 {
+		t.Fatalf("%d sequence.stopped, want 2", n)
+	}
+}
+
+// An out-of-office, a soft bounce and a chat message with only a phone stop nothing
+// and call no platform; a contact of another provider found on no platform is read,
+// never written, and not dead-lettered.
+func TestNoStop(t *testing.T) {
+	r := newRig(t)
+	r.run()
+	auto := withCampaign(reply(Instantly, "a1", "ooo@example.com"), instCampaign)
+	auto.Data.Message.Auto = true
+	soft := withCampaign(event(Smartlead, envelope.TypeEmailBounced, "b1", envelope.Data{Contact: &envelope.Contact{Email: "full@example.com", ExternalID: "5001"},
+		Bounce: &envelope.Bounce{Kind: "soft", Reason: "mailbox full"}}), "42")
+	chat := event("meta", envelope.TypeMessageReceived, "w1", envelope.Data{Contact: &envelope.Contact{Phone: "+34600000000"},
+		Message: &envelope.Message{ID: "wamid.1", Text: "Hola"}})
+	for _, env := range []envelope.Envelope{auto, soft, chat} {
+		r.publish(env, "")
+	}
+	for _, env := range []envelope.Envelope{auto, soft, chat} {
+		r.waitStatus(env.ID, guard.Completed)
+	}
+	if n := r.sb.TotalRequests(); n != 0 {
+		t.Fatalf("%d platform calls for events that stop nothing", n)
+	}
+	unknown := event("hubspot", envelope.TypeLeadUnsubscribed, "h1", envelope.Data{Contact: &envelope.Contact{Email: "nobody@example.com"}})
+	r.publish(unknown, "")
+	r.waitStatus(unknown.ID, guard.Completed)
+	writes := r.sb.Requests(sandbox.RouteInstantlyInterest) + r.sb.Requests(sandbox.RouteInstantlyBlocklist) +
+		r.sb.Requests(sandbox.RouteSmartleadPause) + r.sb.Requests(sandbox.RouteSmartleadUnsubscribeAll)
+	if writes != 0 || r.sb.Requests(sandbox.RouteInstantlyLeadList) != 1 || r.sb.Requests(sandbox.RouteSmartleadLeadByEmail) != 1 {
+		t.Fatalf("writes %d, instantly reads %d, smartlead reads %d", writes,
+			r.sb.Requests(sandbox.RouteInstantlyLeadList), r.sb.Requests(sandbox.RouteSmartleadLeadByEmail))
+	}
+	if n := len(r.stopped()); n != 0 {
+		t.Fatalf("%d sequence.stopped", n)
+	}
+	if n := len(r.deadLetters()); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+}
+
+// A 429 with Retry-After is retried after it, never dead-lettered, and the stop is
+// still made once.
+func TestRateLimitedRetried(t *testing.T) {
+	r := newRig(t)
+	r.sb.AddInstantlyLead(instCampaign, "rita@example.com")
+	r.sb.SetFault(sandbox.RouteInstantlyInterest, sandbox.Fault{Status: 429, RetryAfter: time.Second, Count: 1})
+	r.run()
+	env := withCampaign(reply(Instantly, "r5", "rita@example.com"), instCampaign)
+	start := time.Now()
+	r.publish(env, "")
+	r.waitStatus(env.ID, guard.Completed)
+	took := time.Since(start)
+	if rec := r.status(env.ID); rec.Attempts != 2 {
+		t.Fatalf("%d attempts, want 2", rec.Attempts)
+	}
+	// The backoff is 20ms here: only the Retry-After explains a second's wait.
+	if took < 900*time.Millisecond {
+		t.Fatalf("retried after %v, inside the Retry-After", took)
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != 2 { // the 429, then the stop
+		t.Fatalf("%d stop calls", n)
+	}
+	if n := len(r.sb.Stops("rita@example.com")); n != 1 {
+		t.Fatalf("%d stops accepted", n)
+	}
+	if n := len(r.deadLetters()); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+	if n := len(r.stopped()); n != 1 {
+		t.Fatalf("%d sequence.stopped", n)
+	}
+}
+
+// A reply through a provider that sends nothing stops the contact on every platform
+// where it is a lead, in every campaign.
+func TestOtherProviderStopsEverywhere(t *testing.T) {
+	r := newRig(t)
+	instLead := r.sb.AddInstantlyLead(instCampaign, "max@example.com")
+	slLead := r.sb.AddSmartleadLead(42, "max@example.com")
+	r.sb.AddSmartleadLead(43, "max@example.com")
+	r.run()
+	env := reply("standard", "s1", "max@example.com")
+	r.publish(env, "")
+	r.waitStatus(env.ID, guard.Completed)
+	if l, _ := r.sb.InstantlyLeadState(instLead); l.Status != sandbox.InstantlyCompleted {
+		t.Fatalf("instantly lead: %+v", l)
+	}
+	for _, cid := range []int64{42, 43} {
+		if m, _ := r.sb.SmartleadLeadState(cid, slLead); m.Status != "PAUSED" {
+			t.Fatalf("smartlead campaign %d: %+v", cid, m)
+		}
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != 1 {
+		t.Fatalf("%d instantly stops", n)
+	}
+	if n := r.sb.Requests(sandbox.RouteSmartleadPause); n != 2 {
+		t.Fatalf("%d smartlead pauses", n)
+	}
+	st := r.stopped()
+	if len(st) != 1 || st[0].Provider != "standard" || st[0].Data.Contact.ExternalID != "" {
+		t.Fatalf("sequence.stopped: %+v", st)
+	}
+}
+
+// An unknown tenant is a permanent error: no retry can configure it.
+func TestUnknownTenant(t *testing.T) {
+	r := newRig(t)
+	env := reply(Instantly, "t1", "a@example.com")
+	env.Tenant = "nobody"
+	err := r.handle(context.Background(), consumer.Event{Envelope: env, Attempt: 1})
+	if err == nil || !strings.Contains(err.Error(), "not configured") || retry.Of(err).Class != retry.Permanent {
+		t.Fatalf("err = %v", err)
+	}
+	if n := r.sb.TotalRequests(); n != 0 {
+		t.Fatalf("%d platform calls", n)
+	}
+}
+
+// A stop that timed out after Instantly accepted it (the outcome unknown) is retried;
+// the retry reads the lead, finds it stopped and does not write again.
+func TestStopTimedOutAfterCommitNotRepeated(t *testing.T) {
+	r := newRig(t)
+	r.sb.AddInstantlyLead(instCampaign, "tom@example.com")
+	r.sb.SetFault(sandbox.RouteInstantlyInterest, sandbox.Fault{TimeoutAfterCommit: 5 * time.Second, Count: 1})
+	r.run()
+	env := withCampaign(reply(Instantly, "r6", "tom@example.com"), instCampaign)
+	r.publish(env, "")
+	r.waitStatus(env.ID, guard.Completed)
+	if rec := r.status(env.ID); rec.Attempts != 2 {
+		t.Fatalf("%d attempts, want 2", rec.Attempts)
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != 1 {
+		t.Fatalf("%d stop calls, want 1", n)
+	}
+	if st := r.stopped(); len(st) != 1 || st[0].Data.Status != StatusStopped {
+		t.Fatalf("sequence.stopped: %+v", st)
+	}
+}
