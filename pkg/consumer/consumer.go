@@ -146,10 +146,17 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	// Shutdown goes through sub.Close, never through the subscription's context:
+	// watermill-nats closes a subscription's output channel when its context ends while
+	// NATS may still hand it a message, and that message's send then panics (send on
+	// closed channel) half the time. Close marks the subscriber closed first, so a
+	// message that arrives after it is dropped (and redelivered after the ack wait).
+	subCtx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for range o.Workers {
-		msgs, err := sub.Subscribe(ctx, stream.Events)
+		msgs, err := sub.Subscribe(subCtx, stream.Events)
 		if err != nil {
+			sub.Close()
 			return err
 		}
 		wg.Add(1)
@@ -163,8 +170,10 @@ func Run(ctx context.Context, o Options) error {
 	if o.Ready != nil {
 		o.Ready()
 	}
+	<-ctx.Done()
+	err = sub.Close()
 	wg.Wait()
-	return nil
+	return err
 }
 
 type runner struct {

@@ -462,3 +462,50 @@ func TestDeadLetterNotLostWhenTheDLQIsAway(t *testing.T) {
 		t.Fatalf("%d dead letters", n)
 	}
 }
+
+// Stopping a runner while events are still arriving neither panics (watermill-nats'
+// send on a closed channel) nor loses an event: what was not completed is handled by
+// the next runner.
+func TestShutdownUnderLoad(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var fx effects
+	var handled atomic.Int64
+	h := func(ctx context.Context, ev Event) error {
+		fx.add(ev.Envelope.ID)
+		handled.Add(1)
+		return nil
+	}
+	ids := publish(t, conn, 400)
+	for round := range 5 {
+		nc, err := nats.Connect(conn.Embedded.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, Options{NC: nc, Sub: sub, Workers: 4, Handle: h}) }()
+		target := handled.Load() + 30
+		waitFor(t, fmt.Sprint("round ", round, " handling events"), func() bool { return handled.Load() >= target || handled.Load() >= int64(len(ids)) })
+		cancel() // mid-flow: deliveries are still arriving
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: Run did not return after its context ended", round)
+		}
+		nc.Close()
+	}
+	run(t, conn, h)
+	waitFor(t, "every event handled", func() bool {
+		for _, id := range ids {
+			if fx.get(id) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		if n := fx.get(id); n != 1 {
+			t.Fatalf("%s handled %d times", id, n)
+		}
+	}
+}
