@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // MaxBody caps how much of a response we read: provider answers are small and
@@ -27,6 +29,10 @@ type HTTP struct {
 	Timeout    time.Duration            // per request; DefaultTimeout if 0
 	Auth       func(*http.Request)      // sets the credential
 	ErrMsg     func(body []byte) string // optional: pull a message out of an error body
+	// Limit, if set, paces requests to the provider's documented rate, so that a burst
+	// of events waits here instead of collecting 429s. It is per process: replicas
+	// still meet the 429 path (Retry-After pauses the dependency).
+	Limit *rate.Limiter
 }
 
 // Do sends method path?query with in as the JSON body (nil for none) and
@@ -39,6 +45,11 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if h.Limit != nil {
+		if err := h.Limit.Wait(ctx); err != nil {
+			return &Error{Dependency: h.Dependency, Transient: true, Msg: "waiting for the rate limit: " + err.Error()}
+		}
+	}
 
 	u := strings.TrimRight(h.BaseURL, "/") + path
 	if len(query) > 0 {

@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"exacto.dev/pkg/retry"
 )
@@ -148,5 +151,33 @@ func TestTransportErrorsAreTransient(t *testing.T) {
 		if e := retry.Of(Classify("hubspot", nil, err)); e.Class != retry.Transient {
 			t.Errorf("%v: %+v", err, e)
 		}
+	}
+}
+
+// A limiter paces requests at the provider's rate; a wait that would outlast the
+// request's deadline fails at once, transiently, without sending anything.
+func TestRateLimit(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	h := HTTP{Dependency: "dep", BaseURL: srv.URL, Limit: rate.NewLimiter(rate.Every(40*time.Millisecond), 1)}
+	began := time.Now()
+	for range 5 {
+		if err := h.Do(context.Background(), http.MethodGet, "/", nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A lower bound only: the limiter cannot let five through sooner.
+	if d := time.Since(began); d < 160*time.Millisecond {
+		t.Fatalf("5 requests at one per 40 ms took %v", d)
+	}
+	slow := HTTP{Dependency: "dep", BaseURL: srv.URL, Timeout: 20 * time.Millisecond, Limit: rate.NewLimiter(rate.Every(time.Hour), 1)}
+	if err := slow.Do(context.Background(), http.MethodGet, "/", nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := hits.Load()
+	err := slow.Do(context.Background(), http.MethodGet, "/", nil, nil, nil)
+	if !IsTransient(err) || hits.Load() != before {
+		t.Fatalf("a wait past the deadline: %v, %d requests sent", err, hits.Load()-before)
 	}
 }

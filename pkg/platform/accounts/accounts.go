@@ -43,20 +43,30 @@ func New(cfg *config.Config, sandboxURL string) *Set {
 	s := &Set{byTenant: map[string]Clients{}}
 	for _, t := range cfg.Tenants {
 		c := Clients{Sandboxed: map[string]bool{}}
-		// account returns the base URL and key of platform p: its own, or the sandbox's.
-		account := func(name string, p *config.Platform, sandboxKey string) (string, string) {
+		// account returns the base URL and key of platform p: its own, or the sandbox's;
+		// real reports whether it is a real account, paced at the provider's rate.
+		account := func(name string, p *config.Platform, sandboxKey string) (url, key string, real bool) {
 			if p != nil {
-				return p.BaseURL, p.APIKey.Value
+				return p.BaseURL, p.APIKey.Value, true
 			}
 			c.Sandboxed[name] = true
-			return sandboxURL, sandboxKey
+			return sandboxURL, sandboxKey, false
 		}
-		url, key := account("instantly", t.Platforms.Instantly, sandbox.InstantlyKey)
+		url, key, _ := account("instantly", t.Platforms.Instantly, sandbox.InstantlyKey)
+		// Instantly documents no rate for API v2: its 429s pace us (Retry-After).
 		c.Instantly = instantly.New(instantly.Config{BaseURL: url, APIKey: key})
-		url, key = account("smartlead", t.Platforms.Smartlead, sandbox.SmartleadKey)
-		c.Smartlead = smartlead.New(smartlead.Config{BaseURL: url, APIKey: key})
-		url, key = account("hubspot", t.Platforms.HubSpot, sandbox.HubSpotToken)
-		c.HubSpot = hubspot.New(hubspot.Config{BaseURL: url, Token: key})
+		url, key, real := account("smartlead", t.Platforms.Smartlead, sandbox.SmartleadKey)
+		sc := smartlead.Config{BaseURL: url, APIKey: key}
+		if real {
+			sc.Limit = smartlead.DefaultLimit()
+		}
+		c.Smartlead = smartlead.New(sc)
+		url, key, real = account("hubspot", t.Platforms.HubSpot, sandbox.HubSpotToken)
+		hc := hubspot.Config{BaseURL: url, Token: key}
+		if real {
+			hc.Limit, hc.SearchLimit = hubspot.DefaultLimit(), hubspot.DefaultSearchLimit()
+		}
+		c.HubSpot = hubspot.New(hc)
 		s.byTenant[t.ID] = c
 	}
 	return s

@@ -28,6 +28,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"exacto.dev/pkg/platform"
 )
 
@@ -59,11 +61,16 @@ type Config struct {
 	Token      string // private app access token
 	HTTPClient *http.Client
 	Timeout    time.Duration // per request; platform.DefaultTimeout if 0
+	// Limit paces requests (nil: none, e.g. against the sandbox); see DefaultLimit.
+	Limit *rate.Limiter
+	// SearchLimit paces the search endpoints besides (DefaultSearchLimit).
+	SearchLimit *rate.Limiter
 }
 
 // Client talks to one HubSpot portal. Safe for concurrent use.
 type Client struct {
-	h platform.HTTP
+	h           platform.HTTP
+	searchLimit *rate.Limiter
 }
 
 // New returns a Client for cfg.
@@ -76,9 +83,10 @@ func New(cfg Config) *Client {
 		BaseURL:    cfg.BaseURL,
 		Client:     cfg.HTTPClient,
 		Timeout:    cfg.Timeout,
+		Limit:      cfg.Limit,
 		Auth:       platform.Bearer(cfg.Token),
 		ErrMsg:     errMsg,
-	}}
+	}, searchLimit: cfg.SearchLimit}
 }
 
 // errMsg pulls HubSpot's {"category","message"} out of an error body.
@@ -156,6 +164,11 @@ func (c *Client) Search(ctx context.Context, objectType string, filters []Filter
 			} `json:"paging"`
 		}
 		path := "/crm/v3/objects/" + platform.PathEscape(objectType) + "/search"
+		if c.searchLimit != nil {
+			if err := c.searchLimit.Wait(ctx); err != nil {
+				return nil, &platform.Error{Dependency: "hubspot", Transient: true, Msg: "waiting for the search rate limit: " + err.Error()}
+			}
+		}
 		if err := c.h.Do(ctx, http.MethodPost, path, nil, req, &resp); err != nil {
 			return nil, err
 		}
@@ -356,3 +369,10 @@ func (c *Client) UpdateNote(ctx context.Context, id string, props map[string]str
 	}
 	return noteFrom(resp), nil
 }
+
+// DefaultLimit is HubSpot's rate for private apps on the lowest tier, 100 requests per
+// 10 seconds.
+func DefaultLimit() *rate.Limiter { return rate.NewLimiter(rate.Every(100*time.Millisecond), 10) }
+
+// DefaultSearchLimit is the search endpoints' own rate, 5 requests per second per token.
+func DefaultSearchLimit() *rate.Limiter { return rate.NewLimiter(rate.Every(200*time.Millisecond), 5) }

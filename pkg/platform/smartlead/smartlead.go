@@ -24,6 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"exacto.dev/pkg/platform"
 )
 
@@ -39,6 +41,8 @@ type Config struct {
 	APIKey     string
 	HTTPClient *http.Client
 	Timeout    time.Duration
+	// Limit paces requests (nil: none, e.g. against the sandbox); see DefaultLimit.
+	Limit *rate.Limiter
 }
 
 // Client talks to one Smartlead account. Safe for concurrent use.
@@ -56,6 +60,7 @@ func New(cfg Config) *Client {
 		BaseURL:    cfg.BaseURL,
 		Client:     cfg.HTTPClient,
 		Timeout:    cfg.Timeout,
+		Limit:      cfg.Limit,
 		Auth:       platform.QueryKey("api_key", cfg.APIKey),
 		ErrMsg:     errMsg,
 	}}
@@ -175,3 +180,6 @@ func (c *Client) CampaignLeadStatus(ctx context.Context, campaignID, leadID int6
 	}
 	return CampaignLead{}, false, &platform.Error{Dependency: "smartlead", Msg: "campaign lead scan exceeded " + strconv.Itoa(maxPages) + " pages"}
 }
+
+// DefaultLimit is Smartlead's documented rate, 10 requests per 2 seconds.
+func DefaultLimit() *rate.Limiter { return rate.NewLimiter(rate.Every(200*time.Millisecond), 10) }
