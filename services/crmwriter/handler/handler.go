@@ -46,6 +46,7 @@ import (
 	"html"
 	"log/slog"
 	"maps"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,7 @@ import (
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/platform/hubspot"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/service"
@@ -98,7 +100,11 @@ type Options struct {
 	// fails the attempt (classified like any handler error): on retry the note is
 	// found again and OnWritten called again, so it must be idempotent.
 	OnWritten func(ctx context.Context, env envelope.Envelope, w Written) error
-	Log       *slog.Logger
+	// Known, if set, gives the HubSpot contact id already recorded for tenant's contact
+	// with email ("" if none): the contact is then read by its id, and searched by
+	// e-mail only when it has none (or HubSpot no longer has it).
+	Known func(ctx context.Context, tenant, email string) (string, error)
+	Log   *slog.Logger
 }
 
 type writer struct{ o Options }
@@ -127,11 +133,30 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 		},
 		Route:     env.Config.CRMOwner,
 		OnWritten: Record(dir),
+		Known:     Known(dir),
 		Log:       env.Log,
 	})
 	// Two workers: each event makes up to five requests, two of them searches, and
 	// HubSpot's search endpoints have a tight per-second limit of their own.
 	return env.Consume(ctx, stream.CRMWriter, up, consumer.Options{Handle: h, Dependencies: consumer.On(Dependency)})
+}
+
+// Known finds the HubSpot contact id dir has for a contact's e-mail: the latest
+// recorded.
+func Known(dir *contacts.Directory) func(ctx context.Context, tenant, email string) (string, error) {
+	return func(ctx context.Context, tenant, email string) (string, error) {
+		rec, ok, err := dir.Find(ctx, tenant, "email", email)
+		if err != nil || !ok {
+			return "", err
+		}
+		ids := rec.External[contacts.CRMContactID]
+		for i := len(ids) - 1; i >= 0; i-- {
+			if id, ok := strings.CutPrefix(ids[i], "hubspot:"); ok {
+				return id, nil
+			}
+		}
+		return "", nil
+	}
 }
 
 // Record keeps what HubSpot has of a contact in dir: its CRM contact id and each
@@ -323,16 +348,18 @@ func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.
 // exists it fills only the properties it lacks.
 func (w *writer) upsertContact(ctx context.Context, ev consumer.Event, hs *hubspot.Client, email string, want map[string]string) (hubspot.Contact, error) {
 	email = strings.ToLower(strings.TrimSpace(email))
-	var (
-		c     hubspot.Contact
-		found bool
-	)
-	err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-		c, found, err = hs.FindContactByEmail(ctx, email)
-		return err
-	})
+	c, found, err := w.known(ctx, ev, hs, email)
 	if err != nil {
-		return c, fmt.Errorf("find contact: %w", err)
+		return c, err
+	}
+	if !found {
+		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+			c, found, err = hs.FindContactByEmail(ctx, email)
+			return err
+		})
+		if err != nil {
+			return c, fmt.Errorf("find contact: %w", err)
+		}
 	}
 	if !found {
 		props := maps.Clone(want)
@@ -375,6 +402,35 @@ func (w *writer) upsertContact(ctx context.Context, ev consumer.Event, hs *hubsp
 		return c, fmt.Errorf("update contact %s: %w", c.ID, err)
 	}
 	return c, nil
+}
+
+// known reads the contact by the HubSpot id already recorded for email, if any: no
+// search (HubSpot's scarcest rate), and the same contact even if HubSpot's e-mail for it
+// changed. A recorded id HubSpot no longer has counts as unknown.
+func (w *writer) known(ctx context.Context, ev consumer.Event, hs *hubspot.Client, email string) (hubspot.Contact, bool, error) {
+	if w.o.Known == nil {
+		return hubspot.Contact{}, false, nil
+	}
+	id, err := w.o.Known(ctx, ev.Envelope.Tenant, email)
+	if err != nil {
+		return hubspot.Contact{}, false, retry.Transiently("contacts", err)
+	}
+	if id == "" {
+		return hubspot.Contact{}, false, nil
+	}
+	var c hubspot.Contact
+	err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+		c, err = hs.GetContact(ctx, id)
+		return err
+	})
+	if platform.StatusOf(err) == http.StatusNotFound {
+		w.o.Log.Warn("recorded HubSpot contact is gone; searching by e-mail", "id", ev.Envelope.ID, "hubspot_contact_id", id)
+		return hubspot.Contact{}, false, nil
+	}
+	if err != nil {
+		return c, false, fmt.Errorf("read contact %s: %w", id, err)
+	}
+	return c, true, nil
 }
 
 // contactProps are the contact properties an event justifies: the name split at the

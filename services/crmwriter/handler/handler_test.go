@@ -663,4 +663,49 @@ func TestRecordKeepsCRMIDs(t *testing.T) {
 	if len(got.Emails) != 1 || got.Emails[0] != "ada@example.com" || len(got.External[contacts.CRMActivityID]) != 1 || got.External[contacts.CRMActivityID][0] != "hubspot:9001" {
 		t.Fatalf("directory entry %+v", got)
 	}
+	// Known reads it back for the next event of the contact, by any spelling of its e-mail.
+	if id, err := Known(dir)(ctx, "acme", " ADA@example.com"); err != nil || id != "501" {
+		t.Fatalf("known: %q %v", id, err)
+	}
+	if id, err := Known(dir)(ctx, "acme", "nobody@example.com"); err != nil || id != "" {
+		t.Fatalf("known for a stranger: %q %v", id, err)
+	}
+}
+
+// A contact whose HubSpot id is recorded is read by that id, even after its e-mail
+// changed in HubSpot: no search, no second contact. A recorded id HubSpot no longer
+// has falls back to the e-mail.
+func TestKnownContactByID(t *testing.T) {
+	ctx := context.Background()
+	sb := sandbox.Start(t)
+	moved := sb.AddContact("ada.lovelace@newjob.example", map[string]string{"firstname": "Ada"})
+	known := map[string]string{"ada@example.com": moved, "ben@example.com": "999999"}
+	hs := hubspot.New(hubspot.Config{BaseURL: sb.URL, Token: sandbox.HubSpotToken})
+	h := New(Options{
+		HubSpot: func(string) (*hubspot.Client, bool) { return hs, true },
+		Known:   func(_ context.Context, _, email string) (string, error) { return known[email], nil },
+	})
+	r := reply(11, "Ada@Example.com")
+	if err := h(ctx, consumer.Event{Envelope: r}); err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.Requests(sandbox.RouteHubSpotContactSearch); n != 0 {
+		t.Fatalf("%d contact searches for a contact known by id", n)
+	}
+	if n := noteOf(t, sb, r.ID); len(n.Associations) != 1 || n.Associations[0].ToID != moved {
+		t.Fatalf("the note is on %+v, want the known contact %s", n.Associations, moved)
+	}
+	if cs := sb.Contacts(); len(cs) != 1 {
+		t.Fatalf("%d contacts: a second was created", len(cs))
+	}
+	stale := reply(12, "ben@example.com")
+	if err := h(ctx, consumer.Event{Envelope: stale}); err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.Requests(sandbox.RouteHubSpotContactSearch); n != 1 {
+		t.Fatalf("%d contact searches after a stale id, want 1", n)
+	}
+	if cs := sb.Contacts(); len(cs) != 2 {
+		t.Fatalf("%d contacts after a stale id, want the new one created", len(cs))
+	}
 }
