@@ -120,6 +120,7 @@ var (
 
 type tally struct {
 	score    map[string]float64
+	top      map[string]float64 // the heaviest single phrase per label
 	evidence map[string][]string
 }
 
@@ -128,6 +129,7 @@ func (t *tally) add(label string, w float64, ev string) {
 		return
 	}
 	t.score[label] += w
+	t.top[label] = math.Max(t.top[label], w)
 	for _, e := range t.evidence[label] {
 		if e == ev {
 			return
@@ -138,7 +140,7 @@ func (t *tally) add(label string, w float64, ev string) {
 
 // match scores toks against the lexicon phrases of the allowed labels.
 func match(toks []string, lang string, allow func(string) bool) *tally {
-	t := &tally{score: map[string]float64{}, evidence: map[string][]string{}}
+	t := &tally{score: map[string]float64{}, top: map[string]float64{}, evidence: map[string][]string{}}
 	used := make([]bool, len(toks))
 	for _, p := range compiled {
 		if !allow(p.label) {
@@ -259,7 +261,9 @@ func (r *rules) decide(raw, body, lang string) Result {
 		t.add(meeting, 1.5, strings.ToLower(m))
 	}
 
-	if s := t.score[unsubscribe]; s >= 2 {
+	// Hints alone ("gdpr", "list") suppress only if nothing positive competes:
+	// "Are you GDPR compliant? Send the price list" is a question, not an opt-out.
+	if s := t.score[unsubscribe]; s >= 2 && (t.top[unsubscribe] >= 3 || s > math.Max(t.score[info], math.Max(t.score[meeting], t.score[interested]))) {
 		return Result{Label: unsubscribe, Confidence: strength(s), Evidence: t.evidence[unsubscribe]}
 	}
 

