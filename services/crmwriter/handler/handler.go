@@ -4,8 +4,9 @@
 //
 // Per event type:
 //
-//   - reply.received: the contact is found by e-mail, or created (email, first and
-//     last name, phone, owner); on a contact that exists only properties it lacks are
+//   - reply.received: the contact is read by the HubSpot id the contact directory
+//     (pkg/contacts) has recorded for it, else found by e-mail, else created (email,
+//     first and last name, phone, owner); on a contact that exists only properties it lacks are
 //     filled, so nothing a salesperson typed is overwritten. Then the note: searched by
 //     the event id, created only when absent, associated with the contact (type 202),
 //     timestamped at the reply's time, owned by the first routing rule that matches
