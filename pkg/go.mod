@@ -18,6 +18,8 @@ require (
 	go.yaml.in/yaml/v3 v3.0.6
 )
 
+require pgregory.net/rapid v1.3.0
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -7,6 +7,7 @@ require (
 	exacto.dev/services/classifier v0.0.0-00010101000000-000000000000
 	exacto.dev/services/crmwriter v0.0.0
 	exacto.dev/services/gateway v0.0.0
+	exacto.dev/services/projector v0.0.0
 	exacto.dev/services/stopper v0.0.0
 	exacto.dev/services/suppressor v0.0.0
 	github.com/nats-io/nats.go v1.55.0
@@ -59,6 +60,7 @@ replace (
 	exacto.dev/pkg => ../pkg
 	exacto.dev/services/classifier => ../services/classifier
 	exacto.dev/services/crmwriter => ../services/crmwriter
+	exacto.dev/services/projector => ../services/projector
 	exacto.dev/services/gateway => ../services/gateway
 	exacto.dev/services/stopper => ../services/stopper
 	exacto.dev/services/suppressor => ../services/suppressor

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"exacto.dev/pkg/envelope"
@@ -34,6 +35,10 @@ const (
 	Suppression = "EXACTO_SUPPRESSION"
 	// ContactIDs is each contact's internal ids and every external id (pkg/contacts).
 	ContactIDs = "EXACTO_CONTACT_IDS"
+	// ProjectionPrefix starts the projections' buckets (pkg/projection):
+	// EXACTO_PROJ_CONTACTS, _CAMPAIGNS, _SUPPRESSION live; a replay's go into
+	// EXACTO_PROJ_<PROJECTION>_<NAME>.
+	ProjectionPrefix = "EXACTO_PROJ_"
 )
 
 // Durable consumer names.
@@ -106,6 +111,10 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		{Bucket: Suppression, Description: "tenant.contact -> why and since when it is suppressed", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: a contact's ids are its identity.
 		{Bucket: ContactIDs, Description: "tenant identity keys -> contact id; contact id -> internal and external ids", Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		// The live projections: rebuilt from the stream by a replay, so they never expire.
+		ProjectionBucket("contacts", "", o.Replicas),
+		ProjectionBucket("campaigns", "", o.Replicas),
+		ProjectionBucket("suppression", "", o.Replicas),
 		// Locks are leases; the TTL only sweeps the ones a dead worker left behind.
 		{Bucket: ContactLocks, Description: "consumer.tenant.contact -> lease of the worker handling it", TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 	}
@@ -253,4 +262,16 @@ func Stored(ctx context.Context, index jetstream.KeyValue, id string) (bool, err
 		return false, nil
 	}
 	return false, fmt.Errorf("index lookup: %w", err)
+}
+
+// ProjectionBucket declares the bucket of projection name: the live one (into "") or a
+// replay's (into NAME).
+func ProjectionBucket(name, into string, replicas int) jetstream.KeyValueConfig {
+	bucket := ProjectionPrefix + strings.ToUpper(name)
+	desc := "live projection " + name
+	if into != "" {
+		bucket += "_" + strings.ToUpper(into)
+		desc = "projection " + name + " rebuilt into " + into
+	}
+	return jetstream.KeyValueConfig{Bucket: bucket, Description: desc, Storage: jetstream.FileStorage, Replicas: replicas}
 }

@@ -18,6 +18,7 @@ import (
 	"exacto.dev/pkg/stream"
 	classifier "exacto.dev/services/classifier/handler"
 	crmwriter "exacto.dev/services/crmwriter/handler"
+	projector "exacto.dev/services/projector/handler"
 	stopper "exacto.dev/services/stopper/handler"
 	suppressor "exacto.dev/services/suppressor/handler"
 )
@@ -28,6 +29,7 @@ var workers = map[string]service.Run{
 	stream.Stopper:    stopper.Run,
 	stream.CRMWriter:  crmwriter.Run,
 	stream.Suppressor: suppressor.Run,
+	stream.Projector:  projector.Run,
 }
 
 func workerCmd() *cobra.Command {
@@ -38,18 +40,7 @@ func workerCmd() *cobra.Command {
 		Short: "Run one consumer service alone against EXACTO_NATS_URL, or pause and resume one",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			run, ok := workers[args[0]]
-			if !ok {
-				return fmt.Errorf("no runnable worker %q (runnable: %s)", args[0], strings.Join(runnable(), ", "))
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			env, err := service.Start(ctx, service.Options{Name: "exacto-" + args[0], ConfigPath: cfgPath, LogText: logText})
-			if err != nil {
-				return err
-			}
-			defer env.Close()
-			return run(ctx, env, env.Part())
+			return runWorker(cmd, args[0], cfgPath, logText)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")
@@ -127,4 +118,38 @@ func runnable() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// runWorker runs consumer service name alone against EXACTO_NATS_URL until SIGINT or
+// SIGTERM.
+func runWorker(cmd *cobra.Command, name, cfgPath string, logText bool) error {
+	run, ok := workers[name]
+	if !ok {
+		return fmt.Errorf("no runnable worker %q (runnable: %s)", name, strings.Join(runnable(), ", "))
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	env, err := service.Start(ctx, service.Options{Name: "exacto-" + name, ConfigPath: cfgPath, LogText: logText})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	return run(ctx, env, env.Part())
+}
+
+// projectorCmd is `exacto projector`: the same as `exacto worker projector`.
+func projectorCmd() *cobra.Command {
+	var cfgPath string
+	var logText bool
+	cmd := &cobra.Command{
+		Use:   "projector",
+		Short: "Run the projector alone against EXACTO_NATS_URL",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runWorker(cmd, stream.Projector, cfgPath, logText)
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")
+	cmd.Flags().BoolVar(&logText, "log-text", false, "log as text instead of JSON")
+	return cmd
 }

@@ -1,0 +1,123 @@
+package lifecycle
+
+import (
+	"cmp"
+	"slices"
+
+	"exacto.dev/pkg/envelope"
+)
+
+// State is one lifecycle (a contact in a campaign, or a contact): the set of facts
+// seen, one per envelope id, in a canonical order. It is a join-semilattice under
+// Merge (set union, then the same deterministic bound), so applying the same events in
+// any order and with any duplicates gives the same State; everything else (status,
+// flags, discrepancies, undecided pairs) is a function of the set, computed by View.
+//
+// The zero State is the empty lifecycle (status enrolled). State marshals to JSON as
+// {"facts":[…]} with stable field names; unmarshalling gives back an equal State.
+type State struct {
+	Facts []Fact `json:"facts"`
+}
+
+// Bounds on the facts kept per group (a kind, or one property). When a group is full
+// the greatest facts in lifecycle order are kept: the newest say what the state is,
+// and the bound is a deterministic function of the set, so it never breaks
+// commutativity. Terminal facts, opportunities and meetings are few and kept whole up
+// to MaxFacts.
+const (
+	MaxFacts         = 64 // any group
+	MaxOpens         = 8  // opens and clicks each: trackers fire them by the dozen
+	MaxPropertyFacts = 8  // updates of one property
+)
+
+// FromEvent is the State of env alone; the empty State when the lifecycle ignores env.
+func FromEvent(env envelope.Envelope) State {
+	f, ok := fact(env)
+	if !ok {
+		return State{}
+	}
+	return State{Facts: []Fact{f}}
+}
+
+// Apply adds env to s: Merge(s, FromEvent(env)). It does not check which lifecycle env
+// belongs to: Keys says that.
+func Apply(s State, env envelope.Envelope) State { return Merge(s, FromEvent(env)) }
+
+// Merge joins two states: commutative, associative and idempotent.
+func Merge(a, b State) State {
+	all := make([]Fact, 0, len(a.Facts)+len(b.Facts))
+	all = append(append(all, a.Facts...), b.Facts...)
+	for i := range all {
+		all[i].Time, all[i].Received = norm(all[i].Time), norm(all[i].Received)
+	}
+	// One fact per envelope id: an id names one event, so copies are equal; if they
+	// are not (a redelivery with another receivedat), the least in cmpFact is kept.
+	slices.SortFunc(all, func(x, y Fact) int {
+		if c := cmp.Compare(x.ID, y.ID); c != 0 {
+			return c
+		}
+		return cmpFact(x, y)
+	})
+	all = slices.CompactFunc(all, func(x, y Fact) bool { return x.ID == y.ID })
+	// Bound each group, keeping its greatest facts.
+	slices.SortFunc(all, func(x, y Fact) int {
+		if c := cmp.Compare(group(x), group(y)); c != 0 {
+			return c
+		}
+		return -cmpGroup(x, y)
+	})
+	kept := all[:0]
+	n := 0
+	for i, f := range all {
+		if i == 0 || group(f) != group(all[i-1]) {
+			n = 0
+		}
+		if n++; n <= limit(f) {
+			kept = append(kept, f)
+		}
+	}
+	slices.SortFunc(kept, cmpFact)
+	if len(kept) == 0 {
+		return State{}
+	}
+	return State{Facts: slices.Clip(kept)}
+}
+
+func group(f Fact) string {
+	if f.Kind == KindProperty {
+		return string(f.Kind) + "|" + f.Name
+	}
+	return string(f.Kind)
+}
+
+func cmpGroup(a, b Fact) int {
+	if a.Kind == KindProperty {
+		if c := cmpProperty(a, b); c != 0 {
+			return c
+		}
+	}
+	return cmpFact(a, b)
+}
+
+func limit(f Fact) int {
+	switch f.Kind {
+	case KindOpened, KindClicked:
+		return MaxOpens
+	case KindProperty:
+		return MaxPropertyFacts
+	}
+	return MaxFacts
+}
+
+// Effective is the view of a contact in a campaign that also knows what happened to
+// the contact elsewhere (an opt-out, a bounce, an opportunity, a meeting): the merge of
+// the campaign's state and the contact-level state.
+func Effective(campaign, contact State) State { return Merge(campaign, contact) }
+
+// Status is s's status by precedence (see View).
+func (s State) Status() Status { return s.View().Status }
+
+// Seen reports whether s holds the event id.
+func (s State) Seen(id string) bool {
+	return slices.ContainsFunc(s.Facts, func(f Fact) bool { return f.ID == id })
+}

@@ -1,0 +1,357 @@
+// Package projection builds the current state of every contact and campaign from the
+// stream, and reads it back. Three projections, each a key-value store:
+//
+//   - contacts: one record per contact (by its internal contact id), holding every
+//     contact key and external id the stream named, the contact-level lifecycle and
+//     the lifecycle in each campaign (pkg/lifecycle). An event is merged into its
+//     contact's record with optimistic concurrency (read, merge, write at the revision
+//     read), so two projectors never interleave into a wrong state, and because the
+//     lifecycle merge is a semilattice, any order and any duplicates give one state.
+//   - campaigns: each campaign's members, sharded 16 ways by contact id, each member
+//     with its effective view (status and flags) and the revision of the contact record
+//     it was computed from. A member is only ever replaced by one computed from a newer
+//     record, so a slow projector cannot put an old view back.
+//   - suppression: the contacts whose contact-level lifecycle is terminal (unsubscribed,
+//     bounced, suppressed), with the event that made it so.
+//
+// Campaign and suppression entries are derived from the contact record after every
+// event, also when the merge changed nothing: a projector that died between the two
+// writes repairs them on the redelivery.
+package projection
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/lifecycle"
+)
+
+// Names of the projections (`exacto replay --projection NAME`).
+const (
+	Contacts    = "contacts"
+	Campaigns   = "campaigns"
+	Suppression = "suppression"
+)
+
+// Names lists the projections.
+var Names = []string{Contacts, Campaigns, Suppression}
+
+// maxIDs bounds each list of external ids on a record (the least are kept: a bound that
+// depends only on the set, so the merge stays order-independent).
+const maxIDs = 100
+
+// Contact is one contact's record.
+type Contact struct {
+	Tenant    string `json:"tenant"`
+	ContactID string `json:"contact_id"`
+	AccountID string `json:"account_id,omitempty"`
+	// Keys are the contact keys events named it by (email:…, phone:…, id:…), sorted.
+	Keys []string `json:"keys"`
+	// External are the ids the stream named, by kind (pkg/contacts kinds), sorted.
+	External map[string][]string `json:"external,omitempty"`
+	// Lifecycle is the contact-level lifecycle; Campaigns each campaign's.
+	Lifecycle lifecycle.State            `json:"lifecycle"`
+	Campaigns map[string]lifecycle.State `json:"campaigns,omitempty"`
+}
+
+// View is the contact's own status; InCampaign its effective status in a campaign.
+func (c Contact) View() lifecycle.View { return c.Lifecycle.View() }
+
+// InCampaign is the contact's effective lifecycle view in campaign: what happened in it,
+// and what happened to the contact everywhere (an opt-out, a bounce).
+func (c Contact) InCampaign(campaign string) lifecycle.View {
+	return lifecycle.Effective(c.Campaigns[campaign], c.Lifecycle).View()
+}
+
+// Member is a contact's effective view in a campaign, as the campaign keeps it.
+type Member struct {
+	Rev           uint64           `json:"rev"` // the contact record's revision it was computed from
+	Status        lifecycle.Status `json:"status"`
+	Replied       bool             `json:"replied,omitempty"`
+	Bounced       bool             `json:"bounced,omitempty"`
+	Unsubscribed  bool             `json:"unsubscribed,omitempty"`
+	MeetingBooked bool             `json:"meeting_booked,omitempty"`
+	Opportunity   bool             `json:"opportunity,omitempty"`
+	Discrepancies int              `json:"discrepancies,omitempty"`
+	Undecided     int              `json:"undecided,omitempty"`
+}
+
+func member(rev uint64, v lifecycle.View) Member {
+	return Member{Rev: rev, Status: v.Status, Replied: v.Replied, Bounced: v.Bounced, Unsubscribed: v.Unsubscribed,
+		MeetingBooked: v.MeetingBooked, Opportunity: v.Opportunity, Discrepancies: len(v.Discrepancies), Undecided: len(v.Undecided)}
+}
+
+// same is m without its revision, for comparing projections built apart.
+func (m Member) same(o Member) bool { m.Rev, o.Rev = 0, 0; return m == o }
+
+// Shard is one sixteenth of a campaign's members.
+type Shard struct {
+	Tenant   string            `json:"tenant"`
+	Campaign string            `json:"campaign"`
+	Members  map[string]Member `json:"members"` // by contact id
+}
+
+// Suppressed is a contact whose contact-level lifecycle is terminal.
+type Suppressed struct {
+	Tenant    string           `json:"tenant"`
+	ContactID string           `json:"contact_id"`
+	Keys      []string         `json:"keys"`
+	Status    lifecycle.Status `json:"status"` // unsubscribed, bounced or suppressed
+	Event     string           `json:"event"`  // the event that made it so
+	Since     string           `json:"since"`
+	Rev       uint64           `json:"rev"`
+}
+
+func hash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:12])
+}
+
+// ContactKey is the store key of a contact record.
+func ContactKey(tenant, contactID string) string { return tenant + "." + contactID }
+
+// campaignPrefix is the store prefix of a campaign's shards.
+func campaignPrefix(tenant, campaign string) string { return tenant + "." + hash(campaign) + "." }
+
+func shardKey(tenant, campaign, contactID string) string {
+	h := hash(contactID)
+	return campaignPrefix(tenant, campaign) + h[:1]
+}
+
+// SuppressionKey is the store key of a suppressed contact.
+func SuppressionKey(tenant, contactID string) string { return tenant + "." + contactID }
+
+// Stores are the three projections' stores.
+type Stores struct {
+	Contacts, Campaigns, Suppression Store
+}
+
+// identity is who an event is about: the contact id, account id and the contact key.
+type identity struct {
+	contactID, accountID, key string
+}
+
+// Identities name contacts: the contact directory, or a replay's memo of it.
+type Identities interface {
+	Record(ctx context.Context, tenant string, s contacts.Seen) (contacts.Record, error)
+}
+
+// identify resolves env's contact to its internal ids through the contact directory
+// (the same ids the workers record), else, for a contact the directory cannot name
+// (a chat user id, a payment customer), to an id derived from its contact key.
+func identify(ctx context.Context, dir Identities, env envelope.Envelope) (identity, error) {
+	key := env.ContactKey()
+	id := identity{key: key}
+	if dir != nil {
+		if seen, ok := directorySeen(env); ok {
+			rec, err := dir.Record(ctx, env.Tenant, seen)
+			if err != nil {
+				return id, err
+			}
+			id.contactID, id.accountID = rec.ContactID, rec.AccountID
+			return id, nil
+		}
+	}
+	id.contactID = "ct_" + hash(env.Tenant+"\x00"+key)
+	return id, nil
+}
+
+// directorySeen is what the directory can know env's contact by.
+func directorySeen(env envelope.Envelope) (contacts.Seen, bool) {
+	c := env.Data.Contact
+	if c == nil {
+		return contacts.Seen{}, false
+	}
+	s := contacts.Seen{Email: c.Email, Phone: c.Phone, External: external(env)}
+	return s, contacts.NormalizeEmail(s.Email) != "" || s.Phone != "" || s.External[contacts.SendingPlatformContactID] != "" ||
+		s.External[contacts.CRMContactID] != "" || s.External[contacts.ClayRecordID] != ""
+}
+
+// external are the ids env names, by contacts kind.
+func external(env envelope.Envelope) map[string]string {
+	out := map[string]string{}
+	p := env.Provider
+	if c := env.Data.Contact; c != nil && c.ExternalID != "" {
+		switch p {
+		case "instantly", "smartlead":
+			out[contacts.SendingPlatformContactID] = p + ":" + c.ExternalID
+		case "hubspot":
+			out[contacts.CRMContactID] = p + ":" + c.ExternalID
+		case "clay":
+			out[contacts.ClayRecordID] = p + ":" + c.ExternalID
+		}
+	}
+	if c := env.Data.Campaign; c != nil && c.ID != "" {
+		out[contacts.CampaignID] = p + ":" + c.ID
+	}
+	if m := env.Data.Message; m != nil && m.ID != "" {
+		out[contacts.MessageID] = m.ID
+	}
+	return out
+}
+
+// merge adds env to c; it reports whether c changed.
+func merge(c *Contact, who identity, env envelope.Envelope, keys []lifecycle.Key) bool {
+	before, _ := json.Marshal(c)
+	c.Tenant = env.Tenant
+	if c.ContactID == "" {
+		c.ContactID = who.contactID
+	}
+	if c.AccountID == "" {
+		c.AccountID = who.accountID
+	}
+	if who.key != "" && !slices.Contains(c.Keys, who.key) {
+		c.Keys = append(c.Keys, who.key)
+		slices.Sort(c.Keys)
+	}
+	for kind, id := range external(env) {
+		if c.External == nil {
+			c.External = map[string][]string{}
+		}
+		if l := c.External[kind]; !slices.Contains(l, id) {
+			l = append(l, id)
+			slices.Sort(l)
+			c.External[kind] = l[:min(len(l), maxIDs)]
+		}
+	}
+	for _, k := range keys {
+		if k.Campaign == "" {
+			c.Lifecycle = lifecycle.Apply(c.Lifecycle, env)
+			continue
+		}
+		if c.Campaigns == nil {
+			c.Campaigns = map[string]lifecycle.State{}
+		}
+		c.Campaigns[k.Campaign] = lifecycle.Apply(c.Campaigns[k.Campaign], env)
+	}
+	after, _ := json.Marshal(c)
+	return string(before) != string(after)
+}
+
+// Result is what one event did to its contact's projection.
+type Result struct {
+	Contact       Contact
+	Rev           uint64
+	Changed       bool
+	Discrepancies []lifecycle.Discrepancy // revealed by this event
+	Undecided     []lifecycle.Undecided   // revealed by this event
+}
+
+// Apply merges env into the projections, naming its contact through dir (nil: by
+// derived ids). An event the lifecycle does not follow, or that names no contact,
+// changes nothing.
+func Apply(ctx context.Context, s Stores, dir *contacts.Directory, env envelope.Envelope) (Result, error) {
+	if dir == nil {
+		return apply(ctx, s, nil, env)
+	}
+	return apply(ctx, s, dir, env)
+}
+
+func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope) (Result, error) {
+	keys := lifecycle.Keys(env)
+	if len(keys) == 0 {
+		return Result{}, nil
+	}
+	who, err := identify(ctx, dir, env)
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	data, rev, err := update(ctx, s.Contacts, ContactKey(env.Tenant, who.contactID), func(old []byte) ([]byte, bool, error) {
+		var c Contact
+		if old != nil {
+			if err := json.Unmarshal(old, &c); err != nil {
+				return nil, false, fmt.Errorf("contact record: %w", err)
+			}
+		}
+		before := views(c, keys)
+		res.Changed = merge(&c, who, env, keys)
+		after := views(c, keys)
+		res.Discrepancies, res.Undecided = nil, nil
+		for i := range before {
+			res.Discrepancies = append(res.Discrepancies, lifecycle.NewDiscrepancies(before[i], after[i])...)
+			res.Undecided = append(res.Undecided, lifecycle.NewUndecided(before[i], after[i])...)
+		}
+		res.Contact = c
+		if !res.Changed {
+			return old, false, nil
+		}
+		b, err := json.Marshal(c)
+		return b, true, err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := json.Unmarshal(data, &res.Contact); err != nil {
+		return Result{}, err
+	}
+	res.Rev = rev
+	return res, derive(ctx, s, res.Contact, rev)
+}
+
+// views are the lifecycle views keys touch in c.
+func views(c Contact, keys []lifecycle.Key) []lifecycle.View {
+	out := make([]lifecycle.View, len(keys))
+	for i, k := range keys {
+		if k.Campaign == "" {
+			out[i] = c.View()
+		} else {
+			out[i] = c.InCampaign(k.Campaign)
+		}
+	}
+	return out
+}
+
+// derive brings c's campaign memberships and suppression entry up to revision rev.
+func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
+	for _, campaign := range slices.Sorted(maps.Keys(c.Campaigns)) {
+		want := member(rev, c.InCampaign(campaign))
+		_, _, err := update(ctx, s.Campaigns, shardKey(c.Tenant, campaign, c.ContactID), func(old []byte) ([]byte, bool, error) {
+			sh := Shard{Tenant: c.Tenant, Campaign: campaign}
+			if old != nil {
+				if err := json.Unmarshal(old, &sh); err != nil {
+					return nil, false, fmt.Errorf("campaign shard: %w", err)
+				}
+			}
+			if cur, ok := sh.Members[c.ContactID]; ok && cur.Rev >= rev {
+				return old, false, nil // as new or newer already
+			}
+			if sh.Members == nil {
+				sh.Members = map[string]Member{}
+			}
+			sh.Members[c.ContactID] = want
+			b, err := json.Marshal(sh)
+			return b, true, err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	v := c.View()
+	if !lifecycle.Terminal(v.Status) {
+		return nil // a suppression is never lifted by later events
+	}
+	want := Suppressed{Tenant: c.Tenant, ContactID: c.ContactID, Keys: c.Keys, Status: v.Status, Event: v.StatusEvent,
+		Since: v.Since.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"), Rev: rev}
+	_, _, err := update(ctx, s.Suppression, SuppressionKey(c.Tenant, c.ContactID), func(old []byte) ([]byte, bool, error) {
+		if old != nil {
+			var cur Suppressed
+			if err := json.Unmarshal(old, &cur); err != nil {
+				return nil, false, fmt.Errorf("suppression entry: %w", err)
+			}
+			if cur.Rev >= rev {
+				return old, false, nil
+			}
+		}
+		b, err := json.Marshal(want)
+		return b, true, err
+	})
+	return err
+}

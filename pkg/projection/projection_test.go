@@ -1,0 +1,179 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/lifecycle"
+)
+
+var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+func event(n int, typ, email, campaign string, at time.Duration) envelope.Envelope {
+	env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", fmt.Sprint(typ, n, email)), Type: typ,
+		Tenant: "acme", Provider: "instantly", Endpoint: "ep", Time: t0.Add(at), ReceivedAt: t0.Add(at),
+		Data: envelope.Data{ProviderType: typ, Contact: &envelope.Contact{Email: email}}}
+	if campaign != "" {
+		env.Data.Campaign = &envelope.Campaign{ID: campaign}
+	}
+	switch typ {
+	case envelope.TypeReplyReceived:
+		env.Data.Message = &envelope.Message{ID: fmt.Sprint("m", n), Text: "sounds good"}
+	case envelope.TypeEmailBounced:
+		env.Data.Bounce = &envelope.Bounce{Kind: "hard"}
+	}
+	return env
+}
+
+// history is a campaign's events over a few contacts, times spread and overlapping.
+func history() []envelope.Envelope {
+	var evs []envelope.Envelope
+	types := []string{envelope.TypeEmailSent, envelope.TypeEmailDelivered, envelope.TypeEmailOpened, envelope.TypeReplyReceived}
+	for c := range 6 {
+		email := fmt.Sprintf("lead%d@northwind.example", c)
+		for i, typ := range types[:1+c%4] {
+			evs = append(evs, event(i, typ, email, "camp-1", time.Duration(c*10+i)*time.Minute))
+		}
+		if c%3 == 0 { // in a second campaign too
+			evs = append(evs, event(9, envelope.TypeEmailSent, email, "camp-2", time.Duration(c)*time.Minute))
+		}
+	}
+	evs = append(evs,
+		event(7, envelope.TypeLeadUnsubscribed, "lead1@northwind.example", "", 30*time.Minute),
+		event(8, envelope.TypeEmailBounced, "lead2@northwind.example", "camp-1", 45*time.Minute),
+		// A follow-up sent after the unsubscribe: a discrepancy, not a change.
+		event(9, envelope.TypeEmailSent, "lead1@northwind.example", "camp-1", 90*time.Minute))
+	return evs
+}
+
+// Two projectors merging the same events, shuffled and duplicated, concurrently into the
+// live stores, build what one projector builds from them in order.
+func TestAnyOrderAnyProjectorsOneProjection(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	live, err := Open(ctx, conn.JS, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := contacts.Open(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := history()
+	inOrder := Memories()
+	for _, env := range evs {
+		if _, err := Apply(ctx, inOrder, dir, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shuffled := append(append([]envelope.Envelope{}, evs...), evs[:len(evs)/2]...)
+	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	var wg sync.WaitGroup
+	for p := range 2 { // two projectors, interleaving on the same contacts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := p; i < len(shuffled); i += 2 {
+				if _, err := Apply(ctx, live, dir, shuffled[i]); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, name := range Names {
+		a, _ := inOrder.Of(name)
+		b, _ := live.Of(name)
+		d, err := Diff(ctx, name, a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Equal() || d.KeysA == 0 {
+			t.Fatalf("%s: %+v", name, d)
+		}
+	}
+	r := Reader{Stores: live, Dir: dir}
+	counts, err := r.Campaign(ctx, "acme", "camp-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// lead0 sent; lead1 unsubscribed (everywhere); lead2 bounced; lead3 replied;
+	// lead4 sent; lead5 delivered.
+	if counts.Contacts != 6 || counts.Unsubscribes != 1 || counts.Bounces != 1 || counts.Replies != 1 ||
+		counts.ByStatus[lifecycle.Unsubscribed] != 1 || counts.ByStatus[lifecycle.Bounced] != 1 {
+		t.Fatalf("camp-1 counts %+v", counts)
+	}
+	if c, _ := r.Campaign(ctx, "acme", "camp-2"); c.Contacts != 2 {
+		t.Fatalf("camp-2 counts %+v", c)
+	}
+	c, ok, err := r.ContactByEmail(ctx, "acme", "Lead1@Northwind.example")
+	if err != nil || !ok || c.View().Status != lifecycle.Unsubscribed || len(c.InCampaign("camp-1").Discrepancies) != 1 {
+		t.Fatalf("lead1: %v %v %+v", ok, err, c.InCampaign("camp-1"))
+	}
+	s, ok, err := r.Suppressed(ctx, "acme", c.ContactID)
+	if err != nil || !ok || s.Status != lifecycle.Unsubscribed {
+		t.Fatalf("lead1 suppression: %+v %v %v", s, ok, err)
+	}
+	if _, ok, _ := r.Suppressed(ctx, "acme", "ct_nobody"); ok {
+		t.Fatal("a stranger is suppressed")
+	}
+}
+
+// A projector that died between the contact record and the campaign shard: the
+// redelivered event changes no record but repairs the shard.
+func TestRedeliveryRepairsDerivedEntries(t *testing.T) {
+	ctx := context.Background()
+	s := Memories()
+	env := event(1, envelope.TypeReplyReceived, "ana@northwind.example", "camp-1", 0)
+	res, err := Apply(ctx, s, nil, env)
+	if err != nil || !res.Changed {
+		t.Fatalf("apply: %v %v", res.Changed, err)
+	}
+	// The crash: the shard write is lost.
+	lost := NewMemory()
+	s.Campaigns = lost
+	again, err := Apply(ctx, s, nil, env)
+	if err != nil || again.Changed {
+		t.Fatalf("redelivery: changed %v, %v", again.Changed, err)
+	}
+	if c, _ := (Reader{Stores: s}).Campaign(ctx, "acme", "camp-1"); c.Contacts != 1 || c.Replies != 1 {
+		t.Fatalf("shard not repaired: %+v", c)
+	}
+	// An event naming nobody, or one the lifecycle does not follow, changes nothing.
+	none := envelope.Envelope{ID: "ev_x", Tenant: "acme", Type: envelope.TypeReplyReceived, Time: t0}
+	if r, err := Apply(ctx, s, nil, none); err != nil || r.Changed {
+		t.Fatalf("no contact: %v %v", r.Changed, err)
+	}
+}
+
+func TestDiffFindsDifferences(t *testing.T) {
+	ctx := context.Background()
+	a, b := Memories(), Memories()
+	for _, env := range history() {
+		Apply(ctx, a, nil, env)
+		if env.Type != envelope.TypeEmailBounced {
+			Apply(ctx, b, nil, env)
+		}
+	}
+	Apply(ctx, b, nil, event(1, envelope.TypeEmailSent, "stranger@example.com", "camp-3", 0))
+	d, err := Diff(ctx, Contacts, a.Contacts, b.Contacts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Equal() || d.Differ != 1 || d.OnlyB != 1 || len(d.First) != 2 {
+		t.Fatalf("contacts diff %+v", d)
+	}
+	if d, _ := Diff(ctx, Suppression, a.Suppression, b.Suppression); d.OnlyA != 1 {
+		t.Fatalf("suppression diff %+v", d)
+	}
+	if _, err := (Stores{}).Of("leads"); err == nil {
+		t.Fatal("an unknown projection")
+	}
+}

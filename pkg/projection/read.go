@@ -1,0 +1,202 @@
+package projection
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/lifecycle"
+)
+
+// Reader is the one read API of the projections, for the services and the CLI.
+type Reader struct {
+	Stores
+	Dir *contacts.Directory // finds a contact by e-mail; nil: by derived id only
+}
+
+// Contact returns the record of tenant's contact id.
+func (r Reader) Contact(ctx context.Context, tenant, contactID string) (Contact, bool, error) {
+	data, rev, err := r.Contacts.Get(ctx, ContactKey(tenant, contactID))
+	if err != nil || rev == 0 {
+		return Contact{}, false, err
+	}
+	var c Contact
+	return c, true, json.Unmarshal(data, &c)
+}
+
+// ContactByEmail returns the record of tenant's contact with email.
+func (r Reader) ContactByEmail(ctx context.Context, tenant, email string) (Contact, bool, error) {
+	if r.Dir != nil {
+		rec, ok, err := r.Dir.Find(ctx, tenant, "email", email)
+		if err != nil || ok {
+			if err != nil {
+				return Contact{}, false, err
+			}
+			return r.Contact(ctx, tenant, rec.ContactID)
+		}
+	}
+	env := envelope.Envelope{Tenant: tenant, Data: envelope.Data{Contact: &envelope.Contact{Email: email}}}
+	who, err := identify(ctx, nil, env)
+	if err != nil {
+		return Contact{}, false, err
+	}
+	return r.Contact(ctx, tenant, who.contactID)
+}
+
+// Campaign counts tenant's campaign: its contacts by effective status, replies,
+// bounces, unsubscribes, meetings and opportunities.
+func (r Reader) Campaign(ctx context.Context, tenant, campaign string) (lifecycle.Counts, error) {
+	var counts lifecycle.Counts
+	keys, err := r.Campaigns.Keys(ctx, campaignPrefix(tenant, campaign))
+	if err != nil {
+		return counts, err
+	}
+	for _, k := range keys {
+		data, rev, err := r.Campaigns.Get(ctx, k)
+		if err != nil {
+			return counts, err
+		}
+		if rev == 0 {
+			continue
+		}
+		var sh Shard
+		if err := json.Unmarshal(data, &sh); err != nil {
+			return counts, fmt.Errorf("campaign shard %s: %w", k, err)
+		}
+		for _, m := range sh.Members {
+			counts.Add(lifecycle.View{Status: m.Status, Replied: m.Replied, Bounced: m.Bounced, Unsubscribed: m.Unsubscribed,
+				MeetingBooked: m.MeetingBooked, Opportunity: m.Opportunity,
+				Discrepancies: make([]lifecycle.Discrepancy, m.Discrepancies), Undecided: make([]lifecycle.Undecided, m.Undecided)})
+		}
+	}
+	return counts, nil
+}
+
+// Suppressed returns tenant's contact's suppression entry, if it has one.
+func (r Reader) Suppressed(ctx context.Context, tenant, contactID string) (Suppressed, bool, error) {
+	data, rev, err := r.Suppression.Get(ctx, SuppressionKey(tenant, contactID))
+	if err != nil || rev == 0 {
+		return Suppressed{}, false, err
+	}
+	var s Suppressed
+	return s, true, json.Unmarshal(data, &s)
+}
+
+// Difference is how one projection differs between two stores.
+type Difference struct {
+	Projection string   `json:"projection"`
+	KeysA      int      `json:"keys_a"`
+	KeysB      int      `json:"keys_b"`
+	OnlyA      int      `json:"only_a"`
+	OnlyB      int      `json:"only_b"`
+	Differ     int      `json:"differ"`
+	First      []string `json:"first_differing_keys,omitempty"` // up to 10
+}
+
+// Equal reports whether the two stores hold the same projection.
+func (d Difference) Equal() bool { return d.OnlyA == 0 && d.OnlyB == 0 && d.Differ == 0 }
+
+// Diff compares projection name in stores a and b by meaning: the revisions each store
+// assigned (which differ between a live projection and a rebuild) are left out.
+func Diff(ctx context.Context, name string, a, b Store) (Difference, error) {
+	d := Difference{Projection: name}
+	ka, err := a.Keys(ctx, "")
+	if err != nil {
+		return d, err
+	}
+	kb, err := b.Keys(ctx, "")
+	if err != nil {
+		return d, err
+	}
+	d.KeysA, d.KeysB = len(ka), len(kb)
+	note := func(k string) {
+		if len(d.First) < 10 {
+			d.First = append(d.First, k)
+		}
+	}
+	for _, k := range ka {
+		if _, found := slices.BinarySearch(kb, k); !found {
+			d.OnlyA++
+			note(k)
+			continue
+		}
+		va, _, err := a.Get(ctx, k)
+		if err != nil {
+			return d, err
+		}
+		vb, _, err := b.Get(ctx, k)
+		if err != nil {
+			return d, err
+		}
+		same, err := equal(name, va, vb)
+		if err != nil {
+			return d, fmt.Errorf("%s %s: %w", name, k, err)
+		}
+		if !same {
+			d.Differ++
+			note(k)
+		}
+	}
+	for _, k := range kb {
+		if _, found := slices.BinarySearch(ka, k); !found {
+			d.OnlyB++
+			note(k)
+		}
+	}
+	return d, nil
+}
+
+// equal compares two values of projection name by meaning.
+func equal(name string, a, b []byte) (bool, error) {
+	switch name {
+	case Contacts:
+		var x, y Contact
+		if err := errors.Join(json.Unmarshal(a, &x), json.Unmarshal(b, &y)); err != nil {
+			return false, err
+		}
+		xa, _ := json.Marshal(x)
+		yb, _ := json.Marshal(y)
+		return string(xa) == string(yb), nil
+	case Campaigns:
+		var x, y Shard
+		if err := errors.Join(json.Unmarshal(a, &x), json.Unmarshal(b, &y)); err != nil {
+			return false, err
+		}
+		if x.Tenant != y.Tenant || x.Campaign != y.Campaign || len(x.Members) != len(y.Members) {
+			return false, nil
+		}
+		for id, m := range x.Members {
+			if o, ok := y.Members[id]; !ok || !m.same(o) {
+				return false, nil
+			}
+		}
+		return true, nil
+	case Suppression:
+		var x, y Suppressed
+		if err := errors.Join(json.Unmarshal(a, &x), json.Unmarshal(b, &y)); err != nil {
+			return false, err
+		}
+		x.Rev, y.Rev = 0, 0
+		xa, _ := json.Marshal(x)
+		yb, _ := json.Marshal(y)
+		return string(xa) == string(yb), nil
+	}
+	return false, fmt.Errorf("no projection %q", name)
+}
+
+// Of returns the store of projection name.
+func (s Stores) Of(name string) (Store, error) {
+	switch name {
+	case Contacts:
+		return s.Contacts, nil
+	case Campaigns:
+		return s.Campaigns, nil
+	case Suppression:
+		return s.Suppression, nil
+	}
+	return nil, fmt.Errorf("no projection %q (known: contacts, campaigns, suppression)", name)
+}

@@ -1,0 +1,186 @@
+package projection
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/stream"
+)
+
+// Progress is how far a replay is.
+type Progress struct {
+	Done, Total uint64 // events applied, events to apply
+	LastSeq     uint64 // the stream sequence of the last event applied
+	Rate        float64
+	Left        time.Duration
+}
+
+func (p Progress) String() string {
+	pct := 100.0
+	if p.Total > 0 {
+		pct = 100 * float64(p.Done) / float64(p.Total)
+	}
+	return fmt.Sprintf("%d/%d events (%.1f%%), %.0f events/s, %s left", p.Done, p.Total, pct, p.Rate, p.Left.Round(time.Second))
+}
+
+// ReplayOptions say which events to replay.
+type ReplayOptions struct {
+	FromSeq uint64    // replay from this stream sequence (0: from the first)
+	Since   time.Time // or from the first event stored at or after this time
+	// Dir names contacts as the live projector does (nil: derived ids only).
+	Dir *contacts.Directory
+	// OnProgress, if set, hears progress at most every Every (default 1 s).
+	OnProgress func(Progress)
+	Every      time.Duration
+}
+
+// Replay applies the events of EXACTO_EVENTS from opts' start up to the last one stored
+// when it began into s, and returns how far it got. Cancelling ctx stops it between two
+// events: Progress.LastSeq says where a resumed replay starts (LastSeq+1); the merge is
+// idempotent, so resuming from an earlier point is harmless too.
+func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptions) (Progress, error) {
+	st, err := js.Stream(ctx, stream.Events)
+	if err != nil {
+		return Progress{}, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return Progress{}, err
+	}
+	last := info.State.LastSeq
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"events.>"}}
+	first := info.State.FirstSeq
+	switch {
+	case o.FromSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.FromSeq
+		first = max(first, o.FromSeq)
+	case !o.Since.IsZero():
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &o.Since
+	}
+	p := Progress{LastSeq: first - 1}
+	if last >= first {
+		p.Total = last - first + 1
+	}
+	if info.State.Msgs == 0 || last < first {
+		return p, nil
+	}
+	c, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return p, err
+	}
+	every := o.Every
+	if every <= 0 {
+		every = time.Second
+	}
+	began, lastReport := time.Now(), time.Now()
+	report := func() {
+		el := time.Since(began).Seconds()
+		if el > 0 {
+			p.Rate = float64(p.Done) / el
+		}
+		if p.Rate > 0 && p.Total > p.Done {
+			p.Left = time.Duration(float64(p.Total-p.Done) / p.Rate * float64(time.Second))
+		} else {
+			p.Left = 0
+		}
+		if o.OnProgress != nil {
+			o.OnProgress(p)
+		}
+	}
+	var ids Identities
+	if o.Dir != nil {
+		ids = &memo{dir: o.Dir, seen: map[string]contacts.Record{}}
+	}
+	for p.LastSeq < last {
+		if ctx.Err() != nil {
+			report()
+			return p, ctx.Err()
+		}
+		batch, err := c.FetchNoWait(500)
+		if err != nil {
+			return p, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				return p, err
+			}
+			if md.Sequence.Stream > last {
+				break
+			}
+			var env envelope.Envelope
+			if err := json.Unmarshal(msg.Data(), &env); err == nil && env.ID != "" {
+				if _, err := apply(ctx, s, ids, env); err != nil {
+					return p, fmt.Errorf("seq %d: %w", md.Sequence.Stream, err)
+				}
+			}
+			p.Done++
+			p.LastSeq = md.Sequence.Stream
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return p, err
+		}
+		if n == 0 { // nothing more arrives before the end we fixed: a gap (deleted messages)
+			if p.LastSeq, err = nextStored(ctx, st, p.LastSeq, last); err != nil {
+				return p, err
+			}
+		}
+		if time.Since(lastReport) >= every {
+			report()
+			lastReport = time.Now()
+		}
+	}
+	report()
+	return p, nil
+}
+
+// nextStored skips a gap: the sequence before the next stored message after seq, or
+// last when there is none.
+func nextStored(ctx context.Context, st jetstream.Stream, seq, last uint64) (uint64, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return seq, err
+	}
+	if info.State.LastSeq <= seq || info.State.FirstSeq > last {
+		return last, nil
+	}
+	return max(seq, info.State.FirstSeq-1), nil
+}
+
+// memo resolves contacts through the directory once per contact during a replay: the
+// ids are stable, and a million events must not cost a million directory round trips.
+type memo struct {
+	mu   sync.Mutex
+	dir  *contacts.Directory
+	seen map[string]contacts.Record
+}
+
+func (m *memo) Record(ctx context.Context, tenant string, s contacts.Seen) (contacts.Record, error) {
+	key := tenant + "\x00" + contacts.NormalizeEmail(s.Email) + "\x00" + s.Phone
+	for _, k := range []string{contacts.SendingPlatformContactID, contacts.CRMContactID, contacts.ClayRecordID} {
+		key += "\x00" + s.External[k]
+	}
+	m.mu.Lock()
+	rec, ok := m.seen[key]
+	m.mu.Unlock()
+	if ok {
+		return rec, nil
+	}
+	rec, err := m.dir.Record(ctx, tenant, s)
+	if err == nil {
+		m.mu.Lock()
+		m.seen[key] = rec
+		m.mu.Unlock()
+	}
+	return rec, err
+}
