@@ -7,9 +7,9 @@
 //     contact's record with optimistic concurrency (read, merge, write at the revision
 //     read), so two projectors never interleave into a wrong state, and because the
 //     lifecycle merge is a semilattice, any order and any duplicates give one state.
-//   - campaigns: each campaign's members, sharded 16 ways by contact id, each member
-//     with its effective view (status and flags) and the revision of the contact record
-//     it was computed from. A member is only ever replaced by one computed from a newer
+//   - campaigns: each campaign's members, sharded 256 ways by contact id (a shard stays
+//     small for a campaign of a million leads), each member with its effective view
+//     (status and flags) and the revision of the contact record it was computed from. A member is only ever replaced by one computed from a newer
 //     record, so a slow projector cannot put an old view back.
 //   - suppression: the contacts whose contact-level lifecycle is terminal (unsubscribed,
 //     bounced, suppressed), with the event that made it so.
@@ -91,7 +91,7 @@ func member(rev uint64, v lifecycle.View) Member {
 // same is m without its revision, for comparing projections built apart.
 func (m Member) same(o Member) bool { m.Rev, o.Rev = 0, 0; return m == o }
 
-// Shard is one sixteenth of a campaign's members.
+// Shard is one of a campaign's 256 parts: the members whose contact id hashes to it.
 type Shard struct {
 	Tenant   string            `json:"tenant"`
 	Campaign string            `json:"campaign"`
@@ -122,7 +122,7 @@ func campaignPrefix(tenant, campaign string) string { return tenant + "." + hash
 
 func shardKey(tenant, campaign, contactID string) string {
 	h := hash(contactID)
-	return campaignPrefix(tenant, campaign) + h[:1]
+	return campaignPrefix(tenant, campaign) + h[:2]
 }
 
 // SuppressionKey is the store key of a suppressed contact.
@@ -354,4 +354,29 @@ func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
 		return b, true, err
 	})
 	return err
+}
+
+// Rederive rebuilds s's campaign and suppression entries from its contact records,
+// in memory: a replay resumed from what it wrote gets derived entries whose revisions
+// match its own store again.
+func Rederive(ctx context.Context, s Stores) (Stores, error) {
+	out := Stores{Contacts: s.Contacts, Campaigns: NewMemory(), Suppression: NewMemory()}
+	keys, err := s.Contacts.Keys(ctx, "")
+	if err != nil {
+		return out, err
+	}
+	for _, k := range keys {
+		data, rev, err := s.Contacts.Get(ctx, k)
+		if err != nil {
+			return out, err
+		}
+		var c Contact
+		if err := json.Unmarshal(data, &c); err != nil {
+			return out, fmt.Errorf("contact record %s: %w", k, err)
+		}
+		if err := derive(ctx, out, c, rev); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }

@@ -164,3 +164,71 @@ func Open(ctx context.Context, js jetstream.JetStream, into string, replicas int
 func Memories() Stores {
 	return Stores{Contacts: NewMemory(), Campaigns: NewMemory(), Suppression: NewMemory()}
 }
+
+// Copy writes every key of src's projections into dst's (over what dst holds for it).
+func Copy(ctx context.Context, dst, src Stores) error {
+	for _, name := range Names {
+		from, _ := src.Of(name)
+		to, _ := dst.Of(name)
+		keys, err := from.Keys(ctx, "")
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			v, _, err := from.Get(ctx, k)
+			if err != nil {
+				return err
+			}
+			if _, _, err := update(ctx, to, k, func([]byte) ([]byte, bool, error) { return v, true, nil }); err != nil {
+				return fmt.Errorf("copy %s %s: %w", name, k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Fill writes src's projections into the fresh buckets of a replay into into, every
+// write in flight at once: a rebuild of a million events must not wait for one fsync
+// per key, and a fresh bucket needs no compare-and-set.
+func Fill(ctx context.Context, js jetstream.JetStream, into string, src Stores) error {
+	var acks []jetstream.PubAckFuture
+	for _, name := range Names {
+		from, _ := src.Of(name)
+		keys, err := from.Keys(ctx, "")
+		if err != nil {
+			return err
+		}
+		bucket := stream.ProjectionBucket(name, into, 1).Bucket
+		for _, k := range keys {
+			v, _, err := from.Get(ctx, k)
+			if err != nil {
+				return err
+			}
+			f, err := js.PublishAsync("$KV."+bucket+"."+k, v)
+			if err != nil {
+				return fmt.Errorf("fill %s: %w", bucket, err)
+			}
+			acks = append(acks, f)
+			if len(acks)%2000 == 0 { // stay under the client's limit of writes in flight
+				select {
+				case <-js.PublishAsyncComplete():
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for _, f := range acks {
+		select {
+		case err := <-f.Err():
+			return fmt.Errorf("fill %s: %w", f.Msg().Subject, err)
+		default:
+		}
+	}
+	return nil
+}

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"exacto.dev/pkg/envelope"
@@ -24,15 +22,11 @@ func eventsCmd() *cobra.Command {
 		Short: "One event: envelope, raw payload hash, arrivals, status in every consumer",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
-			if err != nil {
-				return fmt.Errorf("connect to %s: %w", natsURL, err)
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
+			js, closeConn, err := dial(natsURL)
 			if err != nil {
 				return err
 			}
+			defer closeConn()
 			ctx := cmd.Context()
 			id := args[0]
 			seq, err := server.Lookup(ctx, js, id)

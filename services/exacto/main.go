@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -18,7 +21,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(), projectorCmd(), classifyCmd())
+	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(), projectorCmd(), replayCmd(), classifyCmd())
 	bindEnv(root)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "exacto:", err)
@@ -44,4 +47,18 @@ func bindEnv(cmd *cobra.Command) {
 	for _, c := range cmd.Commands() {
 		bindEnv(c)
 	}
+}
+
+// dial connects the operator's tools to the deployment's NATS at url.
+func dial(url string) (jetstream.JetStream, func(), error) {
+	nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
 }

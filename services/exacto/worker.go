@@ -57,12 +57,7 @@ func workerCmd() *cobra.Command {
 		if _, ok := stream.SubscriptionOf(name); !ok {
 			return nil, nil, fmt.Errorf("no worker %q (known: %s)", name, names())
 		}
-		nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
-		if err != nil {
-			return nil, nil, fmt.Errorf("connect to %s: %w", natsURL, err)
-		}
-		js, err := jetstream.New(nc)
-		return js, nc.Close, err
+		return dial(natsURL)
 	}
 	pause := &cobra.Command{
 		Use:   "pause NAME",

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/projection"
+	"exacto.dev/pkg/projection/sqlite"
+	"exacto.dev/pkg/stream"
+)
+
+// replayCheckpoints holds where each replay into a bucket got to, by its NAME.
+const replayCheckpoints = stream.ProjectionPrefix + "REPLAYS"
+
+var intoName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+func replayCmd() *cobra.Command {
+	var natsURL, name, since, into string
+	var fromSeq uint64
+	var progress bool
+	cmd := &cobra.Command{
+		Use:   "replay --projection NAME [--from-seq N | --since T] [--into NAME | --into sqlite:FILE]",
+		Short: "Rebuild a projection from the stream and report its difference to the live one",
+		Long: `Rebuild the projections from EXACTO_EVENTS (from sequence N, from time T, or from the
+first event) and report how projection NAME (contacts, campaigns, suppression) differs
+from the live one: key counts and the first differing keys.
+
+--into NAME writes the rebuild into the buckets EXACTO_PROJ_<PROJECTION>_<NAME>;
+--into sqlite:FILE into an SQLite file with one table per projection, for SQL. Without
+--into nothing is written. A replay stopped with Ctrl-C (or SIGTERM) writes what it has
+and where it got to; the same command again resumes it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := (projection.Stores{}).Of(name); err != nil {
+				return err
+			}
+			if fromSeq > 0 && since != "" {
+				return errors.New("--from-seq and --since are exclusive")
+			}
+			var sinceT time.Time
+			if since != "" {
+				t, err := time.Parse(time.RFC3339, since)
+				if err != nil {
+					return fmt.Errorf("--since %q: want an RFC 3339 time such as 2026-12-01T00:00:00Z", since)
+				}
+				sinceT = t
+			}
+			target, err := parseInto(into)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			js, closeConn, err := dial(natsURL)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			return replay(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), js, replayRun{
+				projection: name, fromSeq: fromSeq, since: sinceT, target: target, progress: progress || isTerminal(os.Stderr)})
+		},
+	}
+	cmd.Flags().StringVar(&name, "projection", "", "contacts, campaigns or suppression (required)")
+	cmd.Flags().Uint64Var(&fromSeq, "from-seq", 0, "replay from this stream sequence")
+	cmd.Flags().StringVar(&since, "since", "", "replay from the first event stored at or after this time (RFC 3339)")
+	cmd.Flags().StringVar(&into, "into", "", "NAME (buckets EXACTO_PROJ_<PROJECTION>_<NAME>) or sqlite:FILE")
+	cmd.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
+	cmd.Flags().BoolVar(&progress, "progress", false, "print progress even when stderr is not a terminal")
+	cmd.MarkFlagRequired("projection")
+	return cmd
+}
+
+// target is where a replay is written: nowhere, buckets, or an SQLite file.
+type target struct {
+	bucket string // NAME of --into NAME
+	file   string // FILE of --into sqlite:FILE
+}
+
+func parseInto(into string) (target, error) {
+	switch {
+	case into == "":
+		return target{}, nil
+	case strings.HasPrefix(into, "sqlite:"):
+		f := strings.TrimPrefix(into, "sqlite:")
+		if f == "" {
+			return target{}, errors.New("--into sqlite:FILE: the file is missing")
+		}
+		return target{file: f}, nil
+	case intoName.MatchString(into):
+		return target{bucket: into}, nil
+	}
+	return target{}, fmt.Errorf("--into %q: want NAME ([a-z0-9_-], up to 32) or sqlite:FILE", into)
+}
+
+type replayRun struct {
+	projection string
+	fromSeq    uint64
+	since      time.Time
+	target     target
+	progress   bool
+}
+
+func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, r replayRun) error {
+	dir, err := contacts.Open(ctx, js)
+	if err != nil {
+		return err
+	}
+	live, err := projection.Open(ctx, js, "", 1)
+	if err != nil {
+		return err
+	}
+	// Resume where an interrupted replay into the same target stopped, unless told
+	// where to start.
+	rebuilt := projection.Memories()
+	cp, resumed, err := loadCheckpoint(ctx, js, r.target)
+	if err != nil {
+		return err
+	}
+	if resumed && !cp.Done && r.fromSeq == 0 && r.since.IsZero() {
+		if rebuilt, err = loadTarget(ctx, js, r.target); err != nil {
+			return err
+		}
+		r.fromSeq = cp.LastSeq + 1
+		fmt.Fprintf(out, "resuming the replay into %s after sequence %d\n", r.target, cp.LastSeq)
+	}
+	opts := projection.ReplayOptions{FromSeq: r.fromSeq, Since: r.since, Dir: dir}
+	if r.progress {
+		opts.OnProgress = func(p projection.Progress) { fmt.Fprintf(errOut, "\rreplay: %s   ", p) }
+	}
+	began := time.Now()
+	p, rerr := projection.Replay(ctx, js, rebuilt, opts)
+	if r.progress {
+		fmt.Fprintln(errOut)
+	}
+	stopped := errors.Is(rerr, context.Canceled)
+	if rerr != nil && !stopped {
+		return rerr
+	}
+	// Written even when stopped: what was rebuilt, and where to resume.
+	cp = sqlite.Checkpoint{LastSeq: p.LastSeq, Done: !stopped, Projection: r.projection}
+	if err := saveTarget(context.WithoutCancel(ctx), js, r.target, rebuilt, cp); err != nil {
+		return err
+	}
+	took := time.Since(began)
+	fmt.Fprintf(out, "replayed %d events up to sequence %d in %s (%.0f events/s)\n", p.Done, p.LastSeq, took.Round(time.Millisecond), float64(p.Done)/max(took.Seconds(), 1e-9))
+	if stopped {
+		if r.target != (target{}) {
+			fmt.Fprintf(out, "stopped; written into %s: run the same command again to resume\n", r.target)
+		}
+		return errors.New("replay stopped before the end")
+	}
+	a, _ := rebuilt.Of(r.projection)
+	b, _ := live.Of(r.projection)
+	d, err := projection.Diff(context.WithoutCancel(ctx), r.projection, a, b)
+	if err != nil {
+		return err
+	}
+	if d.Equal() {
+		fmt.Fprintf(out, "%s: rebuilt %d keys, live %d keys: equal to the live projection\n", r.projection, d.KeysA, d.KeysB)
+		return nil
+	}
+	fmt.Fprintf(out, "%s: rebuilt %d keys, live %d keys: %d only in the rebuild, %d only live, %d differ\n",
+		r.projection, d.KeysA, d.KeysB, d.OnlyA, d.OnlyB, d.Differ)
+	fmt.Fprintf(out, "first differing keys: %s\n", strings.Join(d.First, " "))
+	return nil
+}
+
+func (t target) String() string {
+	switch {
+	case t.bucket != "":
+		return "buckets " + stream.ProjectionPrefix + "<PROJECTION>_" + strings.ToUpper(t.bucket)
+	case t.file != "":
+		return "sqlite:" + t.file
+	}
+	return "memory"
+}
+
+// loadCheckpoint reads where the last replay into t got to.
+func loadCheckpoint(ctx context.Context, js jetstream.JetStream, t target) (sqlite.Checkpoint, bool, error) {
+	switch {
+	case t.file != "":
+		_, cp, ok, err := sqlite.Read(ctx, t.file)
+		return cp, ok, err
+	case t.bucket != "":
+		kv, err := checkpoints(ctx, js)
+		if err != nil {
+			return sqlite.Checkpoint{}, false, err
+		}
+		e, err := kv.Get(ctx, t.bucket)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return sqlite.Checkpoint{}, false, nil
+		}
+		if err != nil {
+			return sqlite.Checkpoint{}, false, err
+		}
+		var cp sqlite.Checkpoint
+		return cp, true, json.Unmarshal(e.Value(), &cp)
+	}
+	return sqlite.Checkpoint{}, false, nil
+}
+
+func checkpoints(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: replayCheckpoints, Description: "where each replay into buckets got to"})
+}
+
+// loadTarget reads an interrupted replay's projections back into memory.
+func loadTarget(ctx context.Context, js jetstream.JetStream, t target) (projection.Stores, error) {
+	mem := projection.Memories()
+	if t.file != "" {
+		s, _, _, err := sqlite.Read(ctx, t.file)
+		if err != nil {
+			return mem, err
+		}
+		mem.Contacts = s.Contacts
+	} else {
+		from, err := projection.Open(ctx, js, t.bucket, 1)
+		if err != nil {
+			return mem, err
+		}
+		if err := projection.Copy(ctx, mem, from); err != nil {
+			return mem, err
+		}
+	}
+	// The derived entries carry the revisions of the store they were written from:
+	// derive them again against this one.
+	return projection.Rederive(ctx, mem)
+}
+
+// saveTarget writes the rebuilt projections and the checkpoint into t.
+func saveTarget(ctx context.Context, js jetstream.JetStream, t target, rebuilt projection.Stores, cp sqlite.Checkpoint) error {
+	switch {
+	case t.file != "":
+		return sqlite.Write(ctx, t.file, rebuilt, cp)
+	case t.bucket != "":
+		// Replace what a previous replay left: the buckets hold this rebuild only.
+		for _, name := range projection.Names {
+			err := js.DeleteKeyValue(ctx, stream.ProjectionBucket(name, t.bucket, 1).Bucket)
+			if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+				return err
+			}
+		}
+		if _, err := projection.Open(ctx, js, t.bucket, 1); err != nil {
+			return err
+		}
+		if err := projection.Fill(ctx, js, t.bucket, rebuilt); err != nil {
+			return err
+		}
+		kv, err := checkpoints(ctx, js)
+		if err != nil {
+			return err
+		}
+		data, _ := json.Marshal(cp)
+		_, err = kv.Put(ctx, t.bucket, data)
+		return err
+	}
+	return nil
+}
+
+// isTerminal reports whether f is a terminal, where progress is shown.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

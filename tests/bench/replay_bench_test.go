@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker"
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/projection"
+	"exacto.dev/pkg/stream"
+)
+
+// storeHistory stores n events of a campaign's leads (sent, delivered, opened, and a
+// reply from every third), as the gateway would.
+func storeHistory(b *testing.B, conn *broker.Conn, n int) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	types := []string{envelope.TypeEmailSent, envelope.TypeEmailDelivered, envelope.TypeEmailOpened, envelope.TypeReplyReceived}
+	for i := range n {
+		lead, typ := i/4, types[i%4]
+		env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("bench", "instantly", strconv.Itoa(i)), Type: typ,
+			Tenant: "bench", Provider: "instantly", Endpoint: "ep", Time: at.Add(time.Duration(i) * time.Second),
+			Data: envelope.Data{ProviderType: typ, Contact: &envelope.Contact{Email: fmt.Sprintf("lead%d@example.com", lead)},
+				Campaign: &envelope.Campaign{ID: fmt.Sprint("camp-", lead%20)}, Message: &envelope.Message{ID: strconv.Itoa(i), Text: "ok"}}}
+		msg, err := stream.EventMessage(context.Background(), env)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.JS.PublishMsgAsync(msg); err != nil {
+			b.Fatal(err)
+		}
+		if i%2000 == 1999 {
+			<-conn.JS.PublishAsyncComplete()
+		}
+	}
+	<-conn.JS.PublishAsyncComplete()
+}
+
+// rawRead is the baseline: the same stream read with nats.go, doing nothing.
+func rawRead(b *testing.B, js jetstream.JetStream, n int) time.Duration {
+	ctx := context.Background()
+	c, err := js.OrderedConsumer(ctx, stream.Events, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	for got := 0; got < n; {
+		batch, err := c.FetchNoWait(500)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range batch.Messages() {
+			got++
+		}
+	}
+	return time.Since(start)
+}
+
+// BenchmarkReplay rebuilds every projection from the stream (as `exacto replay` does,
+// into memory, contacts named through the directory) beside a bare read of the same
+// stream. EXACTO_BENCH_REPLAY_EVENTS sets the size (default 50,000).
+func BenchmarkReplay(b *testing.B) {
+	n := 50000
+	if v, err := strconv.Atoi(os.Getenv("EXACTO_BENCH_REPLAY_EVENTS")); err == nil && v > 0 {
+		n = v
+	}
+	ctx := context.Background()
+	conn := brokertest.Start(b, "")
+	storeHistory(b, conn, n)
+	dir, err := contacts.Open(ctx, conn.JS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The live projector has named every contact in the directory before anyone replays:
+	// so has an untimed first replay here.
+	if _, err := projection.Replay(ctx, conn.JS, projection.Memories(), projection.ReplayOptions{Dir: dir}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	raw := rawRead(b, conn.JS, n)
+	start := time.Now()
+	p, err := projection.Replay(ctx, conn.JS, projection.Memories(), projection.ReplayOptions{Dir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rebuild := time.Since(start)
+	b.StopTimer()
+	if p.Done != uint64(n) {
+		b.Fatalf("replayed %d of %d events", p.Done, n)
+	}
+	rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
+	b.ReportMetric(rate(raw), "raw_events/s")
+	b.ReportMetric(rate(rebuild), "rebuild_events/s")
+	fmt.Fprintf(os.Stderr, "\n%-40s %12s %8s\n", fmt.Sprintf("replay, n=%d events, %d contacts", n, (n+3)/4), "events/s", "ratio")
+	fmt.Fprintf(os.Stderr, "%-40s %12.0f %8.2f\n", "raw read with nats.go (baseline)", rate(raw), 1.0)
+	fmt.Fprintf(os.Stderr, "%-40s %12.0f %8.3f\n", "rebuild of every projection", rate(rebuild), rate(rebuild)/rate(raw))
+	fmt.Fprintf(os.Stderr, "%-40s %12s\n", "a million events at that rate", (time.Duration(1e6/rate(rebuild)) * time.Second).Round(time.Second))
+}
