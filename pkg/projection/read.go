@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
@@ -18,14 +19,49 @@ type Reader struct {
 	Dir *contacts.Directory // finds a contact by e-mail; nil: by derived id only
 }
 
-// Contact returns the record of tenant's contact id.
+// Contact returns the record of tenant's contact id, with every external id: those the
+// stream named, and those the workers recorded in the contact directory (the CRM's
+// contact and activities, which are not events).
 func (r Reader) Contact(ctx context.Context, tenant, contactID string) (Contact, bool, error) {
 	data, rev, err := r.Contacts.Get(ctx, ContactKey(tenant, contactID))
 	if err != nil || rev == 0 {
 		return Contact{}, false, err
 	}
 	var c Contact
-	return c, true, json.Unmarshal(data, &c)
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, true, err
+	}
+	return c, true, r.addRecorded(ctx, &c)
+}
+
+// addRecorded adds the directory's ids of c to its external ids.
+func (r Reader) addRecorded(ctx context.Context, c *Contact) error {
+	if r.Dir == nil {
+		return nil
+	}
+	for _, k := range c.Keys {
+		kind, value, _ := strings.Cut(k, ":")
+		if kind != "email" && kind != "phone" {
+			continue
+		}
+		rec, ok, err := r.Dir.Find(ctx, c.Tenant, kind, value)
+		if err != nil || !ok {
+			return err
+		}
+		for kind, ids := range rec.External {
+			if c.External == nil {
+				c.External = map[string][]string{}
+			}
+			for _, id := range ids {
+				if !slices.Contains(c.External[kind], id) {
+					c.External[kind] = append(c.External[kind], id)
+				}
+			}
+			slices.Sort(c.External[kind])
+		}
+		return nil
+	}
+	return nil
 }
 
 // ContactByEmail returns the record of tenant's contact with email.
