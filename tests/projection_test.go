@@ -124,6 +124,18 @@ func TestReplayEqualsLive(t *testing.T) {
 	if followUps != 4 {
 		t.Fatalf("%d follow-ups after an unsubscribe found by SQL, want 4", followUps)
 	}
+	// Operators read the same through the read API.
+	shown := runExacto(t, "contact", "show", "Lead2@Northwind.example", "--tenant", "acme", "--nats-url", url)
+	if !strings.Contains(shown, `"status": "unsubscribed"`) || !strings.Contains(shown, `"suppression"`) {
+		t.Fatalf("contact show:\n%s", shown)
+	}
+	if shown := runExacto(t, "campaign", "show", campaign, "--tenant", "acme", "--nats-url", url); !strings.Contains(shown, `"contacts": 20`) {
+		t.Fatalf("campaign show:\n%s", shown)
+	}
+	if out, err := exec.Command(exactoBin, "contact", "show", "nobody@example.com", "--tenant", "acme", "--nats-url", url).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), `no contact "nobody@example.com"`) {
+		t.Fatalf("an unknown contact: %v %s", err, out)
+	}
 }
 
 // kill -9 of the projector mid-stream, then a restart: the projection equals a fresh

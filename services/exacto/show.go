@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/lifecycle"
+	"exacto.dev/pkg/projection"
+)
+
+// contactCmd and campaignCmd read the live projections through their read API.
+func contactCmd() *cobra.Command {
+	return showCmd("contact", "EMAIL", "A contact's ids, status and status in each campaign")
+}
+
+func campaignCmd() *cobra.Command {
+	return showCmd("campaign", "ID", "A campaign's contacts by status, replies, bounces, unsubscribes, meetings")
+}
+
+func showCmd(what, arg, short string) *cobra.Command {
+	var natsURL, tenant string
+	cmd := &cobra.Command{Use: what, Short: short + " (live projection)"}
+	show := &cobra.Command{
+		Use:   "show " + arg,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			js, closeConn, err := dial(natsURL)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx := cmd.Context()
+			stores, err := projection.Open(ctx, js, "", 1)
+			if err != nil {
+				return err
+			}
+			dir, err := contacts.Open(ctx, js)
+			if err != nil {
+				return err
+			}
+			r := projection.Reader{Stores: stores, Dir: dir}
+			var out any
+			if what == "campaign" {
+				counts, err := r.Campaign(ctx, tenant, args[0])
+				if err != nil {
+					return err
+				}
+				if counts.Contacts == 0 {
+					return fmt.Errorf("no contact of tenant %s in campaign %q", tenant, args[0])
+				}
+				out = map[string]any{"tenant": tenant, "campaign": args[0], "counts": counts}
+			} else {
+				c, ok, err := r.ContactByEmail(ctx, tenant, args[0])
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("no contact %q in tenant %s", args[0], tenant)
+				}
+				inCampaigns := map[string]lifecycle.View{}
+				for _, id := range slices.Sorted(maps.Keys(c.Campaigns)) {
+					inCampaigns[id] = c.InCampaign(id)
+				}
+				s, suppressed, err := r.Suppressed(ctx, tenant, c.ContactID)
+				if err != nil {
+					return err
+				}
+				shown := map[string]any{"tenant": tenant, "contact_id": c.ContactID, "account_id": c.AccountID, "keys": c.Keys,
+					"external": c.External, "view": c.View(), "campaigns": inCampaigns}
+				if suppressed {
+					shown["suppression"] = s
+				}
+				out = shown
+			}
+			b, _ := json.MarshalIndent(out, "", "  ")
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			return nil
+		},
+	}
+	show.Flags().StringVar(&tenant, "tenant", "demo", "tenant id")
+	show.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
+	cmd.AddCommand(show)
+	return cmd
+}
