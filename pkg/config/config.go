@@ -30,6 +30,8 @@ type Config struct {
 	DataDir   string  `yaml:"data_dir"`
 	NATS      NATS    `yaml:"nats"`
 	Gateway   Gateway `yaml:"gateway"`
+	DLQ       DLQ     `yaml:"dlq"`
+	Console   Console `yaml:"console"`
 	// SandboxAddr is where `exacto up` serves the built-in sandbox of Instantly,
 	// Smartlead and HubSpot, which stands in for every platform a tenant has no
 	// credentials for. SandboxURL points single parts (`exacto worker`) at a sandbox
@@ -72,6 +74,60 @@ type Gateway struct {
 	PublishTimeout time.Duration `yaml:"publish_timeout"` // default 10s
 }
 
+// DLQ configures the dead-letter workflow.
+type DLQ struct {
+	// SLO is how long the DLQ may hold a dead letter before it alerts (default 15m).
+	SLO time.Duration `yaml:"slo"`
+	// Freshness is, by event type ("default" for the rest), how old a dead letter's
+	// event may be and still be replayed: a follow-up older than its limit is refused
+	// with its reason instead of being sent late (default 72h).
+	Freshness map[string]time.Duration `yaml:"freshness"`
+}
+
+// Fresh is how old an event of type typ may be and still be replayed.
+func (d DLQ) Fresh(typ string) time.Duration {
+	if f, ok := d.Freshness[typ]; ok {
+		return f
+	}
+	return d.Freshness["default"]
+}
+
+// Console protects the operator console on the admin address: a bearer token, or
+// basic-auth users (name: password reference). Without either the console is not
+// served.
+type Console struct {
+	Token Secret            `yaml:"token"`
+	Users map[string]Secret `yaml:"users"`
+}
+
+// Reconcile schedules a tenant's reconciliation.
+type Reconcile struct {
+	// Every is the interval between passes (default 1h); "off" (or 0) disables the
+	// schedule; `exacto reconcile` runs a pass on demand either way.
+	Every Duration `yaml:"every"`
+}
+
+// Duration is a time.Duration that also reads "off" as 0.
+type Duration struct {
+	time.Duration
+	Set bool
+}
+
+// UnmarshalYAML reads a duration or "off".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	d.Set = true
+	if n.Value == "off" {
+		d.Duration = 0
+		return nil
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (or off)", n.Line, n.Value)
+	}
+	d.Duration = v
+	return nil
+}
+
 // Tenant owns endpoints.
 type Tenant struct {
 	ID        string     `yaml:"id"`
@@ -84,8 +140,9 @@ type Tenant struct {
 	Platforms Platforms `yaml:"platforms"`
 	// Routing assigns each reply's CRM activity an owner: the first rule that matches
 	// wins; a rule with no condition matches every reply.
-	Routing []Route `yaml:"routing"`
-	Line    int     `yaml:"-"`
+	Routing   []Route   `yaml:"routing"`
+	Reconcile Reconcile `yaml:"reconcile"`
+	Line      int       `yaml:"-"`
 }
 
 // Platforms are one tenant's accounts at the platforms Exacto acts on.
@@ -348,6 +405,20 @@ func (c *Config) applyDefaults() {
 	if c.Gateway.PublishTimeout == 0 {
 		c.Gateway.PublishTimeout = 10 * time.Second
 	}
+	if c.DLQ.SLO == 0 {
+		c.DLQ.SLO = 15 * time.Minute
+	}
+	if _, ok := c.DLQ.Freshness["default"]; !ok {
+		if c.DLQ.Freshness == nil {
+			c.DLQ.Freshness = map[string]time.Duration{}
+		}
+		c.DLQ.Freshness["default"] = 72 * time.Hour
+	}
+	for i := range c.Tenants {
+		if r := &c.Tenants[i].Reconcile; !r.Every.Set {
+			r.Every = Duration{Duration: time.Hour, Set: true}
+		}
+	}
 }
 
 // resolve replaces every secret reference by its value.
@@ -381,6 +452,11 @@ func (c *Config) resolve(getenv func(string) string) error {
 		for name, p := range t.Platforms.each() {
 			one("tenant "+t.ID+" platforms."+name+".api_key", &p.APIKey)
 		}
+	}
+	one("console token", &c.Console.Token)
+	for name, u := range c.Console.Users {
+		one("console user "+name, &u)
+		c.Console.Users[name] = u
 	}
 	return errors.Join(errs...)
 }
@@ -437,6 +513,17 @@ func (c *Config) Validate() error {
 	if c.Gateway.BodyLimit < 1024 {
 		fail(0, "gateway.body_limit %d: want at least 1024 bytes", c.Gateway.BodyLimit)
 	}
+	if c.DLQ.SLO < 0 {
+		fail(0, "dlq.slo must be positive")
+	}
+	for typ, f := range c.DLQ.Freshness {
+		if typ != "default" && !slices.Contains(envelope.AllTypes, typ) {
+			fail(0, "dlq.freshness: %q is not an event type (or default)", typ)
+		}
+		if f <= 0 {
+			fail(0, "dlq.freshness %s: want a positive duration", typ)
+		}
+	}
 	if c.Gateway.MaxEvents < 1 {
 		fail(0, "gateway.max_events %d: want at least 1", c.Gateway.MaxEvents)
 	}
@@ -467,6 +554,9 @@ func (c *Config) Validate() error {
 					fail(t.Line, "tenant %s: platforms.%s: base_url %q is not an absolute http(s) URL", t.ID, name, p.BaseURL)
 				}
 			}
+		}
+		if t.Reconcile.Every.Duration < 0 || (t.Reconcile.Every.Duration > 0 && t.Reconcile.Every.Duration < time.Minute) {
+			fail(t.Line, "tenant %s: reconcile.every %v: want at least 1m, or off", t.ID, t.Reconcile.Every.Duration)
 		}
 		for i, r := range t.Routing {
 			if r.Owner == "" {

@@ -280,3 +280,40 @@ func TestREADMEConfigLoads(t *testing.T) {
 		t.Fatalf("README config: routing or platforms lost: %+v", c.Tenants[0])
 	}
 }
+
+func TestOperationsConfig(t *testing.T) {
+	doc := "dlq:\n  slo: 30m\n  freshness: {email.sent: 72h, reply.received: 168h}\nconsole:\n  token: env:CONSOLE_TOKEN\n  users: {ops: env:OPS_PASSWORD}\n" +
+		strings.Replace(good, "  - id: acme\n", "  - id: acme\n    reconcile: {every: 30m}\n", 1) + "  - id: globex\n    reconcile: {every: \"off\"}\n    endpoints: []\n"
+	m := map[string]string{"CONSOLE_TOKEN": "console-token-0123456789", "OPS_PASSWORD": "ops-password-0123"}
+	for k, v := range goodEnv {
+		m[k] = v
+	}
+	c, err := Parse([]byte(doc), "f", env(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DLQ.SLO != 30*time.Minute || c.DLQ.Fresh("email.sent") != 72*time.Hour || c.DLQ.Fresh("reply.received") != 168*time.Hour || c.DLQ.Fresh("email.opened") != 72*time.Hour {
+		t.Fatalf("dlq: %+v", c.DLQ)
+	}
+	if c.Console.Token.Value != "console-token-0123456789" || c.Console.Users["ops"].Value != "ops-password-0123" {
+		t.Fatal("console secrets not resolved")
+	}
+	if c.Tenants[0].Reconcile.Every.Duration != 30*time.Minute || c.Tenants[1].Reconcile.Every.Duration != 0 {
+		t.Fatalf("reconcile: %+v %+v", c.Tenants[0].Reconcile, c.Tenants[1].Reconcile)
+	}
+	d, _ := Parse([]byte(good), "f", env(goodEnv))
+	if d.Tenants[0].Reconcile.Every.Duration != time.Hour || d.DLQ.SLO != 15*time.Minute {
+		t.Fatalf("defaults: %+v %+v", d.Tenants[0].Reconcile, d.DLQ)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{"dlq:\n  freshness: {follow_up: 72h}\n" + good, `dlq.freshness: "follow_up" is not an event type`},
+		{"dlq:\n  freshness: {email.sent: -1h}\n" + good, "want a positive duration"},
+		{strings.Replace(good, "  - id: acme\n", "  - id: acme\n    reconcile: {every: 10s}\n", 1), "reconcile.every 10s: want at least 1m"},
+		{strings.Replace(good, "  - id: acme\n", "  - id: acme\n    reconcile: {every: hourly}\n", 1), `"hourly" is not a duration`},
+		{"console:\n  token: env:NOPE\n" + good, "console token: environment variable NOPE is not set"},
+	} {
+		if _, err := Parse([]byte(tc.doc), "f", env(goodEnv)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.want, err, tc.want)
+		}
+	}
+}
