@@ -131,8 +131,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", stream.ContactLocks, err)
 	}
-	r := &runner{o: o, js: js, guard: guard.New(guards, o.Sub.Durable, o.Sub.AckWait),
-		locks: contactLocks{kv: locks, scope: o.Sub.Durable, lease: o.Sub.AckWait}}
+	name := o.Sub.Name()
+	r := &runner{o: o, name: name, js: js, guard: guard.New(guards, name, o.Sub.AckWait),
+		locks: contactLocks{kv: locks, scope: name, lease: o.Sub.AckWait}}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
 		Conn:                o.NC,
 		Logger:              watermill.NopLogger{},
@@ -154,7 +155,7 @@ func Run(ctx context.Context, o Options) error {
 	subCtx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for range o.Workers {
-		msgs, err := sub.Subscribe(subCtx, stream.Events)
+		msgs, err := sub.Subscribe(subCtx, o.Sub.StreamName())
 		if err != nil {
 			sub.Close()
 			return err
@@ -178,6 +179,7 @@ func Run(ctx context.Context, o Options) error {
 
 type runner struct {
 	o     Options
+	name  string // the service: its guards, outcomes and dead letters
 	js    jetstream.JetStream
 	guard *guard.Guard
 	locks contactLocks
@@ -185,7 +187,7 @@ type runner struct {
 
 // bind creates or updates the service's durable consumer from the topology.
 func (r *runner) bind(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-	c, err := js.CreateOrUpdateConsumer(ctx, stream.Events, r.o.Sub.ConsumerConfig())
+	c, err := js.CreateOrUpdateConsumer(ctx, r.o.Sub.StreamName(), r.o.Sub.ConsumerConfig())
 	return c, nil, err
 }
 
@@ -219,7 +221,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	var env envelope.Envelope
 	if err := json.Unmarshal(m.Payload, &env); err != nil || env.ID == "" {
 		// Not an envelope: nothing to guard, nothing to retry.
-		r.o.Log.Error("undecodable event", "consumer", r.o.Sub.Durable, "seq", m.Metadata.Get(mdSeq), "err", err)
+		r.o.Log.Error("undecodable event", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
 		if derr := r.deadLetter(ctx, env, m.Payload, fmt.Errorf("not an envelope: %v", err), retry.Permanent, guard.Record{Attempts: delivered}); derr != nil {
 			m.Nack() // not in the DLQ yet: keep it in the stream
 			return
@@ -229,7 +231,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	// The webhook's trace continues here (the gateway put it in the event's headers).
 	ctx = telemetry.Extract(ctx, func(k string) string { return m.Metadata.Get(textproto.CanonicalMIMEHeaderKey(k)) })
-	ctx, span := tracer.Start(ctx, "consume "+r.o.Sub.Durable, trace.WithSpanKind(trace.SpanKindConsumer),
+	ctx, span := tracer.Start(ctx, "consume "+r.name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("exacto.event_id", env.ID), attribute.String("exacto.type", env.Type), attribute.Int("exacto.delivery", delivered)))
 	defer span.End()
 	if delivered == 1 {
@@ -255,7 +257,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	a, err := r.guard.Begin(ctx, env.ID)
 	if err != nil {
-		r.o.Log.Warn("guard unavailable", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+		r.o.Log.Warn("guard unavailable", "consumer", r.name, "id", env.ID, "err", err)
 		m.Nack()
 		return
 	}
@@ -272,7 +274,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	herr := r.o.Handle(ctx, ev)
 	if herr == nil {
 		if err := r.guard.Complete(ctx, &a); err != nil {
-			r.o.Log.Warn("guard complete", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+			r.o.Log.Warn("guard complete", "consumer", r.name, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
 		m.Ack()
@@ -283,15 +285,15 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		// The dead letter is stored before the guard says so: if it cannot be, the
 		// event stays retryable and in the stream, never marked dead and lost.
 		if err := r.deadLetter(ctx, env, m.Payload, herr, class, a.Record); err != nil {
-			r.o.Log.Warn("dead letter not stored; redelivering", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+			r.o.Log.Warn("dead letter not stored; redelivering", "consumer", r.name, "id", env.ID, "err", err)
 			if err := r.guard.Fail(ctx, &a, herr, true, time.Now()); err != nil {
-				r.o.Log.Warn("guard fail", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+				r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
 			}
 			m.Nack()
 			return
 		}
 		if err := r.guard.Fail(ctx, &a, herr, false, time.Time{}); err != nil {
-			r.o.Log.Warn("guard fail", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+			r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
 		m.Ack()
@@ -299,7 +301,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	next := time.Now().Add(r.o.Sub.BackoffBase << max(0, a.Record.Attempts-1))
 	if err := r.guard.Fail(ctx, &a, herr, true, next); err != nil {
-		r.o.Log.Warn("guard fail", "consumer", r.o.Sub.Durable, "id", env.ID, "err", err)
+		r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
 	}
 	r.outcome(ctx, env, a.Record)
 	m.Nack()
@@ -323,7 +325,7 @@ type DeadLetter struct {
 
 func (r *runner) deadLetter(ctx context.Context, env envelope.Envelope, raw []byte, cause error, class retry.Class, rec guard.Record) error {
 	dl := DeadLetter{
-		Consumer: r.o.Sub.Durable, EventID: env.ID, Tenant: env.Tenant, Provider: env.Provider, Type: env.Type,
+		Consumer: r.name, EventID: env.ID, Tenant: env.Tenant, Provider: env.Provider, Type: env.Type,
 		Error: cause.Error(), Class: class.String(), Attempts: rec.Attempts,
 		FirstAttempt: rec.FirstAttempt, LastAttempt: rec.LastAttempt, Event: json.RawMessage(raw),
 	}
@@ -337,15 +339,16 @@ func (r *runner) deadLetter(ctx context.Context, env envelope.Envelope, raw []by
 	if err != nil {
 		return err
 	}
-	subj := stream.DLQSubject(r.o.Sub.Durable, token(env.Tenant), token(env.Provider), token(env.Type))
+	subj := stream.DLQSubject(r.name, token(env.Tenant), token(env.Provider), token(env.Type))
 	msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
 	if env.ID != "" {
-		msg.Header.Set(jetstream.MsgIDHeader, "dlq."+r.o.Sub.Durable+"."+env.ID)
+		// One dead letter per attempt history: a replay that dies again is a new one.
+		msg.Header.Set(jetstream.MsgIDHeader, "dlq."+r.name+"."+env.ID+"."+strconv.FormatInt(rec.FirstAttempt.UnixNano(), 10))
 	}
 	if _, err = r.js.PublishMsg(ctx, msg); err != nil {
 		return err
 	}
-	deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", r.o.Sub.Durable), attribute.String("tenant", env.Tenant),
+	deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", r.name), attribute.String("tenant", env.Tenant),
 		attribute.String("provider", env.Provider), attribute.String("type", env.Type), attribute.String("class", class.String())))
 	return nil
 }
@@ -364,12 +367,12 @@ type Outcome struct {
 // outcome publishes a status change; losing one is logged, not fatal: the guard record
 // stays the truth of the event's status.
 func (r *runner) outcome(ctx context.Context, env envelope.Envelope, rec guard.Record) {
-	data, _ := json.Marshal(Outcome{Consumer: r.o.Sub.Durable, EventID: env.ID, Status: rec.Status, Attempts: rec.Attempts,
+	data, _ := json.Marshal(Outcome{Consumer: r.name, EventID: env.ID, Status: rec.Status, Attempts: rec.Attempts,
 		LastError: rec.LastError, NextAttemptAt: rec.NextAttemptAt, At: time.Now().UTC()})
-	subj := stream.OutcomeSubject(r.o.Sub.Durable, token(env.Tenant), token(env.Provider), token(env.Type))
+	subj := stream.OutcomeSubject(r.name, token(env.Tenant), token(env.Provider), token(env.Type))
 	// Asynchronous: the handler does not wait for an outcome's fsync.
 	if _, err := r.js.PublishAsync(subj, data); err != nil {
-		r.o.Log.Warn("outcome not published", "consumer", r.o.Sub.Durable, "id", env.ID, "status", rec.Status, "err", err)
+		r.o.Log.Warn("outcome not published", "consumer", r.name, "id", env.ID, "status", rec.Status, "err", err)
 	}
 }
 

@@ -147,14 +147,33 @@ func (g *Guard) Fail(ctx context.Context, a *Attempt, cause error, retryable boo
 	return g.update(ctx, a, rec)
 }
 
-// Reset forgets eventID's record, so a replay from the DLQ proceeds as a first attempt.
-// The replayed effect still looks its external key up: Reset makes it possible, not blind.
-func (g *Guard) Reset(ctx context.Context, eventID string) error {
-	err := g.kv.Delete(ctx, Key(g.consumer, eventID))
+// Reset forgets a dead-lettered event's record, so a replay from the DLQ proceeds as a
+// first attempt; it reports the status it found. Only a dead letter is reset: a record
+// that a previous replay completed (or is processing) stays, so replaying twice makes
+// the effect once. The replayed effect still looks its external key up.
+func (g *Guard) Reset(ctx context.Context, eventID string) (string, error) {
+	key := Key(g.consumer, eventID)
+	e, err := g.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
+		return "", nil
 	}
-	return err
+	if err != nil {
+		return "", fmt.Errorf("guard read %s: %w", key, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return "", fmt.Errorf("guard record %s: %w", key, err)
+	}
+	if rec.Status != DeadLetter {
+		return rec.Status, nil
+	}
+	if err := g.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		if conflict(err) {
+			return rec.Status, fmt.Errorf("guard %s changed while being reset: try again", key)
+		}
+		return rec.Status, err
+	}
+	return DeadLetter, nil
 }
 
 // Status reads the record of eventID in consumer; ok is false when there is none.

@@ -98,15 +98,28 @@ func TestRetryableThenDeadLetter(t *testing.T) {
 		t.Fatalf("dead letter: %+v", d)
 	}
 	// A replay from the DLQ resets the record and proceeds as a first attempt.
-	if err := g.Reset(ctx, "ev_2"); err != nil {
-		t.Fatal(err)
+	if was, err := g.Reset(ctx, "ev_2"); err != nil || was != DeadLetter {
+		t.Fatalf("reset: %q %v", was, err)
 	}
 	r, _ := g.Begin(ctx, "ev_2")
 	if r.Decision != Proceed || r.Record.Attempts != 1 {
 		t.Fatalf("after reset: %+v", r)
 	}
-	if err := g.Reset(ctx, "ev_never"); err != nil {
-		t.Fatalf("reset of an unknown event: %v", err)
+	// While the replay runs, or once it completed, a second replay resets nothing.
+	if was, err := g.Reset(ctx, "ev_2"); err != nil || was != Processing {
+		t.Fatalf("reset while processing: %q %v", was, err)
+	}
+	if err := g.Complete(ctx, &r); err != nil {
+		t.Fatal(err)
+	}
+	if was, err := g.Reset(ctx, "ev_2"); err != nil || was != Completed {
+		t.Fatalf("reset of a completed event: %q %v", was, err)
+	}
+	if again, _ := g.Begin(ctx, "ev_2"); again.Decision != Skip {
+		t.Fatalf("a completed event proceeds after a reset: %+v", again)
+	}
+	if was, err := g.Reset(ctx, "ev_never"); err != nil || was != "" {
+		t.Fatalf("reset of an unknown event: %q %v", was, err)
 	}
 }
 

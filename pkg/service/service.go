@@ -154,26 +154,55 @@ func Main(name string, run Run) {
 	}
 }
 
-// Consume runs consumer service name until ctx ends: its subscription from the topology,
-// on a connection of its own (watermill drains it on close), with the config's
-// dead-letter owners and the process's log; o gives the handler, its dependencies and
-// how many events run at once (default 2).
+// Consume runs consumer service name until ctx ends: its subscription to the events
+// and its subscription to the replays an operator sends it from the DLQ, each on a
+// connection of its own (watermill drains it on close), with the config's dead-letter
+// owners and the process's log; o gives the handler, its dependencies and how many
+// events run at once (default 2). up is called once both are bound.
 func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Options) error {
 	sub, ok := stream.SubscriptionOf(name)
 	if !ok {
 		return fmt.Errorf("no consumer %q in the topology", name)
 	}
-	nc, err := e.Conn.Dial("exacto-" + name)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	o.NC, o.Sub, o.Ready, o.Log = nc, sub, up, e.Log
 	if o.Owner == nil {
 		o.Owner = e.Config.Owner
 	}
 	if o.Workers == 0 {
 		o.Workers = 2
 	}
+	replays := o
+	replays.Workers = 1
+	var mu sync.Mutex
+	waiting := 2
+	bound := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if waiting--; waiting == 0 && up != nil {
+			up()
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, run := range []struct {
+		sub stream.Subscription
+		o   consumer.Options
+	}{{sub, o}, {sub.Replays(), replays}} {
+		go func() {
+			err := e.consume(ctx, run.sub, bound, run.o)
+			cancel() // one stops, both stop
+			errs <- err
+		}()
+	}
+	return errors.Join(<-errs, <-errs)
+}
+
+func (e *Env) consume(ctx context.Context, sub stream.Subscription, up func(), o consumer.Options) error {
+	nc, err := e.Conn.Dial("exacto-" + sub.Durable)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	o.NC, o.Sub, o.Ready, o.Log = nc, sub, up, e.Log
 	return consumer.Run(ctx, o)
 }

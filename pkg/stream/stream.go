@@ -22,6 +22,10 @@ const (
 	Events   = "EXACTO_EVENTS"
 	DLQ      = "EXACTO_DLQ"
 	Outcomes = "EXACTO_OUTCOMES"
+	// Replays holds the events an operator sends back to one consumer from the DLQ
+	// (`exacto dlq replay`), on replay.<consumer>.<tenant>.<provider>.<type>: the
+	// history in EXACTO_EVENTS stays as it happened.
+	Replays = "EXACTO_REPLAYS"
 	// EventIndex maps every stored envelope id to its stream sequence, for DedupTTL:
 	// the gateway answers late redeliveries (past the duplicate window) from it.
 	EventIndex = "EXACTO_EVENT_INDEX"
@@ -35,6 +39,10 @@ const (
 	Suppression = "EXACTO_SUPPRESSION"
 	// ContactIDs is each contact's internal ids and every external id (pkg/contacts).
 	ContactIDs = "EXACTO_CONTACT_IDS"
+	// DLQActions records every replay and discard of a dead letter: who, why, when.
+	DLQActions = "EXACTO_DLQ_ACTIONS"
+	// Diffs is the reconciler's diff queue: each finding, where, and the repair.
+	Diffs = "EXACTO_DIFFS"
 	// ProjectionPrefix starts the projections' buckets (pkg/projection):
 	// EXACTO_PROJ_CONTACTS, _CAMPAIGNS, _SUPPRESSION live; a replay's go into
 	// EXACTO_PROJ_<PROJECTION>_<NAME>.
@@ -91,6 +99,14 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Replicas:    o.Replicas,
 		},
 		{
+			Name:        Replays,
+			Description: "dead letters sent back to one consumer by an operator",
+			Subjects:    []string{"replay.>"},
+			Storage:     jetstream.FileStorage,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
+		{
 			Name:        Outcomes,
 			Description: "what each consumer did with each event",
 			Subjects:    []string{"outcomes.>"},
@@ -109,6 +125,9 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		{Bucket: Guards, Description: "consumer.event id -> effect-once record", TTL: o.guardTTL(), Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: a suppression does not expire.
 		{Bucket: Suppression, Description: "tenant.contact -> why and since when it is suppressed", Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		// No TTL: audit records and findings stay until an operator removes them.
+		{Bucket: DLQActions, Description: "consumer.event id -> replays and discards of its dead letter", Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		{Bucket: Diffs, Description: "tenant.finding id -> a reconciliation finding and its repair", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: a contact's ids are its identity.
 		{Bucket: ContactIDs, Description: "tenant identity keys -> contact id; contact id -> internal and external ids", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// The live projections: rebuilt from the stream by a replay, so they never expire.
@@ -140,6 +159,11 @@ func IndexConsumerConfig() jetstream.ConsumerConfig {
 type Subscription struct {
 	Durable  string
 	Subjects []string // filter subjects
+	// Stream is the stream consumed (Events when empty); Service the consumer service
+	// it belongs to (Durable when empty): its guards, outcomes and dead letters are the
+	// service's, whichever of its subscriptions delivered the event.
+	Stream  string
+	Service string
 	// AckWait bounds one attempt; it is also the guard's lease, so a worker that dies
 	// mid-effect is resumed by another after it.
 	AckWait time.Duration
@@ -159,6 +183,8 @@ const (
 	CRMWriter  = "crmwriter"
 	Suppressor = "suppressor"
 	Projector  = "projector"
+	// Reconciler is the scheduled comparison with the platforms (no durable consumer).
+	Reconciler = "reconciler"
 )
 
 // subjects of the given canonical types, from every tenant and provider.
@@ -196,6 +222,32 @@ func SubscriptionOf(name string) (Subscription, bool) {
 		}
 	}
 	return Subscription{}, false
+}
+
+// Name is the consumer service s belongs to.
+func (s Subscription) Name() string {
+	if s.Service != "" {
+		return s.Service
+	}
+	return s.Durable
+}
+
+// StreamName is the stream s consumes.
+func (s Subscription) StreamName() string {
+	if s.Stream != "" {
+		return s.Stream
+	}
+	return Events
+}
+
+// Replays is the subscription of s's service to what an operator sends it back from
+// the DLQ (EXACTO_REPLAYS): the same pacing, its own durable.
+func (s Subscription) Replays() Subscription {
+	r := s
+	r.Service, r.Stream = s.Name(), Replays
+	r.Durable = s.Name() + "_replays"
+	r.Subjects = []string{"replay." + s.Name() + ".>"}
+	return r
 }
 
 // ConsumerConfig is the JetStream consumer of s.
@@ -274,4 +326,9 @@ func ProjectionBucket(name, into string, replicas int) jetstream.KeyValueConfig 
 		desc = "projection " + name + " rebuilt into " + into
 	}
 	return jetstream.KeyValueConfig{Bucket: bucket, Description: desc, Storage: jetstream.FileStorage, Replicas: replicas}
+}
+
+// ReplaySubject is where an operator's replay of an event to consumer is stored.
+func ReplaySubject(consumer, tenant, provider, typ string) string {
+	return "replay." + consumer + "." + tenant + "." + provider + "." + typ
 }

@@ -21,7 +21,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(), projectorCmd(), replayCmd(), contactCmd(), campaignCmd(), classifyCmd())
+	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(), projectorCmd(), replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), classifyCmd())
 	bindEnv(root)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "exacto:", err)

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"exacto.dev/pkg/dlq"
 	"exacto.dev/pkg/service"
 	"exacto.dev/services/gateway/server"
 )
@@ -67,6 +69,12 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	// `exacto up`: the gateway and every worker; the first to fail stops them all.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The DLQ's gauges and its SLO alert.
+	q, err := dlq.New(ctx, env.Conn.JS, env.Config.DLQ)
+	if err != nil {
+		return err
+	}
+	go q.Watch(ctx, 30*time.Second, env.Log)
 	errs := make(chan error, len(workers)+1)
 	var wg sync.WaitGroup
 	gatewayUp := env.Part()

@@ -1,0 +1,98 @@
+package tests
+
+import (
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/stream"
+	crmwriter "exacto.dev/services/crmwriter/handler"
+)
+
+// The issue's DLQ cases through `exacto dlq`: a reply HubSpot rejected is listed with its
+// reason and owner, replayed twice once the cause is fixed, and makes one note; a reply
+// five days old is refused as stale, with its reason; a discard is recorded.
+func TestDeadLetterWorkflow(t *testing.T) {
+	t.Parallel()
+	p := startPipeline(t)
+	p.sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{Status: 400})
+	p.start(stream.CRMWriter, crmwriter.Run)
+	fresh := p.post(instantlyEvent("reply_received", "ana@northwind.example", campaign, "em-1", "Can you send pricing?", time.Now()))[0]
+	old := p.post(instantlyEvent("reply_received", "ben@northwind.example", campaign, "em-2", "Can you send pricing?", time.Now().Add(-120*time.Hour)))[0]
+	spare := p.post(instantlyEvent("reply_received", "cy@northwind.example", campaign, "em-3", "Can you send pricing?", time.Now()))[0]
+	for _, id := range []string{fresh, old, spare} {
+		eventually(t, 30*time.Second, id+" dead-lettered", func() bool { return p.status(stream.CRMWriter, id).Status == guard.DeadLetter })
+	}
+	url := p.conn.Embedded.ClientURL()
+	dlq := func(args ...string) (string, error) {
+		out, err := exec.Command(exactoBin, append(append([]string{"dlq"}, args...), "--nats-url", url)...).CombinedOutput()
+		return string(out), err
+	}
+	list, err := dlq("list", "--consumer", "crmwriter")
+	if err != nil || strings.Count(list, "crmwriter") != 3 || !strings.Contains(list, "sdr-team") || !strings.Contains(list, "permanent") {
+		t.Fatalf("dlq list: %v\n%s", err, list)
+	}
+	ids := map[string]string{} // event id -> dead letter id
+	for seq := 1; seq <= 3; seq++ {
+		show, err := dlq("show", fmt.Sprint(seq))
+		for _, id := range []string{fresh, old, spare} {
+			if err == nil && strings.Contains(show, `"event_id": "`+id+`"`) {
+				ids[id] = fmt.Sprint(seq)
+			}
+		}
+	}
+	if len(ids) != 3 {
+		t.Fatalf("dead letter ids: %v", ids)
+	}
+	show, _ := dlq("show", ids[fresh])
+	if !strings.Contains(show, `"owner": "sdr-team"`) || !strings.Contains(show, "400") || !strings.Contains(show, `"attempt_count": 1`) {
+		t.Fatalf("dlq show:\n%s", show)
+	}
+	// The cause is fixed; the fresh reply is replayed twice: one note.
+	p.sb.ClearFaults()
+	for i := range 2 {
+		out, err := dlq("replay", ids[fresh], "--by", "ana", "--why", fmt.Sprint("property fixed, try ", i+1))
+		if err != nil {
+			t.Fatalf("replay %d: %v\n%s", i+1, err, out)
+		}
+		if i == 0 {
+			p.completedIn(30*time.Second, fresh, stream.CRMWriter)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := len(p.notesFor(fresh)); n != 1 {
+		t.Fatalf("%d notes after two replays", n)
+	}
+	// The five-day-old reply is refused with its reason.
+	out, err := dlq("replay", ids[old], "--by", "ana")
+	if err == nil || !regexp.MustCompile(`stale: the reply.received event is 1[12]\dh\d+m0s old; its freshness limit is 72h0m0s`).MatchString(out) {
+		t.Fatalf("stale replay: %v\n%s", err, out)
+	}
+	if len(p.notesFor(old)) != 0 {
+		t.Fatal("a refused replay wrote a note")
+	}
+	// Bulk: a dry run counts; a discard needs a why and is recorded.
+	if out, _ := dlq("replay", "--matching", "--consumer", "crmwriter", "--dry-run"); !strings.Contains(out, "2 dead letters match; 1 fresh enough to replay, 1 stale") {
+		t.Fatalf("dry run:\n%s", out)
+	}
+	if out, err := dlq("discard", ids[spare]); err == nil {
+		t.Fatalf("discard without a why:\n%s", out)
+	}
+	if out, err := dlq("discard", ids[spare], "--by", "ana", "--why", "duplicate of a manual note"); err != nil {
+		t.Fatalf("discard: %v\n%s", err, out)
+	}
+	if list, _ := dlq("list"); strings.Count(list, "crmwriter") != 1 {
+		t.Fatalf("open after the replay and the discard:\n%s", list)
+	}
+	if all, _ := dlq("list", "--all"); !strings.Contains(all, "replayed") || !strings.Contains(all, "discarded") {
+		t.Fatalf("list --all:\n%s", all)
+	}
+	if out, err := dlq("show", "nine"); err == nil || !strings.Contains(out, "not a dead letter id") {
+		t.Fatalf("a bad id: %v\n%s", err, out)
+	}
+}
