@@ -8,6 +8,7 @@ require (
 	exacto.dev/services/crmwriter v0.0.0
 	exacto.dev/services/gateway v0.0.0
 	exacto.dev/services/projector v0.0.0
+	exacto.dev/services/reconciler v0.0.0
 	exacto.dev/services/stopper v0.0.0
 	exacto.dev/services/suppressor v0.0.0
 	github.com/nats-io/nats.go v1.55.0
@@ -22,6 +23,9 @@ require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/chromedp v0.23.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
@@ -47,7 +51,7 @@ require (
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -60,8 +64,9 @@ replace (
 	exacto.dev/pkg => ../pkg
 	exacto.dev/services/classifier => ../services/classifier
 	exacto.dev/services/crmwriter => ../services/crmwriter
-	exacto.dev/services/projector => ../services/projector
 	exacto.dev/services/gateway => ../services/gateway
+	exacto.dev/services/projector => ../services/projector
+	exacto.dev/services/reconciler => ../services/reconciler
 	exacto.dev/services/stopper => ../services/stopper
 	exacto.dev/services/suppressor => ../services/suppressor
 )

@@ -111,8 +111,13 @@ func TestReplayDiscardFreshness(t *testing.T) {
 	stale := r.publish(t, 2, envelope.TypeMeetingBooked, now.Add(-30*time.Hour)) // 30 h late
 	noise := r.publish(t, 3, envelope.TypeOpportunityCreated, now)
 	waitFor(t, "three dead letters", func() bool { return len(r.letters(t, Filter{})) == 3 })
-	open := r.letters(t, Filter{})
-	if l := open[0]; l.EventID != reply || l.Consumer != stream.CRMWriter || l.Class != "permanent" || l.Attempts != 1 ||
+	var l Letter
+	for _, x := range r.letters(t, Filter{}) {
+		if x.EventID == reply {
+			l = x
+		}
+	}
+	if l.EventID != reply || l.Consumer != stream.CRMWriter || l.Class != "permanent" || l.Attempts != 1 ||
 		l.Owner != "revops@acme.example" || !strings.Contains(l.Error, "400") || l.Status != Open {
 		t.Fatalf("dead letter %+v", l)
 	}
@@ -132,7 +137,6 @@ func TestReplayDiscardFreshness(t *testing.T) {
 
 	// The cause is fixed; the reply is replayed twice: one effect.
 	r.broken.Delete(reply)
-	l := open[0]
 	if _, err := r.q.Replay(ctx, l, "", "", false); err == nil {
 		t.Fatal("a replay by nobody")
 	}

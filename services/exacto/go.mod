@@ -8,6 +8,7 @@ require (
 	exacto.dev/services/crmwriter v0.0.0
 	exacto.dev/services/gateway v0.0.0
 	exacto.dev/services/projector v0.0.0
+	exacto.dev/services/reconciler v0.0.0
 	exacto.dev/services/stopper v0.0.0
 	exacto.dev/services/suppressor v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
@@ -61,6 +62,7 @@ replace (
 	exacto.dev/pkg => ../../pkg
 	exacto.dev/services/classifier => ../classifier
 	exacto.dev/services/crmwriter => ../crmwriter
+	exacto.dev/services/reconciler => ../reconciler
 	exacto.dev/services/projector => ../projector
 	exacto.dev/services/gateway => ../gateway
 	exacto.dev/services/stopper => ../stopper

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"exacto.dev/pkg/stream"
 )
 
 func main() {
@@ -21,7 +23,10 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(), projectorCmd(), replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), classifyCmd())
+	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(),
+		partCmd(stream.Projector, "Run the projector alone against EXACTO_NATS_URL"),
+		partCmd(stream.Reconciler, "Run the scheduled reconciliation alone against EXACTO_NATS_URL"),
+		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), reconcileCmd(), classifyCmd())
 	bindEnv(root)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "exacto:", err)

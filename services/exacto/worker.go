@@ -19,6 +19,7 @@ import (
 	classifier "exacto.dev/services/classifier/handler"
 	crmwriter "exacto.dev/services/crmwriter/handler"
 	projector "exacto.dev/services/projector/handler"
+	reconciler "exacto.dev/services/reconciler/handler"
 	stopper "exacto.dev/services/stopper/handler"
 	suppressor "exacto.dev/services/suppressor/handler"
 )
@@ -30,6 +31,7 @@ var workers = map[string]service.Run{
 	stream.CRMWriter:  crmwriter.Run,
 	stream.Suppressor: suppressor.Run,
 	stream.Projector:  projector.Run,
+	stream.Reconciler: reconciler.Run,
 }
 
 func workerCmd() *cobra.Command {
@@ -132,16 +134,16 @@ func runWorker(cmd *cobra.Command, name, cfgPath string, logText bool) error {
 	return run(ctx, env, env.Part())
 }
 
-// projectorCmd is `exacto projector`: the same as `exacto worker projector`.
-func projectorCmd() *cobra.Command {
+// partCmd is `exacto projector` and `exacto reconciler`: the same as `exacto worker NAME`.
+func partCmd(name, short string) *cobra.Command {
 	var cfgPath string
 	var logText bool
 	cmd := &cobra.Command{
-		Use:   "projector",
-		Short: "Run the projector alone against EXACTO_NATS_URL",
+		Use:   name,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runWorker(cmd, stream.Projector, cfgPath, logText)
+			return runWorker(cmd, name, cfgPath, logText)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")

@@ -7,7 +7,8 @@
 //
 //	POST  /crm/v3/objects/notes             create, with note→contact association 202
 //	PATCH /crm/v3/objects/notes/{id}        update (the classification, the owner)
-//	POST  /crm/v3/objects/notes/search      find by exacto_event_id
+//	POST  /crm/v3/objects/notes/search      find by exacto_event_id, or a contact's notes
+//	                                        (the associations.contact pseudo-property)
 //	POST  /crm/v3/objects/contacts/search   find by email
 //	POST  /crm/v3/objects/contacts          create
 //	PATCH /crm/v3/objects/contacts/{id}     update
@@ -368,6 +369,42 @@ func (c *Client) UpdateNote(ctx context.Context, id string, props map[string]str
 		return Note{}, err
 	}
 	return noteFrom(resp), nil
+}
+
+// NotesOfContact returns every note associated with contact id, oldest first as the
+// search pages them. It searches notes with the documented associations.contact
+// pseudo-property ("search through associations"), so one call per page.
+func (c *Client) NotesOfContact(ctx context.Context, contactID string) ([]Note, error) {
+	if contactID == "" {
+		return nil, errors.New("hubspot: empty contact id")
+	}
+	objs, err := c.Search(ctx, "notes", []Filter{{PropertyName: "associations.contact", Operator: "EQ", Value: contactID}}, noteProps, 200)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Note, len(objs))
+	for i, o := range objs {
+		out[i] = noteFrom(o)
+		out[i].ContactID = contactID
+	}
+	return out, nil
+}
+
+// ContactsByEmail returns every contact whose email is email (HubSpot's EQ on a
+// string property ignores case): more than one is a duplicate made outside Exacto.
+func (c *Client) ContactsByEmail(ctx context.Context, email string) ([]Contact, error) {
+	if email == "" {
+		return nil, errors.New("hubspot: empty email")
+	}
+	objs, err := c.Search(ctx, "contacts", []Filter{{PropertyName: "email", Operator: "EQ", Value: strings.ToLower(email)}}, ContactProperties, 100)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Contact, len(objs))
+	for i, o := range objs {
+		out[i] = Contact(o)
+	}
+	return out, nil
 }
 
 // DefaultLimit is HubSpot's rate for private apps on the lowest tier, 100 requests per

@@ -6,7 +6,8 @@
 //
 //	POST /api/v2/leads/update-interest-status   lead/update-the-interest-status-of-a-lead
 //	POST /api/v2/block-lists-entries            blocklistentry (schema: bl_value)
-//	POST /api/v2/leads/list                     list leads (campaign, contacts filters)
+//	POST /api/v2/leads/list                     list leads (campaign, contacts filters;
+//	                                            starting_after / next_starting_after pages)
 //	GET  /api/v2/leads/{id}                     get lead
 //
 // Auth: "Authorization: Bearer <API v2 key>". Instantly has no idempotency
@@ -97,6 +98,51 @@ type Lead struct {
 	Campaign       string `json:"campaign"`
 	Status         int    `json:"status"`
 	InterestStatus *int   `json:"lt_interest_status"`
+	// EmailReplyCount and TimestampLastReply are what Instantly counted of the lead's
+	// replies (the v2 lead schema's email_reply_count, timestamp_last_reply).
+	EmailReplyCount    int    `json:"email_reply_count,omitempty"`
+	TimestampLastReply string `json:"timestamp_last_reply,omitempty"`
+}
+
+// maxLeadPages bounds a campaign's lead listing (100 leads a page).
+const maxLeadPages = 1000
+
+// CampaignLeads lists every lead of campaignID, page by page (limit 100, following
+// next_starting_after until Instantly gives none).
+func (c *Client) CampaignLeads(ctx context.Context, campaignID string) ([]Lead, error) {
+	if campaignID == "" {
+		return nil, errors.New("instantly: empty campaign id")
+	}
+	req := struct {
+		Campaign      string `json:"campaign"`
+		Limit         int    `json:"limit"`
+		StartingAfter string `json:"starting_after,omitempty"`
+	}{Campaign: campaignID, Limit: 100}
+	var all []Lead
+	for range maxLeadPages {
+		var resp struct {
+			Items []Lead `json:"items"`
+			Next  string `json:"next_starting_after"`
+		}
+		if err := c.h.Do(ctx, http.MethodPost, "/api/v2/leads/list", nil, req, &resp); err != nil {
+			return nil, err
+		}
+		all = append(all, resp.Items...)
+		if resp.Next == "" || len(resp.Items) == 0 {
+			return all, nil
+		}
+		if resp.Next == req.StartingAfter {
+			return nil, &platform.Error{Dependency: "instantly", Msg: "lead list cursor did not advance"}
+		}
+		req.StartingAfter = resp.Next
+	}
+	return nil, &platform.Error{Dependency: "instantly", Msg: "lead list exceeded the page bound"}
+}
+
+// LastReply is when Instantly last saw the lead reply (zero if never or unknown).
+func (l Lead) LastReply() time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, l.TimestampLastReply)
+	return t
 }
 
 // StopLead gives the lead in campaignID an interest status (e.g.

@@ -134,6 +134,23 @@ func (s *Server) AddNote(props map[string]string) string {
 	return o.ID
 }
 
+// AddNoteFor seeds a note associated with contactID (bypassing the API, as a note
+// typed by hand in HubSpot or written by another integration) and returns its id.
+func (s *Server) AddNoteFor(contactID string, props map[string]string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := &Object{ID: s.hubspot.id(), Properties: maps.Clone(props), CreatedAt: time.Now(),
+		Associations: []Association{{ToID: contactID, TypeID: NoteToContactAssociation, Category: "HUBSPOT_DEFINED"}}}
+	if o.Properties == nil {
+		o.Properties = map[string]string{}
+	}
+	if o.Properties["hs_timestamp"] == "" {
+		o.Properties["hs_timestamp"] = o.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z")
+	}
+	s.hubspot.notes = append(s.hubspot.notes, o)
+	return o.ID
+}
+
 // SetSearchLag hides objects younger than d from search, as HubSpot's search
 // index trails writes by a few seconds.
 func (s *Server) SetSearchLag(d time.Duration) {
@@ -363,7 +380,9 @@ type hsSearchReq struct {
 }
 
 // hsSearch serves POST /crm/v3/objects/{type}/search: filter groups are ORed,
-// filters within a group ANDed; paging is by an opaque "after" cursor.
+// filters within a group ANDed; paging is by an opaque "after" cursor. The
+// pseudo-property associations.contact (EQ a contact id) matches the records
+// associated with that contact, as HubSpot's "search through associations" does.
 func (s *Server) hsSearch(objs func() []*Object) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req hsSearchReq
@@ -432,6 +451,14 @@ func matches(o *Object, req hsSearchReq) bool {
 		ok := true
 		for _, f := range g.Filters {
 			v, has := o.Properties[f.PropertyName]
+			if f.PropertyName == "associations.contact" {
+				v, has = "", false
+				for _, a := range o.Associations {
+					if a.ToID == f.Value {
+						v, has = a.ToID, true
+					}
+				}
+			}
 			switch f.Operator {
 			case "EQ":
 				ok = ok && has && strings.EqualFold(v, f.Value)

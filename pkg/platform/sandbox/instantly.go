@@ -34,6 +34,10 @@ type InstantlyLead struct {
 	Campaign       string `json:"campaign,omitempty"`
 	Status         int    `json:"status"`
 	InterestStatus *int   `json:"lt_interest_status"`
+	// EmailReplyCount and TimestampLastReply are Instantly's count of the lead's
+	// replies and the last one's time (RFC 3339), as the v2 lead schema has them.
+	EmailReplyCount    int    `json:"email_reply_count"`
+	TimestampLastReply string `json:"timestamp_last_reply,omitempty"`
 }
 
 // InstantlyStop is one accepted update-interest-status call.
@@ -112,6 +116,24 @@ func (s *Server) Blocklist() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.inst.blocklist...)
+}
+
+// InstantlyBounced is the v2 lead status of a bounced lead.
+const InstantlyBounced = -1
+
+// UpdateInstantlyLead changes a stored lead as Instantly itself would, without any
+// webhook (the lead unsubscribed through Instantly's link, replied, bounced);
+// false if there is no such lead.
+func (s *Server) UpdateInstantlyLead(id string, change func(*InstantlyLead)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.inst.leads {
+		if l.ID == id {
+			change(l)
+			return true
+		}
+	}
+	return false
 }
 
 // InstantlyLeadState returns a copy of a stored lead.

@@ -96,6 +96,19 @@ func (s *Server) SmartleadLeadState(campaignID, leadID int64) (SmartleadLead, bo
 	return SmartleadLead{}, false
 }
 
+// UpdateSmartleadLead changes lead's membership in campaign as Smartlead itself would
+// (no webhook); false if there is none.
+func (s *Server) UpdateSmartleadLead(campaignID, leadID int64, change func(*SmartleadLead)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.smart.member(campaignID, leadID)
+	if m == nil {
+		return false
+	}
+	change(m)
+	return true
+}
+
 // SmartleadUnsubscribedAll reports whether lead was unsubscribed globally.
 func (s *Server) SmartleadUnsubscribedAll(leadID int64) bool {
 	s.mu.Lock()

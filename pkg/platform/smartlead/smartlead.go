@@ -151,6 +151,31 @@ func (cl CampaignLead) Stopped() bool {
 // CampaignLeadStatus finds leadID among campaignID's leads, paging with
 // offset/limit; found is false if it is not in the campaign.
 func (c *Client) CampaignLeadStatus(ctx context.Context, campaignID, leadID int64) (CampaignLead, bool, error) {
+	var hit CampaignLead
+	found := false
+	err := c.campaignLeads(ctx, campaignID, func(cl CampaignLead) bool {
+		if cl.LeadID == leadID {
+			hit, found = cl, true
+			return false
+		}
+		return true
+	})
+	return hit, found, err
+}
+
+// CampaignLeads lists every lead of campaignID with its status in the campaign and
+// whether it is unsubscribed, paging with offset/limit.
+func (c *Client) CampaignLeads(ctx context.Context, campaignID int64) ([]CampaignLead, error) {
+	var all []CampaignLead
+	err := c.campaignLeads(ctx, campaignID, func(cl CampaignLead) bool {
+		all = append(all, cl)
+		return true
+	})
+	return all, err
+}
+
+// campaignLeads calls each with campaignID's leads, page by page, until it returns false.
+func (c *Client) campaignLeads(ctx context.Context, campaignID int64, each func(CampaignLead) bool) error {
 	const limit = 100
 	for page := range maxPages {
 		var resp struct {
@@ -166,19 +191,18 @@ func (c *Client) CampaignLeadStatus(ctx context.Context, campaignID, leadID int6
 		}
 		q := url.Values{"offset": {strconv.Itoa(page * limit)}, "limit": {strconv.Itoa(limit)}}
 		if err := c.h.Do(ctx, http.MethodGet, "/api/v1/campaigns/"+id(campaignID)+"/leads", q, nil, &resp); err != nil {
-			return CampaignLead{}, false, err
+			return err
 		}
 		for _, d := range resp.Data {
-			if d.Lead.ID == leadID {
-				return CampaignLead{MapID: d.MapID, LeadID: d.Lead.ID, Email: d.Lead.Email,
-					Status: d.Status, Unsubscribed: d.Lead.Unsubscribed}, true, nil
+			if !each(CampaignLead{MapID: d.MapID, LeadID: d.Lead.ID, Email: d.Lead.Email, Status: d.Status, Unsubscribed: d.Lead.Unsubscribed}) {
+				return nil
 			}
 		}
 		if len(resp.Data) < limit {
-			return CampaignLead{}, false, nil
+			return nil
 		}
 	}
-	return CampaignLead{}, false, &platform.Error{Dependency: "smartlead", Msg: "campaign lead scan exceeded " + strconv.Itoa(maxPages) + " pages"}
+	return &platform.Error{Dependency: "smartlead", Msg: "campaign lead scan exceeded " + strconv.Itoa(maxPages) + " pages"}
 }
 
 // DefaultLimit is Smartlead's documented rate, 10 requests per 2 seconds.

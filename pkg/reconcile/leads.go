@@ -1,0 +1,192 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/platform/instantly"
+	"exacto.dev/pkg/platform/smartlead"
+	"exacto.dev/pkg/projection"
+)
+
+// lead is one lead of one campaign at a sending platform, as the checks compare it.
+type lead struct {
+	Provider     string
+	Campaign     string
+	ID           string
+	Email        string // normalised
+	Active       bool   // the platform will still send it steps
+	Unsubscribed bool
+	Bounced      bool
+	Replies      int
+	LastReply    time.Time
+	Interest     *int
+	Raw          any // the platform's record, kept as the repair event's raw payload
+}
+
+func (l lead) where() string {
+	return fmt.Sprintf("%s lead %s (%s) in campaign %s", l.Provider, l.ID, l.Email, l.Campaign)
+}
+
+// campaign is one campaign the projection knows, and the platform it runs on.
+type campaign struct{ Provider, ID string }
+
+// campaigns lists the tenant's campaigns from the campaigns projection (one shard per
+// campaign is enough to name it); each is attributed to its platform by the campaign
+// ids the stream named on a member's record ("instantly:<id>"), else by its form
+// (Smartlead's ids are numbers, Instantly's UUIDs).
+func (p *Pass) campaigns(ctx context.Context) ([]campaign, error) {
+	keys, err := p.Reader.Campaigns.Keys(ctx, p.Tenant+".")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []campaign
+	for _, k := range keys {
+		parts := strings.Split(k, ".")
+		if len(parts) != 3 || seen[parts[1]] {
+			continue
+		}
+		data, rev, err := p.Reader.Campaigns.Get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			continue
+		}
+		var sh projection.Shard
+		if err := json.Unmarshal(data, &sh); err != nil {
+			return nil, fmt.Errorf("campaign shard %s: %w", k, err)
+		}
+		if sh.Campaign == "" {
+			continue
+		}
+		seen[parts[1]] = true
+		out = append(out, campaign{Provider: p.platformOf(ctx, sh), ID: sh.Campaign})
+	}
+	return out, nil
+}
+
+func (p *Pass) platformOf(ctx context.Context, sh projection.Shard) string {
+	n := 0
+	for id := range sh.Members {
+		if n++; n > 5 {
+			break
+		}
+		c, ok, err := p.Reader.Contact(ctx, p.Tenant, id)
+		if err != nil || !ok {
+			continue
+		}
+		for _, ext := range c.External[contacts.CampaignID] {
+			if prov, cid, _ := strings.Cut(ext, ":"); cid == sh.Campaign {
+				return prov
+			}
+		}
+	}
+	if _, err := strconv.ParseInt(sh.Campaign, 10, 64); err == nil {
+		return "smartlead"
+	}
+	return "instantly"
+}
+
+// platformLeads lists every lead of the tenant's campaigns at their platforms, once
+// per pass.
+func (p *Pass) platformLeads(ctx context.Context) ([]lead, error) {
+	if p.loaded {
+		return p.leads, nil
+	}
+	camps, err := p.campaigns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []lead
+	for _, c := range camps {
+		switch c.Provider {
+		case "instantly":
+			if p.Clients.Instantly == nil {
+				continue
+			}
+			ls, err := p.Clients.Instantly.CampaignLeads(ctx, c.ID)
+			if err != nil {
+				return nil, fmt.Errorf("instantly campaign %s: %w", c.ID, err)
+			}
+			for _, l := range ls {
+				out = append(out, instantlyLead(c.ID, l))
+			}
+		case "smartlead":
+			if p.Clients.Smartlead == nil {
+				continue
+			}
+			n, err := strconv.ParseInt(c.ID, 10, 64)
+			if err != nil {
+				continue
+			}
+			ls, err := p.Clients.Smartlead.CampaignLeads(ctx, n)
+			if err != nil {
+				return nil, fmt.Errorf("smartlead campaign %s: %w", c.ID, err)
+			}
+			for _, l := range ls {
+				out = append(out, smartleadLead(c.ID, l))
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b lead) int {
+		return strings.Compare(a.Provider+a.Campaign+a.ID, b.Provider+b.Campaign+b.ID)
+	})
+	p.leads, p.loaded = out, true
+	return out, nil
+}
+
+func instantlyLead(campaign string, l instantly.Lead) lead {
+	return lead{Provider: "instantly", Campaign: campaign, ID: l.ID, Email: contacts.NormalizeEmail(l.Email),
+		Active: l.Status == instantly.StatusActive, Unsubscribed: l.Status == instantly.StatusUnsubscribed,
+		Bounced: l.Status == instantly.StatusBounced, Replies: l.EmailReplyCount, LastReply: l.LastReply(),
+		Interest: l.InterestStatus, Raw: l}
+}
+
+func smartleadLead(campaign string, l smartlead.CampaignLead) lead {
+	return lead{Provider: "smartlead", Campaign: campaign, ID: strconv.FormatInt(l.LeadID, 10), Email: contacts.NormalizeEmail(l.Email),
+		Active: !l.Stopped(), Unsubscribed: l.Unsubscribed || strings.EqualFold(l.Status, "BLOCKED"),
+		Raw: map[string]any{"campaign_lead_map_id": l.MapID, "status": l.Status,
+			"lead": map[string]any{"id": l.LeadID, "email": l.Email, "is_unsubscribed": l.Unsubscribed}}}
+}
+
+// projectionContacts are the tenant's contact records, with the ids the workers
+// recorded in the directory, once per pass.
+func (p *Pass) projectionContacts(ctx context.Context) ([]projection.Contact, error) {
+	if p.cLoaded {
+		return p.contacts, nil
+	}
+	keys, err := p.Reader.Contacts.Keys(ctx, p.Tenant+".")
+	if err != nil {
+		return nil, err
+	}
+	var out []projection.Contact
+	for _, k := range keys {
+		c, ok, err := p.Reader.Contact(ctx, p.Tenant, strings.TrimPrefix(k, p.Tenant+"."))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, c)
+		}
+	}
+	p.contacts, p.cLoaded = out, true
+	return out, nil
+}
+
+// emailOf is a contact record's first e-mail.
+func emailOf(c projection.Contact) string {
+	for _, k := range c.Keys {
+		if e, ok := strings.CutPrefix(k, "email:"); ok {
+			return e
+		}
+	}
+	return ""
+}

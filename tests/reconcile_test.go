@@ -1,0 +1,207 @@
+package tests
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/reconcile"
+	"exacto.dev/pkg/stream"
+	"exacto.dev/pkg/suppression"
+	crmwriter "exacto.dev/services/crmwriter/handler"
+	projector "exacto.dev/services/projector/handler"
+	stopper "exacto.dev/services/stopper/handler"
+	suppressor "exacto.dev/services/suppressor/handler"
+)
+
+var (
+	reconcileMetricsOnce sync.Once
+	reconcileMetrics     *sdkmetric.ManualReader
+)
+
+// reconcileFindings is exacto_reconcile_findings of kind in tenant acme.
+func reconcileFindings(t *testing.T, kind string) int64 {
+	t.Helper()
+	reconcileMetricsOnce.Do(func() {
+		reconcileMetrics = sdkmetric.NewManualReader()
+		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reconcileMetrics)))
+	})
+	var rm metricdata.ResourceMetrics
+	if err := reconcileMetrics.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "exacto_reconcile_findings" {
+				for _, dp := range sum.DataPoints {
+					k, _ := dp.Attributes.Value("kind")
+					tn, _ := dp.Attributes.Value("tenant")
+					pr, _ := dp.Attributes.Value("provider")
+					if k.AsString() == kind && tn.AsString() == "acme" && pr.AsString() == "instantly" {
+						n += dp.Value
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// reconcilePass runs one pass of tenant acme against the pipeline's NATS and sandbox.
+func (p *pipeline) reconcilePass(dryRun bool) reconcile.Report {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	deps, err := reconcile.Open(ctx, p.conn.JS, p.env.Config)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	clients, _ := p.env.Platforms.For("acme")
+	rep, err := deps.RunTenant(ctx, "acme", clients, p.env.Log, dryRun)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		p.t.Fatal(err)
+	}
+	return rep
+}
+
+func (p *pipeline) diffQueue() []reconcile.Finding {
+	p.t.Helper()
+	q, err := reconcile.OpenQueue(context.Background(), p.conn.JS)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	all, err := q.List(context.Background(), reconcile.Filter{Tenant: "acme"})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return all
+}
+
+// The case: a contact unsubscribed at the platform while our webhook was lost
+// is found by reconciliation, suppressed and stopped at once, and its finding is in the
+// diff queue. A dry run before changes nothing; a second pass adds nothing.
+func TestReconcileLostUnsubscribe(t *testing.T) {
+	t.Parallel()
+	reconcileFindings(t, reconcile.MissedUnsubscribe) // the reader is in place before any count
+	p := startPipeline(t)
+	p.start(stream.Projector, projector.Run)
+	p.start(stream.Stopper, stopper.Run)
+	p.start(stream.Suppressor, suppressor.Run)
+	const email = "lena@northwind.example"
+	leadID := p.sb.AddInstantlyLead(campaign, email)
+	sent := p.post(instantlyEvent("email_sent", email, campaign, "em-1", "", time.Now().Add(-time.Hour)))[0]
+	p.completedIn(30*time.Second, sent, stream.Projector)
+	if rep := p.reconcilePass(false); len(rep.Findings) != 0 {
+		t.Fatalf("findings while the platform and Exacto agree: %+v", rep.Findings)
+	}
+
+	// The lead unsubscribes through Instantly's link; the webhook never arrives.
+	p.sb.UpdateInstantlyLead(leadID, func(l *sandbox.InstantlyLead) { l.Status = sandbox.InstantlyUnsubscribed })
+	kv, _ := p.conn.JS.KeyValue(context.Background(), stream.Suppression)
+	list := suppression.New(kv)
+
+	events := brokerCount(t, p, stream.Events)
+	counted := reconcileFindings(t, reconcile.MissedUnsubscribe)
+	dry := p.reconcilePass(true)
+	if dry.ByKind[reconcile.MissedUnsubscribe] != 1 || !strings.HasPrefix(dry.Findings[0].Would(), "would publish lead.unsubscribed") {
+		t.Fatalf("dry run: %+v", dry.Findings)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := brokerCount(t, p, stream.Events); n != events || len(p.diffQueue()) != 0 {
+		t.Fatalf("the dry run changed something: %d events (was %d), %d findings", n, events, len(p.diffQueue()))
+	}
+
+	rep := p.reconcilePass(false)
+	if rep.ByKind[reconcile.MissedUnsubscribe] != 1 || rep.Applied != 1 {
+		t.Fatalf("pass: %+v", rep)
+	}
+	fd := rep.Findings[0]
+	queued := p.diffQueue()
+	if len(queued) != 1 || queued[0].ID != fd.ID || !queued[0].Applied || queued[0].Status != reconcile.StatusApplied ||
+		queued[0].Event == "" || !strings.Contains(queued[0].Where, leadID) {
+		t.Fatalf("diff queue: %+v", queued)
+	}
+	// The suppressor and the stopper acted on the published event.
+	p.completedIn(30*time.Second, fd.Event, stream.Suppressor, stream.Stopper, stream.Projector)
+	if e, ok, err := list.Lookup(context.Background(), "acme", "email:"+email); err != nil || !ok || e.EventID != fd.Event {
+		t.Fatalf("suppression %+v %v %v", e, ok, err)
+	}
+	if l, _ := p.sb.InstantlyLeadState(leadID); l.Status == sandbox.InstantlyActive {
+		t.Fatalf("the lead is still active: %+v", l)
+	}
+	if s := p.derived("sequence.stopped", fd.Event); len(s) != 1 {
+		t.Fatalf("%d sequence.stopped for the reconciled unsubscribe", len(s))
+	}
+	eventually(t, 10*time.Second, "the suppressor told Instantly", func() bool { return slices.Contains(p.sb.Blocklist(), email) })
+	if n := reconcileFindings(t, reconcile.MissedUnsubscribe) - counted; n != 1 {
+		t.Fatalf("exacto_reconcile_findings counted %d", n)
+	}
+
+	// A second pass: nothing new found, nothing published.
+	time.Sleep(300 * time.Millisecond)
+	events = brokerCount(t, p, stream.Events)
+	again := p.reconcilePass(false)
+	if again.New != 0 || again.Applied != 0 || len(again.Findings) != 0 {
+		t.Fatalf("second pass: %+v", again)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := brokerCount(t, p, stream.Events); n != events || len(p.diffQueue()) != 1 {
+		t.Fatalf("second pass: %d events (was %d), %d findings", n, events, len(p.diffQueue()))
+	}
+	if n := reconcileFindings(t, reconcile.MissedUnsubscribe) - counted; n != 1 {
+		t.Fatalf("exacto_reconcile_findings counted %d after two passes", n)
+	}
+}
+
+// The case: a duplicate CRM activity made outside Exacto is reported, not
+// silently deleted.
+func TestReconcileDuplicateActivity(t *testing.T) {
+	t.Parallel()
+	p := startPipeline(t)
+	p.start(stream.Projector, projector.Run)
+	p.start(stream.CRMWriter, crmwriter.Run)
+	const text = "Can you send pricing for the team plan? We are twelve people."
+	id := p.post(instantlyEvent("reply_received", "omar@contoso.example", campaign, "em-7", text, time.Now()))[0]
+	p.completedIn(30*time.Second, id, stream.CRMWriter, stream.Projector)
+	notes := p.notesFor(id)
+	if len(notes) != 1 || len(notes[0].Associations) != 1 {
+		t.Fatalf("notes %+v", notes)
+	}
+	contactID := notes[0].Associations[0].ToID
+	// Someone pastes the reply into HubSpot by hand: same text, no exacto_event_id.
+	copyID := p.sb.AddNoteFor(contactID, map[string]string{"hs_note_body": "<p>Omar wrote: " + text + "</p>"})
+
+	rep := p.reconcilePass(false)
+	var dups []reconcile.Finding
+	for _, f := range rep.Findings {
+		if f.Kind == reconcile.DuplicateActivity {
+			dups = append(dups, f)
+		}
+	}
+	if len(dups) != 1 || !strings.Contains(dups[0].Where, copyID) || !strings.Contains(dups[0].Found, id) ||
+		dups[0].Status != reconcile.StatusOpen || dups[0].Applied || !strings.Contains(dups[0].Repair, "review") {
+		t.Fatalf("findings %+v", rep.Findings)
+	}
+	if len(p.sb.Notes()) != 2 || len(p.notesFor(id)) != 1 {
+		t.Fatalf("%d notes in HubSpot, want both kept", len(p.sb.Notes()))
+	}
+	queued := p.diffQueue()
+	if !slices.ContainsFunc(queued, func(f reconcile.Finding) bool { return f.ID == dups[0].ID && f.Status == reconcile.StatusOpen }) {
+		t.Fatalf("diff queue %+v", queued)
+	}
+	if again := p.reconcilePass(false); again.New != 0 || len(p.diffQueue()) != len(queued) {
+		t.Fatalf("second pass: %+v", again)
+	}
+}
