@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"exacto.dev/pkg/providers/providertest"
 	"exacto.dev/pkg/providers/stripe"
@@ -93,6 +96,36 @@ func TestDemoUpSendStoresOne(t *testing.T) {
 		}
 		if line == "" {
 			t.Fatalf("/metrics has no %s for instantly:\n%s", want, metrics)
+		}
+	}
+	// The alert rules in deployments/ parse, and name only metrics `exacto up` exports
+	// (counters that have not counted yet are declared in the metrics' HELP lines once
+	// used; the gauges are there from the start).
+	rules, err := os.ReadFile("../deployments/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string } `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(rules, &doc); err != nil || len(doc.Groups) == 0 {
+		t.Fatalf("alerts.yml: %v", err)
+	}
+	exported := map[string]bool{"exacto_dead_letters_total": true, "exacto_reconcile_findings_total": true} // counters: exported once counted
+	for _, l := range strings.Split(string(metrics), "\n") {
+		if name, _, ok := strings.Cut(strings.TrimPrefix(l, "# TYPE "), " "); ok && strings.HasPrefix(l, "# TYPE ") {
+			exported[name] = true
+		}
+	}
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			for _, m := range regexp.MustCompile(`exacto_[a-z_]+`).FindAllString(r.Expr, -1) {
+				if !exported[m] {
+					t.Errorf("alert %s uses %s, which /metrics does not export", r.Alert, m)
+				}
+			}
 		}
 	}
 	if err := n.stop(); err != nil {

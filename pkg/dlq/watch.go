@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"exacto.dev/pkg/stream"
 )
 
 // watched is the latest summary, read by the gauges at each collection.
@@ -33,8 +35,10 @@ func init() {
 		if !watched.set {
 			return nil
 		}
-		for c, n := range watched.sum.ByConsumer {
-			o.ObserveInt64(open, int64(n), metric.WithAttributes(attribute.String("consumer", c)))
+		// Every consumer has a series, at 0 when its queue is empty: an alert on an
+		// absent series never fires.
+		for _, sub := range stream.Subscriptions {
+			o.ObserveInt64(open, int64(watched.sum.ByConsumer[sub.Durable]), metric.WithAttributes(attribute.String("consumer", sub.Durable)))
 		}
 		o.ObserveFloat64(oldest, watched.sum.Oldest.Seconds())
 		o.ObserveFloat64(slo, watched.slo.Seconds())
