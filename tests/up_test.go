@@ -98,6 +98,25 @@ func TestDemoUpSendStoresOne(t *testing.T) {
 			t.Fatalf("/metrics has no %s for instantly:\n%s", want, metrics)
 		}
 	}
+	// The operator console is on the admin address, behind the demo's token.
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", 401}, {"wrong", 401}, {"demo-console-token", 200}} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+n.admin+"/console/", nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == 200 && !strings.Contains(string(page), "Overview")) {
+			t.Fatalf("console with token %q: %d, want %d", tc.token, resp.StatusCode, tc.want)
+		}
+	}
 	// The alert rules in deployments/ parse, and name only metrics `exacto up` exports
 	// (counters that have not counted yet are declared in the metrics' HELP lines once
 	// used; the gauges are there from the start).

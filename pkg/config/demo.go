@@ -4,6 +4,8 @@ package config
 // endpoint per provider, with public literal secrets so `exacto send` works out of the
 // box. Never use it for real traffic.
 const Demo = `
+console:
+  token: demo-console-token
 tenants:
   - id: demo
     endpoints:

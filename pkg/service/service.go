@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"exacto.dev/pkg/admin"
 	"exacto.dev/pkg/broker"
@@ -47,6 +48,9 @@ type Env struct {
 	// process started for the platforms without credentials (nil if none).
 	Platforms *accounts.Set
 	Sandbox   *sandbox.Server
+	// Breakers are the process's circuit breakers, one per dependency, shared by every
+	// consumer of the process (and shown by the console).
+	Breakers  *consumer.Breakers
 	adminSrv  *http.Server
 	parts, up atomic.Int32
 }
@@ -111,7 +115,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	env := &Env{Config: cfg, Conn: conn, Log: log, AdminAddr: ln.Addr().String(),
-		Platforms: accounts.New(cfg, sandboxURL), Sandbox: sb}
+		Platforms: accounts.New(cfg, sandboxURL), Sandbox: sb, Breakers: consumer.NewBreakers(30*time.Second, 5)}
 	env.Admin = admin.Mux(metrics, map[string]admin.Check{
 		"jetstream": conn.Ready,
 		"started": func(context.Context) error {
@@ -166,6 +170,9 @@ func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Op
 	}
 	if o.Owner == nil {
 		o.Owner = e.Config.Owner
+	}
+	if o.Breakers == nil {
+		o.Breakers = e.Breakers
 	}
 	if o.Workers == 0 {
 		o.Workers = 2

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"exacto.dev/pkg/console"
 	"exacto.dev/pkg/dlq"
 	"exacto.dev/pkg/service"
 	"exacto.dev/services/gateway/server"
@@ -75,6 +77,17 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 		return err
 	}
 	go q.Watch(ctx, 30*time.Second, env.Log)
+	// The operator console on the admin address, when a token or users are configured.
+	h, err := console.New(console.Options{JS: env.Conn.JS, Config: env.Config, Metrics: env.Admin, Log: env.Log.With("part", "console"),
+		Breakers: console.BreakerStates(env.Breakers, "hubspot", "instantly", "smartlead")})
+	switch {
+	case errors.Is(err, console.ErrNotConfigured):
+		env.Log.Info("console not served: set console.token or console.users")
+	case err != nil:
+		return err
+	default:
+		console.Mount(env.Admin, h)
+	}
 	errs := make(chan error, len(workers)+1)
 	var wg sync.WaitGroup
 	gatewayUp := env.Part()
@@ -122,6 +135,12 @@ func banner(env *service.Env, httpAddr string) {
 		fmt.Fprintf(w, "  NATS           %s\n", cfg.NATS.URL)
 	}
 	fmt.Fprintf(w, "  admin          http://%s  (/healthz /readyz /metrics)\n", adminAddr)
+	switch {
+	case cfg.Source == "built-in demo":
+		fmt.Fprintf(w, "  console        http://%s/console/?token=%s\n", adminAddr, cfg.Console.Token.Value)
+	case cfg.Console.Token.Value != "" || len(cfg.Console.Users) > 0:
+		fmt.Fprintf(w, "  console        http://%s/console/\n", adminAddr)
+	}
 	fmt.Fprintf(w, "  workers        %s\n", strings.Join(runnable(), ", "))
 	if env.Sandbox != nil {
 		fmt.Fprintf(w, "  sandbox        %s  (Instantly, Smartlead and HubSpot for tenants without accounts)\n", env.Sandbox.URL)

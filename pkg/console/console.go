@@ -1,0 +1,358 @@
+// Package console is the operator console on the admin address: event search with
+// each event's status in every consumer, the dead-letter queue with replay and
+// discard, the reconciliation diff queue with approve and reject, and a live overview.
+//
+// It is server-rendered HTML (html/template, embedded; no build step, no script): every
+// page works without JavaScript, and the overview refreshes itself with a meta refresh.
+//
+// Access: the console is served only when config console.token or console.users is
+// set. A request authenticates with "Authorization: Bearer <token>", with basic auth
+// (a console user), or with the session cookie a browser gets by opening any page once
+// with ?token=<token> (the console then redirects to the same page without it, so the
+// token stays out of the history). Credentials are compared as SHA-256 digests in
+// constant time. Every POST carries a CSRF token bound to the credential it came with
+// (an HMAC of the session, the basic-auth user or the bearer token under a key made at
+// start-up), and a cross-origin Origin header is refused. Pages never show a secret:
+// the config's tokens, keys and passwords are never handed to a template, and
+// html/template escapes every value the events carry.
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/dlq"
+	"exacto.dev/pkg/reconcile"
+)
+
+// Prefix is where Mount serves the console.
+const Prefix = "/console/"
+
+// ErrNotConfigured is New's answer when the config names neither a console token nor
+// a console user: the console is then not served.
+var ErrNotConfigured = errors.New("console: no console.token or console.users configured; not served")
+
+// DiffQueue is what the console needs of the reconciler's diff queue
+// (*reconcile.Queue).
+type DiffQueue interface {
+	List(ctx context.Context, f reconcile.Filter) ([]reconcile.Finding, error)
+	Decide(ctx context.Context, tenant, id string, approve bool, who, why string) (reconcile.Finding, error)
+}
+
+// Options are the console's dependencies.
+type Options struct {
+	JS     jetstream.JetStream
+	Config *config.Config
+	// Metrics is the admin address's handler serving GET /metrics (the admin mux
+	// itself will do); the overview reads the gateway's counters from it in process.
+	// Nil: those figures show as unknown.
+	Metrics http.Handler
+	// Breakers reports the circuit breakers' states by dependency (BreakerStates
+	// builds one from consumer.Breakers); nil shows them as unknown.
+	Breakers func() map[string]string
+	// Diffs is the diff queue; nil opens reconcile's over js.
+	Diffs DiffQueue
+	Log   *slog.Logger
+	// SearchDepth is how many of the most recent events a search reads (default 5000).
+	SearchDepth int
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// BreakerStates reads b's state for each dependency named.
+func BreakerStates(b *consumer.Breakers, deps ...string) func() map[string]string {
+	return func() map[string]string {
+		out := make(map[string]string, len(deps))
+		for _, d := range deps {
+			out[d] = b.State(d).String()
+		}
+		return out
+	}
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+type console struct {
+	o       Options
+	js      jetstream.JetStream
+	cfg     *config.Config
+	dlq     *dlq.Queue
+	diffs   DiffQueue
+	log     *slog.Logger
+	pages   map[string]*template.Template
+	token   [32]byte // SHA-256 of the bearer token; zero when none
+	hasTok  bool
+	users   map[string][32]byte
+	key     [32]byte // CSRF and session key, made at start-up
+	mu      sync.Mutex
+	session map[string]session
+}
+
+type session struct {
+	user    string
+	expires time.Time
+}
+
+const (
+	cookieName = "exacto_console"
+	sessionTTL = 12 * time.Hour
+	maxSession = 1000
+)
+
+// New builds the console's handler, which serves paths under Prefix. It returns
+// ErrNotConfigured when the config protects no console.
+func New(o Options) (http.Handler, error) {
+	if o.Config == nil || o.JS == nil {
+		return nil, errors.New("console: Config and JS are required")
+	}
+	cc := o.Config.Console
+	if cc.Token.Value == "" && len(cc.Users) == 0 {
+		return nil, ErrNotConfigured
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.SearchDepth <= 0 {
+		o.SearchDepth = 5000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	c := &console{o: o, js: o.JS, cfg: o.Config, log: o.Log, users: map[string][32]byte{}, session: map[string]session{}}
+	if cc.Token.Value != "" {
+		c.token, c.hasTok = sha256.Sum256([]byte(cc.Token.Value)), true
+	}
+	for name, pw := range cc.Users {
+		if name == "" || pw.Value == "" {
+			return nil, fmt.Errorf("console: user %q has no password", name)
+		}
+		c.users[name] = sha256.Sum256([]byte(pw.Value))
+	}
+	if _, err := rand.Read(c.key[:]); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q, err := dlq.New(ctx, o.JS, o.Config.DLQ)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	c.dlq = q
+	c.diffs = o.Diffs
+	if c.diffs == nil {
+		rq, err := reconcile.OpenQueue(ctx, o.JS)
+		if err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		d, err := consumer.NewDeriver(ctx, o.JS)
+		if err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		rq.Publish, rq.Fresh = d.Publish, o.Config.DLQ.Fresh
+		c.diffs = rq
+	}
+	if c.pages, err = parsePages(); err != nil {
+		return nil, err
+	}
+
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	mux.Handle("GET "+Prefix+"static/", http.StripPrefix(Prefix+"static/", http.FileServerFS(static)))
+	mux.Handle("GET "+Prefix+"{$}", c.auth(c.overview))
+	mux.Handle("GET "+Prefix+"events", c.auth(c.search))
+	mux.Handle("GET "+Prefix+"events/{id}", c.auth(c.event))
+	mux.Handle("GET "+Prefix+"dlq", c.auth(c.dlqList))
+	mux.Handle("GET "+Prefix+"dlq/{seq}", c.auth(c.letter))
+	mux.Handle("POST "+Prefix+"dlq/{seq}/replay", c.auth(c.post(c.replay)))
+	mux.Handle("POST "+Prefix+"dlq/{seq}/discard", c.auth(c.post(c.discard)))
+	mux.Handle("GET "+Prefix+"diffs", c.auth(c.diffList))
+	mux.Handle("POST "+Prefix+"diffs/{tenant}/{id}", c.auth(c.post(c.decide)))
+	mux.Handle(Prefix, c.auth(func(w http.ResponseWriter, r *http.Request, _ who) {
+		c.fail(w, r, http.StatusNotFound, "no such page")
+	}))
+	return headers(mux), nil
+}
+
+// Mount serves h under Prefix on mux (and redirects /console to it); a nil h (the
+// console not configured) mounts nothing.
+func Mount(mux *http.ServeMux, h http.Handler) {
+	if h == nil {
+		return
+	}
+	mux.Handle(Prefix, h)
+	mux.Handle("GET /console", http.RedirectHandler(Prefix, http.StatusMovedPermanently))
+}
+
+// headers sets what every answer carries: no caching, no framing, no script, no
+// referrer (a page's URL may hold a search).
+func headers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// who is the authenticated operator: name is recorded in DLQ and diff decisions;
+// binding is what the CSRF token is bound to.
+type who struct {
+	name    string
+	binding string
+}
+
+type page func(w http.ResponseWriter, r *http.Request, u who)
+
+func digestEq(a [32]byte, v string) bool {
+	d := sha256.Sum256([]byte(v))
+	return subtle.ConstantTimeCompare(a[:], d[:]) == 1
+}
+
+// authenticate returns the operator of r, if its credentials hold.
+func (c *console) authenticate(r *http.Request) (who, bool) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if tok, ok := strings.CutPrefix(h, "Bearer "); ok {
+			if c.hasTok && digestEq(c.token, strings.TrimSpace(tok)) {
+				return who{name: "console", binding: "bearer"}, true
+			}
+			return who{}, false
+		}
+		if user, pw, ok := r.BasicAuth(); ok {
+			// Every user's digest is compared, so the time does not tell which exist.
+			match := ""
+			for name, d := range c.users {
+				if digestEq(d, pw) && subtle.ConstantTimeCompare([]byte(name), []byte(user)) == 1 {
+					match = name
+				}
+			}
+			if match != "" {
+				return who{name: match, binding: "basic:" + match}, true
+			}
+			return who{}, false
+		}
+	}
+	if ck, err := r.Cookie(cookieName); err == nil && ck.Value != "" {
+		sid := sha256.Sum256([]byte(ck.Value))
+		key := base64.RawURLEncoding.EncodeToString(sid[:])
+		c.mu.Lock()
+		s, ok := c.session[key]
+		if ok && c.o.Now().After(s.expires) {
+			delete(c.session, key)
+			ok = false
+		}
+		c.mu.Unlock()
+		if ok {
+			return who{name: s.user, binding: "session:" + key}, true
+		}
+	}
+	return who{}, false
+}
+
+// login turns a valid ?token= into a session cookie and redirects to the same URL
+// without the token. It reports whether it answered.
+func (c *console) login(w http.ResponseWriter, r *http.Request) bool {
+	tok := r.URL.Query().Get("token")
+	if tok == "" || r.Method != http.MethodGet || !c.hasTok || !digestEq(c.token, tok) {
+		return false
+	}
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	value := base64.RawURLEncoding.EncodeToString(raw)
+	sid := sha256.Sum256([]byte(value))
+	now := c.o.Now()
+	c.mu.Lock()
+	for k, s := range c.session {
+		if now.After(s.expires) {
+			delete(c.session, k)
+		}
+	}
+	if len(c.session) >= maxSession {
+		for k := range c.session { // drop one at random rather than grow without bound
+			delete(c.session, k)
+			break
+		}
+	}
+	c.session[base64.RawURLEncoding.EncodeToString(sid[:])] = session{user: "console", expires: now.Add(sessionTTL)}
+	c.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: Prefix, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+	q := r.URL.Query()
+	q.Del("token")
+	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	return true
+}
+
+func (c *console) auth(p page) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.login(w, r) {
+			return
+		}
+		u, ok := c.authenticate(r)
+		if !ok {
+			if len(c.users) > 0 {
+				w.Header().Set("WWW-Authenticate", `Basic realm="exacto console", charset="UTF-8"`)
+			} else {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="exacto console"`)
+			}
+			http.Error(w, "401 unauthorized: the console needs its token (Authorization: Bearer, or ?token= once) or a console user", http.StatusUnauthorized)
+			return
+		}
+		p(w, r, u)
+	})
+}
+
+// csrf is the token a form of u's must carry.
+func (c *console) csrf(u who) string {
+	m := hmac.New(sha256.New, c.key[:])
+	m.Write([]byte("csrf\x00" + u.binding))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// post guards a state change: a same-origin request carrying u's CSRF token.
+func (c *console) post(p page) page {
+	return func(w http.ResponseWriter, r *http.Request, u who) {
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if err := r.ParseForm(); err != nil {
+			c.fail(w, r, http.StatusBadRequest, "unreadable form")
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && o != "null" {
+			if ou, err := url.Parse(o); err != nil || ou.Host != r.Host {
+				c.fail(w, r, http.StatusForbidden, "cross-origin request refused")
+				return
+			}
+		}
+		if got := r.PostForm.Get("csrf"); got == "" || !hmac.Equal([]byte(got), []byte(c.csrf(u))) {
+			c.fail(w, r, http.StatusForbidden, "missing or wrong CSRF token: reload the page and try again")
+			return
+		}
+		p(w, r, u)
+	}
+}

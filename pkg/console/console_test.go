@@ -1,0 +1,454 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/reconcile"
+	"exacto.dev/pkg/stream"
+)
+
+const (
+	consoleToken = "console-tok-SECRET-5d1e8a"
+	anaPassword  = "ana-pw-SECRET-93bf"
+	pathToken    = "path-tok-SECRET-0123456789"
+	apiKey       = "hubspot-key-SECRET-77aa"
+)
+
+var secrets = []string{consoleToken, anaPassword, pathToken, apiKey}
+
+const testConfig = `
+console:
+  token: env:CONSOLE_TOKEN
+  users: {ana: env:ANA_PW}
+tenants:
+  - id: acme
+    owners: {default: revops@acme.example}
+    platforms:
+      hubspot: {api_key: env:HS_KEY}
+    endpoints:
+      - {id: instantly, provider: instantly, path_token: env:PATH_TOKEN}
+`
+
+func testEnv(name string) string {
+	return map[string]string{"CONSOLE_TOKEN": consoleToken, "ANA_PW": anaPassword, "PATH_TOKEN": pathToken, "HS_KEY": apiKey}[name]
+}
+
+type fixture struct {
+	t     *testing.T
+	js    jetstream.JetStream
+	srv   *httptest.Server
+	fresh string // event ids
+	old   string
+	evil  string
+	// dead letter sequences
+	freshDL, oldDL uint64
+}
+
+const metricsText = `# HELP exacto_gateway_duplicates_total events answered 200 without being stored again
+# TYPE exacto_gateway_duplicates_total counter
+exacto_gateway_duplicates_total{provider="instantly",tenant="acme"} 3
+exacto_gateway_duplicates_total{provider="smartlead",tenant="acme"} 4
+exacto_gateway_invalid_signatures_total{provider="instantly",reason="bad signature"} 5
+exacto_gateway_events_received_total{provider="instantly"} 42
+`
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	cfg, err := config.Parse([]byte(testConfig), "test", testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := brokertest.Start(t, "")
+	f := &fixture{t: t, js: conn.JS}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	f.fresh = f.publish(ctx, "reply.received", "ana@northwind.example", "camp-1", "pe-fresh", "Can you send pricing?", now.Add(-time.Minute))
+	f.old = f.publish(ctx, "reply.received", "ben@northwind.example", "camp-1", "pe-old", "Old reply", now.Add(-120*time.Hour))
+	f.evil = f.publish(ctx, "reply.received", "eve@evil.example", "camp-2", "pe-evil", `<script>alert("x")</script><b>bold</b>`, now)
+	f.freshDL = f.deadLetter(ctx, f.fresh, "hubspot: 400 property does not exist")
+	f.oldDL = f.deadLetter(ctx, f.old, "hubspot: 400 <img src=x onerror=alert(1)>")
+	// A finding waiting for a decision.
+	kv, err := conn.JS.KeyValue(ctx, stream.Diffs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := reconcile.Finding{ID: "fd_0123", Kind: reconcile.MissedUnsubscribe, Tenant: "acme", Provider: "instantly",
+		Contact: "cy@northwind.example", Where: "instantly lead in campaign camp-1", Found: "unsubscribed at Instantly, active here",
+		Repair: "suppress the contact", Status: reconcile.StatusOpen, FirstSeen: now, LastSeen: now, Passes: 1}
+	data, _ := json.Marshal(fd)
+	if _, err := kv.Put(ctx, "acme.fd_0123", data); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Options{JS: conn.JS, Config: cfg, Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, metricsText)
+	}), Breakers: func() map[string]string { return map[string]string{"hubspot": "open", "instantly": "closed"} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	Mount(mux, h)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fixture) publish(ctx context.Context, typ, email, campaign, peid, text string, at time.Time) string {
+	f.t.Helper()
+	env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", peid), Source: "instantly", Type: typ, Time: at,
+		DataContentType: "application/json", Tenant: "acme", Provider: "instantly", Endpoint: "instantly", ProviderEventID: peid,
+		ReceivedAt: at, PayloadSHA256: strings.Repeat("ab", 32), AuthMethod: "none",
+		Data: envelope.Data{ProviderType: "reply_received", Contact: &envelope.Contact{Email: email}, Campaign: &envelope.Campaign{ID: campaign, Name: "Founders"},
+			Message: &envelope.Message{Text: text}, Raw: json.RawMessage(`{"reply_text":` + strconv.Quote(text) + `}`)}}
+	msg, err := stream.EventMessage(ctx, env)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ack, err := f.js.PublishMsg(ctx, msg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	idx, err := f.js.KeyValue(ctx, stream.EventIndex)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := idx.Put(ctx, env.ID, []byte(strconv.FormatUint(ack.Sequence, 10))); err != nil {
+		f.t.Fatal(err)
+	}
+	return env.ID
+}
+
+// deadLetter records event id as dead-lettered by the crmwriter, as the consumer does.
+func (f *fixture) deadLetter(ctx context.Context, id, cause string) uint64 {
+	f.t.Helper()
+	st, _ := f.js.Stream(ctx, stream.Events)
+	idx, _ := f.js.KeyValue(ctx, stream.EventIndex)
+	e, err := idx.Get(ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	seq, _ := strconv.ParseUint(string(e.Value()), 10, 64)
+	m, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec := guard.Record{Status: guard.DeadLetter, Attempts: 1, LastError: cause, FirstAttempt: now, LastAttempt: now}
+	guards, _ := f.js.KeyValue(ctx, stream.Guards)
+	data, _ := json.Marshal(rec)
+	if _, err := guards.Put(ctx, guard.Key(stream.CRMWriter, id), data); err != nil {
+		f.t.Fatal(err)
+	}
+	dl := consumer.DeadLetter{Consumer: stream.CRMWriter, EventID: id, Tenant: "acme", Provider: "instantly", Type: "reply.received",
+		Error: cause, Class: "permanent", Attempts: 1, FirstAttempt: now, LastAttempt: now, Owner: "revops@acme.example", Event: m.Data}
+	data, _ = json.Marshal(dl)
+	ack, err := f.js.Publish(ctx, stream.DLQSubject(stream.CRMWriter, "acme", "instantly", "reply.received"), data)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// client follows no redirect, so tests see them; it may carry a cookie jar.
+func client() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func (f *fixture) get(path string, auth func(*http.Request)) (int, string, http.Header) {
+	f.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, f.srv.URL+path, nil)
+	if auth != nil {
+		auth(req)
+	}
+	resp, err := client().Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func bearer(tok string) func(*http.Request) {
+	return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+tok) }
+}
+
+func basic(user, pw string) func(*http.Request) {
+	return func(r *http.Request) { r.SetBasicAuth(user, pw) }
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (f *fixture) post(path string, form url.Values, auth func(*http.Request)) (int, string, http.Header) {
+	f.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if auth != nil {
+		auth(req)
+	}
+	resp, err := client().Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func TestAuth(t *testing.T) {
+	f := setup(t)
+	for name, tc := range map[string]struct {
+		auth func(*http.Request)
+		want int
+	}{
+		"none":              {nil, 401},
+		"wrong token":       {bearer("nope"), 401},
+		"token":             {bearer(consoleToken), 200},
+		"basic":             {basic("ana", anaPassword), 200},
+		"basic wrong":       {basic("ana", "nope"), 401},
+		"basic unknown":     {basic("bob", anaPassword), 401},
+		"password as token": {bearer(anaPassword), 401},
+	} {
+		if code, body, _ := f.get("/console/", tc.auth); code != tc.want {
+			t.Errorf("%s: %d, want %d\n%s", name, code, tc.want, body)
+		}
+	}
+	// The rest of the admin mux is untouched.
+	if code, _, _ := f.get("/healthz", nil); code != 200 {
+		t.Errorf("/healthz: %d", code)
+	}
+	// ?token= sets an HttpOnly SameSite=Strict cookie and drops the token from the URL.
+	code, _, h := f.get("/console/events?q=ana%40northwind.example&token="+url.QueryEscape(consoleToken), nil)
+	if code != http.StatusSeeOther || h.Get("Location") != "/console/events?q=ana%40northwind.example" {
+		t.Fatalf("login: %d %q", code, h.Get("Location"))
+	}
+	ck := h.Get("Set-Cookie")
+	if !strings.Contains(ck, "HttpOnly") || !strings.Contains(ck, "SameSite=Strict") || strings.Contains(ck, consoleToken) {
+		t.Fatalf("cookie: %s", ck)
+	}
+	cookie := strings.SplitN(ck, ";", 2)[0]
+	withCookie := func(r *http.Request) { r.Header.Set("Cookie", cookie) }
+	if code, body, _ := f.get("/console/events?q=ana%40northwind.example", withCookie); code != 200 || !strings.Contains(body, f.fresh) {
+		t.Fatalf("with the session: %d", code)
+	}
+	if code, _, _ := f.get("/console/", func(r *http.Request) { r.Header.Set("Cookie", cookieName+"=forged") }); code != 401 {
+		t.Fatalf("forged cookie: %d", code)
+	}
+	if code, _, _ := f.get("/console/?token=wrong", nil); code != 401 {
+		t.Fatalf("wrong ?token=: %d", code)
+	}
+}
+
+func TestNotConfigured(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	cfg, err := config.Parse([]byte("tenants: []\n"), "test", func(string) string { return "" })
+	if err != nil {
+		cfg = &config.Config{}
+	}
+	h, err := New(Options{JS: conn.JS, Config: cfg})
+	if err != ErrNotConfigured || h != nil {
+		t.Fatalf("New without credentials: %v", err)
+	}
+	mux := http.NewServeMux()
+	Mount(mux, h)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/console/", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Fatalf("unconfigured console answered %d", rec.Code)
+	}
+}
+
+func TestPagesRenderWithoutSecrets(t *testing.T) {
+	f := setup(t)
+	auth := basic("ana", anaPassword)
+	pages := map[string][]string{
+		"/console/":                                         {"Events per minute", "crmwriter", "7", "5", "42", "hubspot", "open", "open dead letters"},
+		"/console/events":                                   {f.fresh, f.old, f.evil},
+		"/console/events?q=" + f.fresh:                      {f.fresh, "ana@northwind.example"},
+		"/console/events?q=ANA%40northwind.example":         {f.fresh},
+		"/console/events?q=pe-old":                          {f.old},
+		"/console/events?q=camp-2":                          {f.evil},
+		"/console/events/" + f.fresh:                        {"dead_letter", "hubspot: 400 property does not exist", "crmwriter", "not_seen", "payloadsha256"},
+		"/console/dlq":                                      {"#" + strconv.FormatUint(f.freshDL, 10), "revops@acme.example", "permanent"},
+		"/console/dlq?consumer=crmwriter&older=1h":          {"No dead letter matches"},
+		"/console/dlq/" + strconv.FormatUint(f.freshDL, 10): {f.fresh, "Replay", "Discard", `name="csrf"`},
+		"/console/diffs":                                    {"fd_0123", "missed_unsubscribe", "Approve", "Reject"},
+		"/console/diffs?status=":                            {"fd_0123"},
+	}
+	for path, want := range pages {
+		code, body, h := f.get(path, auth)
+		if code != 200 {
+			t.Errorf("%s: %d\n%s", path, code, body)
+			continue
+		}
+		if !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
+			t.Errorf("%s: no CSP", path)
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s: %q missing", path, w)
+			}
+		}
+		for _, s := range secrets {
+			if strings.Contains(body, s) {
+				t.Errorf("%s shows a secret", path)
+			}
+		}
+		if strings.Contains(body, "ZgotmplZ") || strings.Contains(body, "template:") {
+			t.Errorf("%s: template trouble", path)
+		}
+	}
+	if code, _, _ := f.get("/console/events?q=nobody%40nowhere.example", auth); code != 200 {
+		t.Errorf("empty search: %d", code)
+	}
+	if code, _, _ := f.get("/console/events/ev_unknown", auth); code != 404 {
+		t.Errorf("unknown event: %d", code)
+	}
+	if code, _, _ := f.get("/console/dlq/nine", auth); code != 404 {
+		t.Errorf("bad letter id: %d", code)
+	}
+	if code, _, _ := f.get("/console/static/console.css", nil); code != 200 {
+		t.Errorf("css: %d", code)
+	}
+}
+
+func TestEscaping(t *testing.T) {
+	f := setup(t)
+	auth := bearer(consoleToken)
+	for _, path := range []string{"/console/events/" + f.evil, "/console/events?q=camp-2", "/console/dlq/" + strconv.FormatUint(f.oldDL, 10), "/console/dlq?all=1", "/console/events?q=%3Cscript%3E"} {
+		_, body, _ := f.get(path, auth)
+		if strings.Contains(body, "<script") || strings.Contains(body, "<img") || strings.Contains(body, "<b>bold") {
+			t.Errorf("%s renders a hostile field as markup", path)
+		}
+	}
+	_, body, _ := f.get("/console/events/"+f.evil, auth)
+	if !strings.Contains(body, `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&lt;b&gt;bold&lt;/b&gt;`) {
+		t.Errorf("the reply text is not shown as text:\n%s", body)
+	}
+	_, body, _ = f.get("/console/dlq?all=1", auth)
+	if !strings.Contains(body, "hubspot: 400 &lt;img src=x onerror=alert(1)&gt;") {
+		t.Errorf("the dead letter's error is not shown as text:\n%s", body)
+	}
+}
+
+func TestCSRFAndReplay(t *testing.T) {
+	f := setup(t)
+	auth := basic("ana", anaPassword)
+	seq := strconv.FormatUint(f.freshDL, 10)
+	_, page, _ := f.get("/console/dlq/"+seq, auth)
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no CSRF token on the letter page")
+	}
+	tok := m[1]
+	// Without the token, or with another credential's token: 403, nothing done.
+	if code, _, _ := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}}, auth); code != 403 {
+		t.Fatalf("replay without CSRF: %d", code)
+	}
+	if code, _, _ := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "csrf": {tok}}, bearer(consoleToken)); code != 403 {
+		t.Fatalf("replay with another credential's CSRF token: %d", code)
+	}
+	if code, _, _ := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "csrf": {tok}}, func(r *http.Request) {
+		auth(r)
+		r.Header.Set("Origin", "https://evil.example")
+	}); code != 403 {
+		t.Fatalf("cross-origin replay: %d", code)
+	}
+	if _, body, _ := f.get("/console/dlq/"+seq, auth); !strings.Contains(body, `id="letter-status">open`) {
+		t.Fatal("a refused POST changed the letter")
+	}
+	// With it: replayed, redirected to the letter, recorded with ana and the why.
+	code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"property fixed"}, "csrf": {tok}}, auth)
+	if code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/console/dlq/"+seq+"?done=") {
+		t.Fatalf("replay: %d %s", code, h.Get("Location"))
+	}
+	_, body, _ := f.get(h.Get("Location"), auth)
+	for _, w := range []string{"replayed: the event was sent back to crmwriter", `id="letter-status">replayed`, "ana", "property fixed", "/console/events/" + f.fresh} {
+		if !strings.Contains(body, w) {
+			t.Errorf("after the replay: %q missing", w)
+		}
+	}
+	// The guard was reset for the consumer to take it again.
+	if _, body, _ := f.get("/console/events/"+f.fresh, auth); strings.Contains(body, ">dead_letter<") {
+		t.Error("the event still shows dead_letter in crmwriter after the replay")
+	}
+
+	// A stale letter: refused, with its reason shown.
+	oseq := strconv.FormatUint(f.oldDL, 10)
+	_, page, _ = f.get("/console/dlq/"+oseq, auth)
+	if !strings.Contains(page, "A replay now would be refused") {
+		t.Error("the stale letter's page does not warn")
+	}
+	code, _, h = f.post("/console/dlq/"+oseq+"/replay", url.Values{"why": {"try"}, "csrf": {tok}}, auth)
+	if code != http.StatusSeeOther {
+		t.Fatalf("stale replay: %d", code)
+	}
+	_, body, _ = f.get(h.Get("Location"), auth)
+	if !regexp.MustCompile(`replay refused: stale: the reply.received event is 1[12]\dh\d+m0s old; its freshness limit is 72h0m0s`).MatchString(body) ||
+		!strings.Contains(body, `id="letter-status">open`) {
+		t.Errorf("stale replay page:\n%s", body)
+	}
+	// Discard needs a why; with one it is recorded.
+	code, _, h = f.post("/console/dlq/"+oseq+"/discard", url.Values{"csrf": {tok}}, auth)
+	if _, body, _ = f.get(h.Get("Location"), auth); code != 303 || !strings.Contains(body, "discard refused") {
+		t.Errorf("discard without why: %d", code)
+	}
+	f.post("/console/dlq/"+oseq+"/discard", url.Values{"csrf": {tok}, "why": {"too old to matter"}}, auth)
+	if _, body, _ = f.get("/console/dlq/"+oseq, auth); !strings.Contains(body, `id="letter-status">discarded`) || !strings.Contains(body, "too old to matter") {
+		t.Error("discard not recorded")
+	}
+
+	// A diff decision: CSRF required too, recorded with the user.
+	if code, _, _ := f.post("/console/diffs/acme/fd_0123", url.Values{"decision": {"reject"}}, auth); code != 403 {
+		t.Fatalf("decide without CSRF: %d", code)
+	}
+	code, _, h = f.post("/console/diffs/acme/fd_0123", url.Values{"decision": {"reject"}, "why": {"known gap"}, "csrf": {tok}}, auth)
+	if code != 303 {
+		t.Fatalf("decide: %d", code)
+	}
+	if _, body, _ = f.get(h.Get("Location"), auth); !strings.Contains(body, "finding fd_0123 rejected") || !strings.Contains(body, "rejected by ana: known gap") {
+		t.Errorf("after the decision:\n%s", body)
+	}
+}
+
+// The bearer token's and a session's CSRF tokens work for their own credential.
+func TestSessionCSRF(t *testing.T) {
+	f := setup(t)
+	_, _, h := f.get("/console/?token="+url.QueryEscape(consoleToken), nil)
+	cookie := strings.SplitN(h.Get("Set-Cookie"), ";", 2)[0]
+	withCookie := func(r *http.Request) { r.Header.Set("Cookie", cookie) }
+	seq := strconv.FormatUint(f.freshDL, 10)
+	_, page, _ := f.get("/console/dlq/"+seq, withCookie)
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no CSRF token")
+	}
+	code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "csrf": {m[1]}}, withCookie)
+	if code != 303 {
+		t.Fatalf("session replay: %d", code)
+	}
+	if _, body, _ := f.get(h.Get("Location"), withCookie); !strings.Contains(body, "replayed") || !strings.Contains(body, "<td>console</td>") {
+		t.Errorf("session replay not recorded as console")
+	}
+}
