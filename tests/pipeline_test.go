@@ -208,24 +208,30 @@ func (p *pipeline) completedIn(d time.Duration, id string, consumers ...string) 
 // read returns every message of stream name on subject filter, decoded.
 func (p *pipeline) read(name, filter string) []map[string]any {
 	p.t.Helper()
+	return readStream(p.t, p.conn.JS, name, filter)
+}
+
+// readStream returns every message of stream name on subject filter, decoded.
+func readStream(t *testing.T, js jetstream.JetStream, name, filter string) []map[string]any {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := p.conn.JS.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	c, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var out []map[string]any
 	for {
 		info, err := c.Info(ctx)
 		if err != nil {
-			p.t.Fatal(err)
+			t.Fatal(err)
 		}
 		if info.NumPending == 0 {
 			return out
 		}
 		msg, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
 		if err != nil {
-			p.t.Fatal(err)
+			t.Fatal(err)
 		}
 		var m map[string]any
 		json.Unmarshal(msg.Data(), &m)

@@ -270,14 +270,17 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		return
 	}
 	r.outcome(ctx, env, a.Record)
+	crashPoint(CrashAfterGuard)
 	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, pacer: r.o.Pacer, breakers: r.o.Breakers}
 	herr := r.o.Handle(ctx, ev)
 	if herr == nil {
+		crashPoint(CrashAfterEffect)
 		if err := r.guard.Complete(ctx, &a); err != nil {
 			r.o.Log.Warn("guard complete", "consumer", r.name, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
 		m.Ack()
+		crashPoint(CrashAfterAck)
 		return
 	}
 	class := retry.Of(herr).Class
