@@ -52,6 +52,7 @@ tenants:
       - {provider: instantly, owner: "303"}
     endpoints:
       - {id: instantly, provider: instantly, path_token: tok-instantly-0123456789}
+      - {id: stripe, provider: stripe, path_token: tok-stripe-0123456789, secrets: [whsec_test_secret]}
 `
 
 func startPipeline(t *testing.T) *pipeline {
