@@ -12,6 +12,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/stream"
 )
@@ -74,6 +75,12 @@ func TestChaosCrashPoints(t *testing.T) {
 				dup += max(0, s-1)
 				if s == 0 {
 					lost++
+				}
+			}
+			guards, _ := conn.JS.KeyValue(context.Background(), stream.Guards)
+			for _, id := range ids {
+				if rec, _, err := guard.Status(context.Background(), guards, stream.Stopper, id); err != nil || rec.Status != guard.Completed {
+					t.Errorf("reply %s in the stopper: %+v %v", id, rec, err)
 				}
 			}
 			stopped := 0

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,6 +27,20 @@ type Options struct {
 	Sync string
 	// Logs turns on the server's own log lines.
 	Logs bool
+	// Name is the server's name, "exacto" when empty; every node of a cluster needs its
+	// own.
+	Name string
+	// Cluster, when set, makes the server a node of a JetStream cluster (tests: `exacto
+	// up` runs a single node and leaves it nil).
+	Cluster *Cluster
+}
+
+// Cluster is a node's cluster block: the cluster's name, the host:port its routes
+// listen on, and the nats-route:// URLs of every node (its own included).
+type Cluster struct {
+	Name   string
+	Listen string
+	Routes []string
 }
 
 // MaxPayload is raised above nats-server's 1 MiB default because an envelope holds a
@@ -42,8 +57,12 @@ func Start(o Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats listen %q: bad port", o.Listen)
 	}
+	name := o.Name
+	if name == "" {
+		name = "exacto"
+	}
 	opts := &server.Options{
-		ServerName: "exacto",
+		ServerName: name,
 		Host:       host,
 		Port:       port,
 		JetStream:  true,
@@ -62,6 +81,17 @@ func Start(o Options) (*server.Server, error) {
 			return nil, fmt.Errorf("nats sync %q: want always or a positive duration", o.Sync)
 		}
 		opts.SyncInterval = d
+	}
+	if c := o.Cluster; c != nil {
+		chost, cport, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("nats cluster listen %q: %w", c.Listen, err)
+		}
+		opts.Cluster.Name, opts.Cluster.Host = c.Name, chost
+		if opts.Cluster.Port, err = strconv.Atoi(cport); err != nil {
+			return nil, fmt.Errorf("nats cluster listen %q: bad port", c.Listen)
+		}
+		opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
