@@ -51,7 +51,8 @@ func campaignHistory(n int, at time.Time) [][]byte {
 // settled waits until consumer has handled every event stored.
 func settled(t *testing.T, js jetstream.JetStream, consumer string) {
 	t.Helper()
-	eventually(t, 60*time.Second, consumer+" caught up", func() bool {
+	// Full-size chaos runs (make chaos) drain tens of thousands of events.
+	eventually(t, time.Duration(size(60, 900))*time.Second, consumer+" caught up", func() bool {
 		c, err := js.Consumer(context.Background(), stream.Events, consumer)
 		if err != nil {
 			return false
