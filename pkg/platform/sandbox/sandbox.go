@@ -134,6 +134,7 @@ func Listen(opts Options) (*Server, error) {
 	s.mountHubSpot(mux)
 	s.mountInstantly(mux)
 	s.mountSmartlead(mux)
+	s.mountControl(mux)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
