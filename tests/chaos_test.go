@@ -290,9 +290,10 @@ func TestChaosReordering(t *testing.T) {
 	}
 }
 
-// Dependency faults: HubSpot times out after committing, answers 429 with Retry-After,
-// and is down for a while (5 s here, 60 s in `make chaos`) under a steady flow: one
-// note per reply, none lost, none dead-lettered.
+// Dependency faults: HubSpot and the sending platform time out after committing,
+// answer 429 with Retry-After, and are down for a while (5 s here, 60 s in `make
+// chaos`) under a steady flow: one note and one stop per reply, every note with its
+// owner, none lost, none dead-lettered.
 func TestChaosDependencyFaults(t *testing.T) {
 	t.Parallel()
 	n := size(30, 600)
@@ -300,19 +301,25 @@ func TestChaosDependencyFaults(t *testing.T) {
 	p := startPipeline(t)
 	p.sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{TimeoutAfterCommit: 12 * time.Second, Count: 2})
 	p.sb.SetFault(sandbox.RouteHubSpotContactSearch, sandbox.Fault{Status: 429, RetryAfter: 2 * time.Second, Count: 3})
+	p.sb.SetFault(sandbox.RouteInstantlyInterest, sandbox.Fault{TimeoutAfterCommit: 12 * time.Second, Count: 2})
+	p.sb.SetFault(sandbox.RouteInstantlyLeadList, sandbox.Fault{Status: 429, RetryAfter: 2 * time.Second, Count: 3})
 	p.start(stream.CRMWriter, crmwriter.Run)
+	p.start(stream.Stopper, stopper.Run)
 	var bodies [][]byte
+	emails := make([]string, n)
 	for i := range n {
-		bodies = append(bodies, instantlyEvent("reply_received", fmt.Sprintf("dep%d@northwind.example", i), campaign, fmt.Sprint("em-", i), "Can you send pricing?", time.Now()))
+		emails[i] = fmt.Sprintf("dep%d@northwind.example", i)
+		p.sb.AddInstantlyLead(campaign, emails[i])
+		bodies = append(bodies, instantlyEvent("reply_received", emails[i], campaign, fmt.Sprint("em-", i), "Can you send pricing?", time.Now()))
 	}
 	p.mu.Lock()
 	gw := p.gwURL
 	p.mu.Unlock()
 	var lat []time.Duration
 	sent := 0
-	// A third of the flow, then the outage under the rest of it.
+	// A third of the flow, then both dependencies down under the rest of it.
 	l1, s1 := deliveries(t, []string{gw}, bodies[:n/3], 4)
-	for _, r := range hubspotRoutes {
+	for _, r := range append([]string{sandbox.RouteInstantlyInterest, sandbox.RouteInstantlyLeadList, sandbox.RouteInstantlyLeadGet}, hubspotRoutes...) {
 		p.sb.SetFault(r, sandbox.Fault{DownFor: down})
 	}
 	for _, b := range bodies[n/3:] {
@@ -321,22 +328,32 @@ func TestChaosDependencyFaults(t *testing.T) {
 		time.Sleep(down / time.Duration(n))
 	}
 	lat, sent = append(lat, l1...), sent+s1
-	eventually(t, down+3*time.Minute, "the crmwriter catches up after the outage", func() bool {
-		c, err := p.conn.JS.Consumer(context.Background(), stream.Events, stream.CRMWriter)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	})
+	for _, c := range []string{stream.CRMWriter, stream.Stopper} {
+		eventually(t, down+3*time.Minute, c+" catches up after the outage", func() bool {
+			cons, err := p.conn.JS.Consumer(context.Background(), stream.Events, c)
+			if err != nil {
+				return false
+			}
+			info, err := cons.Info(context.Background())
+			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		})
+	}
 	byReply := map[string]int{}
 	for _, note := range p.sb.Notes() {
 		byReply[note.Properties["exacto_event_id"]]++
+		if note.Properties["hubspot_owner_id"] == "" {
+			t.Errorf("a reply's note has no owner: %v", note.Properties)
+		}
 	}
-	dup := 0
+	dup, stops := 0, 0
 	for _, c := range byReply {
 		dup += max(0, c-1)
 	}
-	lost := n - len(byReply) + len(p.deadLetters(stream.CRMWriter))
-	row(t, "dependency faults", sent, n, len(byReply), lost, dup, p99(lat))
+	for _, e := range emails {
+		s := len(p.sb.Stops(e))
+		stops += min(s, 1)
+		dup += max(0, s-1)
+	}
+	lost := 2*n - len(byReply) - stops + len(p.deadLetters(stream.CRMWriter)) + len(p.deadLetters(stream.Stopper))
+	row(t, "dependency faults", sent, 2*n, len(byReply)+stops, lost, dup, p99(lat))
 }
