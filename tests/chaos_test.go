@@ -329,14 +329,7 @@ func TestChaosDependencyFaults(t *testing.T) {
 	}
 	lat, sent = append(lat, l1...), sent+s1
 	for _, c := range []string{stream.CRMWriter, stream.Stopper} {
-		eventually(t, down+3*time.Minute, c+" catches up after the outage", func() bool {
-			cons, err := p.conn.JS.Consumer(context.Background(), stream.Events, c)
-			if err != nil {
-				return false
-			}
-			info, err := cons.Info(context.Background())
-			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-		})
+		settledWithin(t, p.conn.JS, c, down+3*time.Minute)
 	}
 	byReply := map[string]int{}
 	for _, note := range p.sb.Notes() {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/classify"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/guard"
@@ -113,7 +114,7 @@ func TestFiveDeliveriesAcrossGatewayRestarts(t *testing.T) {
 	if n := p.sb.Requests(sandbox.RouteInstantlyInterest); n != 3 {
 		t.Fatalf("%d stop calls for 3 replies", n)
 	}
-	if n := brokerCount(t, p, stream.Events); n != 3+3 { // 3 replies + 3 sequence.stopped
+	if n := brokertest.Count(t, p.conn, stream.Events); n != 3+3 { // 3 replies + 3 sequence.stopped
 		t.Fatalf("the stream holds %d events, want 6", n)
 	}
 }
@@ -290,17 +291,4 @@ func TestUnsubscribeAfterScheduledFollowUp(t *testing.T) {
 	if lead, _ := p.sb.InstantlyLeadState(leadID); lead.Status == sandbox.InstantlyActive {
 		t.Fatalf("the lead is active again: %+v", lead)
 	}
-}
-
-func brokerCount(t *testing.T, p *pipeline, name string) uint64 {
-	t.Helper()
-	s, err := p.conn.JS.Stream(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/providers/stripe"
 	"exacto.dev/pkg/stream"
 )
@@ -123,7 +124,7 @@ func TestChaosHostileClients(t *testing.T) {
 	if statuses["invalid"][401] != invalid || statuses["big"][413] != big {
 		t.Errorf("hostile answers: %v (want %d × 401, %d × 413)", statuses, invalid, big)
 	}
-	if n := brokerCount(t, p, stream.Events); int(n) != valid {
+	if n := brokertest.Count(t, p.conn, stream.Events); int(n) != valid {
 		t.Errorf("the stream holds %d events, want the %d valid ones", n, valid)
 	}
 	row(t, "hostile clients", valid+invalid+slow+big, valid, statuses["valid"][200], lost, extra, p99(lat))

@@ -52,7 +52,13 @@ func campaignHistory(n int, at time.Time) [][]byte {
 func settled(t *testing.T, js jetstream.JetStream, consumer string) {
 	t.Helper()
 	// Full-size chaos runs (make chaos) drain tens of thousands of events.
-	eventually(t, time.Duration(size(60, 900))*time.Second, consumer+" caught up", func() bool {
+	settledWithin(t, js, consumer, time.Duration(size(60, 900))*time.Second)
+}
+
+// settledWithin waits up to d until consumer has handled every event stored.
+func settledWithin(t *testing.T, js jetstream.JetStream, consumer string, d time.Duration) {
+	t.Helper()
+	eventually(t, d, consumer+" caught up", func() bool {
 		c, err := js.Consumer(context.Background(), stream.Events, consumer)
 		if err != nil {
 			return false

@@ -12,6 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/reconcile"
 	"exacto.dev/pkg/stream"
@@ -112,14 +113,14 @@ func TestReconcileLostUnsubscribe(t *testing.T) {
 	kv, _ := p.conn.JS.KeyValue(context.Background(), stream.Suppression)
 	list := suppression.New(kv)
 
-	events := brokerCount(t, p, stream.Events)
+	events := brokertest.Count(t, p.conn, stream.Events)
 	counted := reconcileFindings(t, reconcile.MissedUnsubscribe)
 	dry := p.reconcilePass(true)
 	if dry.ByKind[reconcile.MissedUnsubscribe] != 1 || !strings.HasPrefix(dry.Findings[0].Would(), "would publish lead.unsubscribed") {
 		t.Fatalf("dry run: %+v", dry.Findings)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if n := brokerCount(t, p, stream.Events); n != events || len(p.diffQueue()) != 0 {
+	if n := brokertest.Count(t, p.conn, stream.Events); n != events || len(p.diffQueue()) != 0 {
 		t.Fatalf("the dry run changed something: %d events (was %d), %d findings", n, events, len(p.diffQueue()))
 	}
 
@@ -151,13 +152,13 @@ func TestReconcileLostUnsubscribe(t *testing.T) {
 
 	// A second pass: nothing new found, nothing published.
 	time.Sleep(300 * time.Millisecond)
-	events = brokerCount(t, p, stream.Events)
+	events = brokertest.Count(t, p.conn, stream.Events)
 	again := p.reconcilePass(false)
 	if again.New != 0 || again.Applied != 0 || len(again.Findings) != 0 {
 		t.Fatalf("second pass: %+v", again)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if n := brokerCount(t, p, stream.Events); n != events || len(p.diffQueue()) != 1 {
+	if n := brokertest.Count(t, p.conn, stream.Events); n != events || len(p.diffQueue()) != 1 {
 		t.Fatalf("second pass: %d events (was %d), %d findings", n, events, len(p.diffQueue()))
 	}
 	if n := reconcileFindings(t, reconcile.MissedUnsubscribe) - counted; n != 1 {

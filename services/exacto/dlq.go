@@ -48,6 +48,19 @@ func dlqCmd() *cobra.Command {
 		}
 		return q.Get(ctx, seq)
 	}
+	// letter opens the queue and reads dead letter id from it.
+	letter := func(ctx context.Context, id string) (*dlq.Queue, dlq.Letter, func(), error) {
+		q, closeConn, err := open(ctx)
+		if err != nil {
+			return nil, dlq.Letter{}, nil, err
+		}
+		l, err := get(ctx, q, id)
+		if err != nil {
+			closeConn()
+			return nil, dlq.Letter{}, nil, err
+		}
+		return q, l, closeConn, nil
+	}
 	filters := func(c *cobra.Command) {
 		c.Flags().StringVar(&f.Consumer, "consumer", "", "only this consumer's dead letters")
 		c.Flags().StringVar(&f.Tenant, "tenant", "", "only this tenant's")
@@ -82,15 +95,11 @@ func dlqCmd() *cobra.Command {
 		Short: "One dead letter: its event, error, attempts, owner and what was done with it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			q, closeConn, err := open(cmd.Context())
+			_, l, closeConn, err := letter(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			defer closeConn()
-			l, err := get(cmd.Context(), q, args[0])
-			if err != nil {
-				return err
-			}
 			b, _ := json.MarshalIndent(l, "", "  ")
 			fmt.Fprintln(cmd.OutOrStdout(), string(b))
 			return nil
@@ -174,15 +183,11 @@ needs --why. With --matching, every open dead letter the filters select is repla
 		Short: "Close a dead letter without replaying it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			q, closeConn, err := open(cmd.Context())
+			q, l, closeConn, err := letter(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			defer closeConn()
-			l, err := get(cmd.Context(), q, args[0])
-			if err != nil {
-				return err
-			}
 			if _, err := q.Discard(cmd.Context(), l, by, why); err != nil {
 				return err
 			}
