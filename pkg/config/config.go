@@ -39,6 +39,12 @@ type Config struct {
 	SandboxAddr string   `yaml:"sandbox_addr"`
 	SandboxURL  string   `yaml:"sandbox_url"`
 	Tenants     []Tenant `yaml:"tenants"`
+	// SLOs are the service-level objectives by class of event (default DefaultSLOs).
+	SLOs []SLOClass `yaml:"slos"`
+	// WorkflowVersion names the version of the rules and handlers this deployment runs
+	// (routing, classifier, …): every event metric carries it, so a rollout shows beside
+	// the version before it. Default "v1".
+	WorkflowVersion string `yaml:"workflow_version"`
 
 	// Warnings collects what loaded but deserves the operator's attention (literal
 	// secrets, short path tokens).
@@ -271,6 +277,8 @@ var Env = map[string]string{
 	// The sandbox standing in for platforms without credentials.
 	"EXACTO_SANDBOX_ADDR": "sandbox_addr",
 	"EXACTO_SANDBOX_URL":  "sandbox_url",
+	// The version label of every event metric.
+	"EXACTO_WORKFLOW_VERSION": "workflow_version",
 }
 
 // Load reads the config: path if given, else EXACTO_CONFIG, else ./exacto.yaml if it
@@ -373,6 +381,7 @@ func (c *Config) applyEnv(getenv func(string) string) {
 	set(&c.NATS.Sync, "EXACTO_NATS_SYNC")
 	set(&c.SandboxAddr, "EXACTO_SANDBOX_ADDR")
 	set(&c.SandboxURL, "EXACTO_SANDBOX_URL")
+	set(&c.WorkflowVersion, "EXACTO_WORKFLOW_VERSION")
 }
 
 func (c *Config) applyDefaults() {
@@ -387,6 +396,15 @@ func (c *Config) applyDefaults() {
 	def(&c.DataDir, DefaultDataDir)
 	def(&c.SandboxAddr, DefaultSandbox)
 	def(&c.NATS.Sync, "always")
+	def(&c.WorkflowVersion, "v1")
+	for i := range c.SLOs {
+		if c.SLOs[i].Objective == 0 {
+			c.SLOs[i].Objective = 0.99
+		}
+	}
+	if c.SLOs == nil {
+		c.SLOs = DefaultSLOs
+	}
 	if c.NATS.DuplicateWindow == 0 {
 		c.NATS.DuplicateWindow = 2 * time.Minute
 	}
@@ -499,6 +517,7 @@ func (c *Config) Validate() error {
 			fail(0, "%s %q: %v", a.name, a.addr, err)
 		}
 	}
+	errs = append(errs, c.validateSLOs()...)
 	if c.NATS.Sync != "always" {
 		if d, err := time.ParseDuration(c.NATS.Sync); err != nil || d <= 0 {
 			fail(0, "nats.sync %q: want \"always\" or a positive duration such as 2m", c.NATS.Sync)

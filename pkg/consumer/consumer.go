@@ -21,9 +21,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"exacto.dev/pkg/envelope"
@@ -35,10 +33,6 @@ import (
 
 var tracer = telemetry.Tracer("consumer")
 
-// deadLetters counts dead letters: alert on any increase.
-var deadLetters, _ = otel.Meter("exacto/consumer").Int64Counter("exacto_dead_letters",
-	metric.WithDescription("events dead-lettered, by consumer, tenant, provider, type and error class"))
-
 // Event is one delivery as a handler sees it.
 type Event struct {
 	Envelope envelope.Envelope
@@ -49,6 +43,7 @@ type Event struct {
 
 	pacer    *retry.Pacer
 	breakers *Breakers
+	runner   *runner
 }
 
 // Call runs fn, one call to dependency dep, through dep's pacer (a Retry-After it
@@ -103,6 +98,10 @@ type Options struct {
 	// Owner names who answers for a dead letter of tenant's event type.
 	Owner func(tenant, typ string) string
 	Log   *slog.Logger
+	// WorkflowVersion labels every metric of the consumer (config workflow_version).
+	WorkflowVersion string
+	// SLO gives an event's SLO class and target (config slos); nil: no SLO accounting.
+	SLO func(env envelope.Envelope) (class string, target time.Duration)
 }
 
 // Run consumes until ctx ends.
@@ -123,6 +122,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.WorkflowVersion == "" {
+		o.WorkflowVersion = "v1"
+	}
 	guards, err := js.KeyValue(ctx, stream.Guards)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", stream.Guards, err)
@@ -140,18 +142,26 @@ func Run(ctx context.Context, o Options) error {
 		AckWaitTimeout:      o.Sub.AckWait,
 		ResourceInitializer: r.bind,
 		NakDelay:            backoff{retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}},
-		Unmarshaler:         withMetadata{},
+		Unmarshaler:         withMetadata{delivered: &r.delivered},
 		// Short pull requests: after a pause is lifted, delivery restarts within one.
 		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullExpiry(2 * time.Second)},
 	})
 	if err != nil {
 		return err
 	}
-	// Shutdown goes through sub.Close, never through the subscription's context:
-	// watermill-nats closes a subscription's output channel when its context ends while
-	// NATS may still hand it a message, and that message's send then panics (send on
-	// closed channel) half the time. Close marks the subscriber closed first, so a
-	// message that arrives after it is dropped (and redelivered after the ack wait).
+	r.zero(ctx)
+	stopObserving, err := r.observeQueue(o.Sub.Durable, o.Sub.StreamName())
+	if err != nil {
+		return err
+	}
+	defer stopObserving()
+	// Shutdown drains, then goes through sub.Close, never through the subscription's
+	// context: watermill-nats closes a subscription's output channel when its context
+	// ends while NATS may still hand it a message, and that message's send then panics
+	// (send on closed channel) half the time. When ctx ends the workers take no new
+	// event, finish the ones they hold (each acked before its worker returns), and only
+	// then is the subscriber closed; an event delivered but not yet taken is dropped
+	// there and redelivered after the ack wait, its guard untouched.
 	subCtx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for range o.Workers {
@@ -163,8 +173,16 @@ func Run(ctx context.Context, o Options) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for m := range msgs {
-				r.handle(ctx, m)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m, ok := <-msgs:
+					if !ok {
+						return
+					}
+					r.handle(ctx, m)
+				}
 			}
 		}()
 	}
@@ -172,9 +190,8 @@ func Run(ctx context.Context, o Options) error {
 		o.Ready()
 	}
 	<-ctx.Done()
-	err = sub.Close()
 	wg.Wait()
-	return err
+	return sub.Close()
 }
 
 type runner struct {
@@ -183,6 +200,10 @@ type runner struct {
 	js    jetstream.JetStream
 	guard *guard.Guard
 	locks contactLocks
+	// delivered maps each watermill message to its JetStream message, so an attempt
+	// acks it itself and knows the ack reached the server (watermill's own ack is
+	// dropped when the subscriber closes).
+	delivered sync.Map
 }
 
 // bind creates or updates the service's durable consumer from the topology.
@@ -196,8 +217,12 @@ type backoff struct{ b retry.Backoff }
 
 func (b backoff) WaitTime(delivered uint64) time.Duration { return b.b.Delay(int(delivered)) }
 
-// withMetadata keeps JetStream's delivery count and sequence on the watermill message.
-type withMetadata struct{ wmjs.DefaultUnmarshaler }
+// withMetadata keeps JetStream's delivery count and sequence on the watermill message,
+// and the JetStream message itself in delivered.
+type withMetadata struct {
+	wmjs.DefaultUnmarshaler
+	delivered *sync.Map
+}
 
 const (
 	mdDelivered = "exacto-delivered"
@@ -213,9 +238,14 @@ func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
 		m.Metadata.Set(mdDelivered, strconv.FormatUint(md.NumDelivered, 10))
 		m.Metadata.Set(mdSeq, strconv.FormatUint(md.Sequence.Stream, 10))
 	}
+	u.delivered.Store(m, msg)
 	return m, nil
 }
 
+// handle makes one attempt at one delivery. ctx ends at shutdown: until the guard is
+// taken an ended ctx puts the event back untouched; from the guard on, the attempt runs
+// to its end on a context of its own (bounded by the ack wait), so a shutdown never
+// leaves an effect made and its guard or ack unrecorded.
 func (r *runner) handle(ctx context.Context, m *message.Message) {
 	delivered, _ := strconv.Atoi(m.Metadata.Get(mdDelivered))
 	var env envelope.Envelope
@@ -223,10 +253,10 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		// Not an envelope: nothing to guard, nothing to retry.
 		r.o.Log.Error("undecodable event", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
 		if derr := r.deadLetter(ctx, env, m.Payload, fmt.Errorf("not an envelope: %v", err), retry.Permanent, guard.Record{Attempts: delivered}); derr != nil {
-			m.Nack() // not in the DLQ yet: keep it in the stream
+			r.nack(m) // not in the DLQ yet: keep it in the stream
 			return
 		}
-		m.Ack()
+		r.ack(ctx, m)
 		return
 	}
 	// The webhook's trace continues here (the gateway put it in the event's headers).
@@ -243,35 +273,42 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	for _, dep := range deps {
 		if !r.o.Breakers.waitClosed(ctx, dep, r.o.Sub.AckWait/2) {
-			m.Nack() // the dependency is down: the event waits, no attempt is spent
+			r.nack(m) // the dependency is down (or we are stopping): the event waits, no attempt is spent
 			return
 		}
 	}
 	if contact := env.ContactKey(); contact != "" {
 		release, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
 		if err != nil || !ok {
-			m.Nack() // the contact is busy in another attempt (or the bucket is away)
+			r.nack(m) // the contact is busy in another attempt (or the bucket is away, or we are stopping)
 			return
 		}
 		defer release()
 	}
+	if ctx.Err() != nil {
+		r.nack(m)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Sub.AckWait)
+	defer cancel()
 	a, err := r.guard.Begin(ctx, env.ID)
 	if err != nil {
 		r.o.Log.Warn("guard unavailable", "consumer", r.name, "id", env.ID, "err", err)
-		m.Nack()
+		r.nack(m)
 		return
 	}
 	switch a.Decision {
 	case guard.Skip:
-		m.Ack()
+		duplicates.Add(ctx, 1, r.eventAttrs(env))
+		r.ack(ctx, m)
 		return
 	case guard.Busy:
-		m.Nack()
+		r.nack(m)
 		return
 	}
 	r.outcome(ctx, env, a.Record)
 	crashPoint(CrashAfterGuard)
-	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, pacer: r.o.Pacer, breakers: r.o.Breakers}
+	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, pacer: r.o.Pacer, breakers: r.o.Breakers, runner: r}
 	herr := r.o.Handle(ctx, ev)
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
@@ -279,7 +316,9 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			r.o.Log.Warn("guard complete", "consumer", r.name, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
-		m.Ack()
+		r.ack(ctx, m)
+		r.attempted(ctx, env, a.Record.Attempts, "completed")
+		r.completed(ctx, env)
 		crashPoint(CrashAfterAck)
 		return
 	}
@@ -292,14 +331,15 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			if err := r.guard.Fail(ctx, &a, herr, true, time.Now()); err != nil {
 				r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
 			}
-			m.Nack()
+			r.nack(m)
 			return
 		}
 		if err := r.guard.Fail(ctx, &a, herr, false, time.Time{}); err != nil {
 			r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
-		m.Ack()
+		r.ack(ctx, m)
+		r.attempted(ctx, env, a.Record.Attempts, "dead_letter")
 		return
 	}
 	next := time.Now().Add(r.o.Sub.BackoffBase << max(0, a.Record.Attempts-1))
@@ -307,6 +347,25 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
 	}
 	r.outcome(ctx, env, a.Record)
+	r.nack(m)
+	r.attempted(ctx, env, a.Record.Attempts, "retry")
+}
+
+// ack acknowledges m and waits for the server to confirm it, so that once handle
+// returns the event is done with, even if the subscriber closes right after; a lost ack
+// only means a redelivery, which the guard skips.
+func (r *runner) ack(ctx context.Context, m *message.Message) {
+	if jm, ok := r.delivered.LoadAndDelete(m); ok {
+		if err := jm.(jetstream.Msg).DoubleAck(ctx); err != nil {
+			r.o.Log.Warn("ack not confirmed", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
+		}
+	}
+	m.Ack() // releases watermill's hold on the message (its own ack finds it acked)
+}
+
+// nack hands m back for redelivery after the backoff (watermill sends the delayed nak).
+func (r *runner) nack(m *message.Message) {
+	r.delivered.Delete(m)
 	m.Nack()
 }
 
@@ -351,8 +410,7 @@ func (r *runner) deadLetter(ctx context.Context, env envelope.Envelope, raw []by
 	if _, err = r.js.PublishMsg(ctx, msg); err != nil {
 		return err
 	}
-	deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", r.name), attribute.String("tenant", env.Tenant),
-		attribute.String("provider", env.Provider), attribute.String("type", env.Type), attribute.String("class", class.String())))
+	deadLetters.Add(ctx, 1, r.eventAttrs(env, attribute.String("class", class.String())))
 	return nil
 }
 

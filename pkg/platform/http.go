@@ -4,14 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
+
+	"exacto.dev/pkg/telemetry"
 )
+
+var tracer = telemetry.Tracer("platform")
 
 // MaxBody caps how much of a response we read: provider answers are small and
 // a misbehaving proxy must not make us buffer without bound.
@@ -38,7 +46,22 @@ type HTTP struct {
 // Do sends method path?query with in as the JSON body (nil for none) and
 // decodes a 2xx body into out (nil to discard). Non-2xx and transport
 // failures come back as *Error.
-func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in, out any) (err error) {
+	// One client span per call, in the trace of the event that made it; the query
+	// string stays out of it (Smartlead's API key travels there).
+	ctx, span := tracer.Start(ctx, method+" "+h.Dependency, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("url.path", path),
+			attribute.String("exacto.dependency", h.Dependency)))
+	defer func() {
+		var e *Error
+		if errors.As(err, &e) && e.Status != 0 {
+			span.SetAttributes(attribute.Int("http.response.status_code", e.Status))
+		}
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	timeout := h.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -74,6 +97,7 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 	if h.Auth != nil {
 		h.Auth(req)
 	}
+	telemetry.InjectHTTP(ctx, req.Header)
 	client := h.Client
 	if client == nil {
 		client = http.DefaultClient

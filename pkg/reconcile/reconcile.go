@@ -93,6 +93,20 @@ const Worker = "reconciler"
 var findings, _ = otel.Meter("exacto/reconcile").Int64Counter("exacto_reconcile_findings",
 	metric.WithDescription("reconciliation findings, by kind, tenant and provider, counted once when first found"))
 
+// duplicateActivities counts CRM activities found twice for one event (a note written
+// again by a path that bypassed the guard, or by hand).
+var duplicateActivities, _ = otel.Meter("exacto/reconcile").Int64Counter("exacto_crm_duplicate_activities_found",
+	metric.WithDescription("CRM activities found duplicated by reconciliation, by tenant and provider"))
+
+// ZeroMetrics shows tenant's finding counters at 0 until a pass finds something, so
+// that rate() and absence alerts work from the start.
+func ZeroMetrics(ctx context.Context, tenant string) {
+	for _, k := range []string{MissedUnsubscribe, ActiveButSuppressed, MissedReply, MissedMeeting, MissedOpportunity, DuplicateActivity, DuplicateContact, ImpossibleState} {
+		findings.Add(ctx, 0, metric.WithAttributes(attribute.String("kind", k), attribute.String("tenant", tenant)))
+	}
+	duplicateActivities.Add(ctx, 0, metric.WithAttributes(attribute.String("tenant", tenant)))
+}
+
 // Finding is one difference between a platform or the CRM and Exacto's state.
 type Finding struct {
 	ID       string `json:"id"`
@@ -258,6 +272,9 @@ func (p *Pass) settle(ctx context.Context, q *Queue, f Finding) (Finding, bool, 
 	if isNew {
 		findings.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", f.Kind),
 			attribute.String("tenant", f.Tenant), attribute.String("provider", f.Provider)))
+		if f.Kind == DuplicateActivity {
+			duplicateActivities.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", f.Tenant), attribute.String("provider", f.Provider)))
+		}
 		p.Log.Info("reconcile finding", "tenant", f.Tenant, "kind", f.Kind, "provider", f.Provider,
 			"where", f.Where, "found", f.Found, "repair", f.Repair, "applied", f.Applied, "id", f.ID)
 	}

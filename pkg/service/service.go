@@ -21,6 +21,7 @@ import (
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/stream"
@@ -50,9 +51,11 @@ type Env struct {
 	Sandbox   *sandbox.Server
 	// Breakers are the process's circuit breakers, one per dependency, shared by every
 	// consumer of the process (and shown by the console).
-	Breakers  *consumer.Breakers
-	adminSrv  *http.Server
-	parts, up atomic.Int32
+	Breakers               *consumer.Breakers
+	adminSrv               *http.Server
+	telemetry              *telemetry.Providers
+	stopBreakers, stopSLOs func()
+	parts, up              atomic.Int32
 }
 
 // Part registers one part of the process (the gateway, a worker) that must be up
@@ -67,7 +70,17 @@ func (e *Env) Part() (up func()) {
 
 // Start loads the config, connects and serves the admin address.
 func Start(ctx context.Context, o Options) (*Env, error) {
-	log := telemetry.Logger(os.Stderr, o.LogText, slog.LevelInfo)
+	text := o.LogText
+	switch os.Getenv(telemetry.EnvLogFormat) {
+	case "json":
+		text = false
+	case "text":
+		text = true
+	case "":
+	default:
+		return nil, fmt.Errorf("%s: want json or text, not %q", telemetry.EnvLogFormat, os.Getenv(telemetry.EnvLogFormat))
+	}
+	log := telemetry.Logger(os.Stderr, text, slog.LevelInfo)
 	cfg, err := config.Load(o.ConfigPath, os.Getenv)
 	if err != nil {
 		return nil, err
@@ -78,9 +91,9 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if !o.Embed && cfg.NATS.URL == "" {
 		return nil, errors.New("EXACTO_NATS_URL is required: this part runs against an existing NATS (`exacto up` embeds one)")
 	}
-	metrics, err := telemetry.Metrics()
+	tel, err := telemetry.Setup(ctx, o.Name, os.Getenv)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	conn, err := broker.Open(cfg.NATS.URL, broker.Options{Listen: cfg.NATS.Listen, DataDir: cfg.DataDir, Sync: cfg.NATS.Sync}, o.Name)
 	if err != nil {
@@ -115,8 +128,8 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	env := &Env{Config: cfg, Conn: conn, Log: log, AdminAddr: ln.Addr().String(),
-		Platforms: accounts.New(cfg, sandboxURL), Sandbox: sb, Breakers: consumer.NewBreakers(30*time.Second, 5)}
-	env.Admin = admin.Mux(metrics, map[string]admin.Check{
+		Platforms: accounts.New(cfg, sandboxURL), Sandbox: sb, Breakers: consumer.NewBreakers(30*time.Second, 5), telemetry: tel}
+	env.Admin = admin.Mux(tel.Metrics, map[string]admin.Check{
 		"jetstream": conn.Ready,
 		"started": func(context.Context) error {
 			if n := env.parts.Load(); n == 0 || env.up.Load() < n {
@@ -125,18 +138,39 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 			return nil
 		},
 	})
+	// Every platform's breaker exists from the start, so its state is on /metrics
+	// before the first call.
+	for _, dep := range []string{"instantly", "smartlead", "hubspot"} {
+		env.Breakers.State(dep)
+	}
+	if env.stopBreakers, err = consumer.ObserveBreakers(env.Breakers); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if env.stopSLOs, err = observeSLOs(cfg); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	env.adminSrv = admin.Server(cfg.AdminAddr, env.Admin)
 	go env.adminSrv.Serve(ln)
 	return env, nil
 }
 
-// Close stops the admin server and the NATS connection (and embedded server).
+// Close stops the admin server and the NATS connection (and embedded server), and
+// flushes the spans and metrics still buffered.
 func (e *Env) Close() {
 	e.adminSrv.Close()
 	if e.Sandbox != nil {
 		e.Sandbox.Close()
 	}
 	e.Conn.Close()
+	e.stopBreakers()
+	e.stopSLOs()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.telemetry.Shutdown(ctx); err != nil {
+		e.Log.Warn("telemetry not flushed", "err", err)
+	}
 }
 
 // Run is one part of a process: it serves until ctx ends, calling up once it does.
@@ -176,6 +210,15 @@ func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Op
 	}
 	if o.Workers == 0 {
 		o.Workers = 2
+	}
+	o.WorkflowVersion = e.Config.WorkflowVersion
+	o.SLO = func(env envelope.Envelope) (string, time.Duration) {
+		label := ""
+		if c := env.Data.Classification; c != nil {
+			label = c.Label
+		}
+		s := e.Config.SLOOf(env.Type, label)
+		return s.Name, s.Target
 	}
 	replays := o
 	replays.Workers = 1

@@ -54,7 +54,6 @@ import (
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"exacto.dev/pkg/consumer"
@@ -205,7 +204,7 @@ func (w *writer) handle(ctx context.Context, ev consumer.Event) error {
 	if err != nil || res.NoteID == "" {
 		return err
 	}
-	w.o.Log.Info("crm activity written", "id", env.ID, "type", env.Type, "tenant", env.Tenant,
+	w.o.Log.InfoContext(ctx, "crm activity written", "id", env.ID, "type", env.Type, "tenant", env.Tenant,
 		"hubspot_contact_id", res.ContactID, "hubspot_note_id", res.NoteID, "external_id", res.ExternalID,
 		"owner", res.Owner, "created", res.Created, "resumed", ev.Resumed, "attempt", ev.Attempt)
 	if w.o.OnWritten != nil {
@@ -216,8 +215,7 @@ func (w *writer) handle(ctx context.Context, ev consumer.Event) error {
 	// Counted on success only: the guard completes an event once, so each reply is
 	// counted once however many attempts it took.
 	if env.Type == envelope.TypeReplyReceived && res.Owner == "" {
-		repliesWithoutOwner.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("tenant", env.Tenant), attribute.String("provider", env.Provider)))
+		repliesWithoutOwner.Add(ctx, 1, ev.MetricAttrs())
 	}
 	return nil
 }
@@ -324,6 +322,7 @@ func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.
 		return Written{}, fmt.Errorf("search note: %w", err)
 	}
 	if found {
+		ev.EffectFound(ctx)
 		res.NoteID, res.Owner = existing.ID, existing.OwnerID
 		return res, nil
 	}
@@ -335,6 +334,7 @@ func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.
 	if id, ok := hubspot.ExistingID(err); ok {
 		// Our own earlier write, committed though its answer was lost; search has not
 		// indexed it yet.
+		ev.EffectFound(ctx)
 		res.NoteID = id
 		return res, nil
 	}

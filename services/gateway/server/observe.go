@@ -54,11 +54,12 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 
 type metrics struct {
 	events, duplicates, rejections, invalidSignatures metric.Int64Counter
+	version                                           attribute.KeyValue // the workflow version label
 }
 
-func newMetrics() (*metrics, error) {
+func newMetrics(workflowVersion string) (*metrics, error) {
 	m := otel.Meter("exacto/gateway")
-	var ms metrics
+	ms := metrics{version: attribute.String("workflow_version", workflowVersion)}
 	var err error
 	if ms.events, err = m.Int64Counter("exacto_gateway_events_received", metric.WithDescription("events in verified deliveries, duplicates included")); err != nil {
 		return nil, err
@@ -78,17 +79,24 @@ func newMetrics() (*metrics, error) {
 func (m *metrics) received(ep *Endpoint, envs []envelope.Envelope, dups int) {
 	ctx := context.Background()
 	for _, e := range envs {
-		m.events.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name), attribute.String("type", e.Type)))
+		m.events.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name), attribute.String("type", e.Type), m.version))
 	}
 	if dups > 0 {
-		m.duplicates.Add(ctx, int64(dups), metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name)))
+		m.duplicates.Add(ctx, int64(dups), metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name), m.version))
 	}
 }
 
 func (m *metrics) invalidSignature(ep *Endpoint) {
-	m.invalidSignatures.Add(context.Background(), 1, metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name)))
+	m.invalidSignatures.Add(context.Background(), 1, metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name), m.version))
 }
 
 func (m *metrics) rejected(tenant, provider, reason string) {
-	m.rejections.Add(context.Background(), 1, metric.WithAttributes(attribute.String("tenant", tenant), attribute.String("provider", provider), attribute.String("reason", reason)))
+	m.rejections.Add(context.Background(), 1, metric.WithAttributes(attribute.String("tenant", tenant), attribute.String("provider", provider), attribute.String("reason", reason), m.version))
+}
+
+// zero shows an endpoint's duplicate and signature counters at 0 from the start.
+func (m *metrics) zero(ep *Endpoint) {
+	at := metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name), m.version)
+	m.duplicates.Add(context.Background(), 0, at)
+	m.invalidSignatures.Add(context.Background(), 0, at)
 }

@@ -90,7 +90,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if s.arrivals, err = o.JS.KeyValue(ctx, stream.Arrivals); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.Arrivals, err)
 	}
-	if s.metrics, err = newMetrics(); err != nil {
+	if s.metrics, err = newMetrics(o.Config.WorkflowVersion); err != nil {
 		return nil, err
 	}
 	for _, t := range o.Config.Tenants {
@@ -114,6 +114,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 				ep.VerifyTokens = []string{ec.VerifyToken.Value}
 			}
 			s.endpoints[ec.ID] = ep
+			s.metrics.zero(ep)
 		}
 	}
 	return s, nil

@@ -140,5 +140,11 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 		return err
 	}
 	h := New(Options{Stores: stores, Dir: dir, Platforms: env.Platforms.For, Log: env.Log})
+	for _, t := range env.Config.Tenants {
+		// At 0 from the start, so that rate() and absence alerts work.
+		at := metric.WithAttributes(attribute.String("tenant", t.ID))
+		discrepancies.Add(ctx, 0, at)
+		undecided.Add(ctx, 0, at)
+	}
 	return env.Consume(ctx, stream.Projector, up, consumer.Options{Handle: h, Workers: 4})
 }

@@ -38,6 +38,7 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 			continue
 		}
 		scheduled++
+		reconcile.ZeroMetrics(ctx, t.ID)
 		wg.Add(1)
 		go func(tenant string) {
 			defer wg.Done()

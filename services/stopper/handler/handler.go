@@ -41,6 +41,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
@@ -57,6 +61,11 @@ const (
 	Instantly = "instantly"
 	Smartlead = "smartlead"
 )
+
+// sequencesStopped counts stops by cause and whether they came within the cause's SLO
+// (from the cause's receipt at the gateway).
+var sequencesStopped, _ = otel.Meter("exacto/stopper").Int64Counter("exacto_sequences_stopped",
+	metric.WithDescription("sequences stopped, by cause, status and whether within the cause event's SLO target"))
 
 // Why a sequence is stopped.
 const (
@@ -221,6 +230,8 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 	if !wrote && ev.Attempt <= 1 && !ev.Resumed {
 		// A later attempt may follow an earlier one's write: only the first can tell.
 		status = StatusAlreadyStopped
+	} else if !wrote {
+		ev.EffectFound(ctx) // an earlier attempt's stop went through before it died
 	}
 	data := envelope.Data{ProviderType: envelope.TypeSequenceStopped, Status: status}
 	if s, ok := stops[env.Provider]; ok && s.leadID != "" && env.Data.Contact != nil {
@@ -232,7 +243,10 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 	if err := h.record(ctx, env, stops); err != nil {
 		return err
 	}
-	h.log.Info("sequence stopped", "id", env.ID, "cause", cause, "status", status, "platforms", slices.Sorted(maps.Keys(stops)))
+	h.log.InfoContext(ctx, "sequence stopped", "id", env.ID, "cause", cause, "status", status, "platforms", slices.Sorted(maps.Keys(stops)))
+	class, within := ev.SLO()
+	sequencesStopped.Add(ctx, 1, ev.MetricAttrs(attribute.String("cause", cause), attribute.String("status", status),
+		attribute.String("slo_class", class), attribute.Bool("within_slo", within)))
 	return h.d.Publish(ctx, envelope.Derive(env, stream.Stopper, envelope.TypeSequenceStopped, data, time.Now()))
 }
 
