@@ -135,6 +135,12 @@ tenants:
 	if !strings.Contains(out, "exacto.yaml:5: endpoint pay: provider stripe signs its webhooks; at least one secret is required") {
 		t.Fatalf("refusal does not name the line:\n%s", out)
 	}
+	// A log format that does not exist refuses too, naming what it wants.
+	n = newNode(t, "")
+	n.extraEnv = append(n.extraEnv, "EXACTO_LOG_FORMAT=xml")
+	if out, err := n.run("up"); err == nil || !strings.Contains(out, `EXACTO_LOG_FORMAT: want json or text, not "xml"`) {
+		t.Fatalf("exacto up with EXACTO_LOG_FORMAT=xml: %v\n%s", err, out)
+	}
 }
 
 const stripeConfig = `

@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -106,5 +109,39 @@ func TestSetupRefusesAnUnwritableTraceFile(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), file) {
 		t.Fatalf("want an error naming %s, got %v", file, err)
+	}
+}
+
+// With an OTLP endpoint set, spans and metrics are pushed to it over OTLP/HTTP.
+func TestSetupExportsOverOTLP(t *testing.T) {
+	prevT, prevM := otel.GetTracerProvider(), otel.GetMeterProvider()
+	t.Cleanup(func() { otel.SetTracerProvider(prevT); otel.SetMeterProvider(prevM) })
+	var mu sync.Mutex
+	got := map[string]int{}
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		if r.Method == http.MethodPost && r.Header.Get("Content-Type") == "application/x-protobuf" && len(body) > 0 {
+			got[r.URL.Path]++
+		}
+		mu.Unlock()
+	}))
+	defer collector.Close()
+	t.Setenv(EnvOTLPEndpoint, collector.URL)
+	p, err := Setup(context.Background(), "exacto-test", os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := otel.Meter("t").Int64Counter("exacto_test_pushed")
+	c.Add(context.Background(), 1)
+	_, s := Tracer("test").Start(context.Background(), "pushed")
+	s.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got["/v1/traces"] == 0 || got["/v1/metrics"] == 0 {
+		t.Fatalf("the collector received %v, want traces and metrics", got)
 	}
 }
