@@ -36,8 +36,26 @@ lint: $(STATICCHECK)
 fmt-check:
 	@out=$$(gofmt -l pkg services tests); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# `make bench`: every benchmark of tests/bench once (-benchtime 1x: each sizes itself,
+# EXACTO_BENCH_* in tests/bench say how), then one table of the BENCH| rows they print:
+# each figure beside its baseline measured in the same run on the same machine, and
+# figure/baseline. Speed is never asserted; a benchmark fails only when something is
+# lost or refused. The raw output stays in BENCHLOG (printed on failure).
+BENCHLOG ?= $(CURDIR)/.exacto/bench.log
+
 bench:
-	cd tests && $(GO) test -run '^$$' -bench . -benchtime 3s -timeout 30m ./bench/...
+	@mkdir -p $(dir $(BENCHLOG)); start=$$(date +%s); \
+	( cd tests && $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 14m ./bench/... ) > $(BENCHLOG) 2>&1; rc=$$?; \
+	grep -E '^(--- FAIL|FAIL|ok|panic:)' $(BENCHLOG); \
+	printf '\n%-9s %-52s %12s %12s %7s  %s\n' section what figure baseline ratio note; \
+	for s in gateway e2e consumers replay memory; do \
+		grep "^BENCH|$$s|" $(BENCHLOG) | awk -F'|' '{printf "%-9s %-52s %12s %12s %7s  %s\n", $$2, $$3, $$4, $$5, $$6, $$7}'; \
+	done; \
+	printf '\nmachine: %s cores%s, %s, %s, %s; make bench took %ss; raw output in %s\n' "$$(nproc)" \
+		"$$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2)" \
+		"$$(awk '/^MemTotal/ {printf "%.0f GiB", $$2/1048576}' /proc/meminfo 2>/dev/null)" \
+		"$$($(GO) env GOVERSION)" "$$(date -u +%Y-%m-%dT%H:%MZ)" "$$(( $$(date +%s) - start ))" $(BENCHLOG); \
+	if [ $$rc -ne 0 ]; then echo; grep -v '^BENCH|' $(BENCHLOG) | tail -80; exit $$rc; fi
 
 # `make chaos`: every fault scenario at full size (EXACTO_CHAOS=full: a storm of 10,000
 # replies, a 60 s HubSpot outage, 10,000 forged signatures, crash points, a killed

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -10,12 +9,10 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"exacto.dev/pkg/console"
-	"exacto.dev/pkg/dlq"
 	"exacto.dev/pkg/service"
 	"exacto.dev/services/gateway/server"
 )
@@ -71,22 +68,9 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	// `exacto up`: the gateway and every worker; the first to fail stops them all.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The DLQ's gauges and its SLO alert.
-	q, err := dlq.New(ctx, env.Conn.JS, env.Config.DLQ)
-	if err != nil {
+	// The DLQ's gauges and the operator console.
+	if err := console.Operations(ctx, env); err != nil {
 		return err
-	}
-	go q.Watch(ctx, 30*time.Second, env.Log)
-	// The operator console on the admin address, when a token or users are configured.
-	h, err := console.New(console.Options{JS: env.Conn.JS, Config: env.Config, Metrics: env.Admin, Log: env.Log.With("part", "console"),
-		Breakers: console.BreakerStates(env.Breakers, "hubspot", "instantly", "smartlead")})
-	switch {
-	case errors.Is(err, console.ErrNotConfigured):
-		env.Log.Info("console not served: set console.token or console.users")
-	case err != nil:
-		return err
-	default:
-		console.Mount(env.Admin, h)
 	}
 	errs := make(chan error, len(workers)+1)
 	var wg sync.WaitGroup

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"exacto.dev/pkg/console"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
@@ -131,6 +132,11 @@ func runWorker(cmd *cobra.Command, name, cfgPath string, logText bool) error {
 		return err
 	}
 	defer env.Close()
+	if name == stream.Reconciler { // the singleton: it serves the DLQ gauges and the console
+		if err := console.Operations(ctx, env); err != nil {
+			return err
+		}
+	}
 	return run(ctx, env, env.Part())
 }
 

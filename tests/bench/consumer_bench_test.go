@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -55,6 +54,13 @@ func publishEvents(b *testing.B, conn *broker.Conn, n int) {
 		}
 	}
 	<-conn.JS.PublishAsyncComplete()
+}
+
+// consumerRow is how long one path took for its events.
+type consumerRow struct {
+	name   string
+	events int
+	took   time.Duration
 }
 
 // drain runs the framework with handle until n events of sub have completed, and
@@ -115,9 +121,10 @@ func rawDrain(b *testing.B, conn *broker.Conn, n int) time.Duration {
 // service with the platform sandbox answering at once, in one process. The stopper,
 // crmwriter and suppressor each take 2n events: the stopper n replies and n
 // unsubscribes, the crmwriter n replies and their n classifications, the suppressor n
-// unsubscribes and the n classifications.
+// unsubscribes and the n classifications. EXACTO_BENCH_CONSUMER_LEADS sets n (default
+// 1000).
 func BenchmarkConsumers(b *testing.B) {
-	n := max(b.N, 1000)
+	n := envInt("EXACTO_BENCH_CONSUMER_LEADS", 1000)
 	ctx := context.Background()
 	conn := brokertest.Start(b, "")
 	sb := sandbox.StartWith(b, sandbox.Options{AutoEnroll: true})
@@ -141,27 +148,21 @@ func BenchmarkConsumers(b *testing.B) {
 	}
 	of := func(name string) stream.Subscription { s, _ := stream.SubscriptionOf(name); return s }
 	b.ResetTimer()
-	type row struct {
-		name   string
-		events int
-		took   time.Duration
-	}
-	rows := []row{{"bare JetStream consume+ack (baseline)", 2 * n, rawDrain(b, conn, 2*n)}}
+	rows := []consumerRow{{"bare JetStream consume + double ack", 2 * n, rawDrain(b, conn, 2*n)}}
 	noop := stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
-	rows = append(rows, row{"framework, no-op handler", n, drain(b, conn, noop, n, nil, func(context.Context, consumer.Event) error { return nil })})
-	rows = append(rows, row{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, nil, classifier.New(d, classify.New()))})
-	rows = append(rows, row{"stopper (check, stop, confirm, publish)", 2 * n, drain(b, conn, of(stream.Stopper), 2*n, stopper.Dependencies,
+	rows = append(rows, consumerRow{"framework, no-op handler", n, drain(b, conn, noop, n, nil, func(context.Context, consumer.Event) error { return nil })})
+	rows = append(rows, consumerRow{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, nil, classifier.New(d, classify.New()))})
+	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", 2 * n, drain(b, conn, of(stream.Stopper), 2*n, stopper.Dependencies,
 		stopper.New(d, platforms.For, dir, nil))})
-	rows = append(rows, row{"crmwriter (contact, note, classification)", 2 * n, drain(b, conn, of(stream.CRMWriter), 2*n, consumer.On(crmwriter.Dependency),
+	rows = append(rows, consumerRow{"crmwriter (contact, note, classification)", 2 * n, drain(b, conn, of(stream.CRMWriter), 2*n, consumer.On(crmwriter.Dependency),
 		crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
 			Route: cfg.CRMOwner, OnWritten: crmwriter.Record(dir)}))})
-	rows = append(rows, row{"suppressor (list, tell platforms)", 2 * n, drain(b, conn, of(stream.Suppressor), 2*n, nil,
+	rows = append(rows, consumerRow{"suppressor (list, tell platforms)", 2 * n, drain(b, conn, of(stream.Suppressor), 2*n, nil,
 		suppressor.New(suppression.New(kv), platforms.For))})
 	b.StopTimer()
-	rate := func(r row) float64 { return float64(r.events) / r.took.Seconds() }
-	fmt.Fprintf(os.Stderr, "\n%-44s %8s %10s %8s\n", fmt.Sprintf("consumers, n=%d, 8 workers", n), "events", "events/s", "ratio")
-	for _, r := range rows {
-		fmt.Fprintf(os.Stderr, "%-44s %8d %10.0f %8.3f\n", r.name, r.events, rate(r), rate(r)/rate(rows[0]))
+	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
+	for _, r := range rows[1:] {
+		rateRow("consumers", r.name+" events/s", rate(r), rate(rows[0]), fmt.Sprintf("%d events, 8 workers; baseline: %s", r.events, rows[0].name))
 		b.ReportMetric(rate(r), strings.TrimSuffix(strings.Fields(r.name)[0], ",")+"_events/s")
 	}
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -67,10 +66,7 @@ func rawRead(b *testing.B, js jetstream.JetStream, n int) time.Duration {
 // into memory, contacts named through the directory) beside a bare read of the same
 // stream. EXACTO_BENCH_REPLAY_EVENTS sets the size (default 50,000).
 func BenchmarkReplay(b *testing.B) {
-	n := 50000
-	if v, err := strconv.Atoi(os.Getenv("EXACTO_BENCH_REPLAY_EVENTS")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("EXACTO_BENCH_REPLAY_EVENTS", 50000)
 	ctx := context.Background()
 	conn := brokertest.Start(b, "")
 	storeHistory(b, conn, n)
@@ -98,8 +94,7 @@ func BenchmarkReplay(b *testing.B) {
 	rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
 	b.ReportMetric(rate(raw), "raw_events/s")
 	b.ReportMetric(rate(rebuild), "rebuild_events/s")
-	fmt.Fprintf(os.Stderr, "\n%-40s %12s %8s\n", fmt.Sprintf("replay, n=%d events, %d contacts", n, (n+3)/4), "events/s", "ratio")
-	fmt.Fprintf(os.Stderr, "%-40s %12.0f %8.2f\n", "raw read with nats.go (baseline)", rate(raw), 1.0)
-	fmt.Fprintf(os.Stderr, "%-40s %12.0f %8.3f\n", "rebuild of every projection", rate(rebuild), rate(rebuild)/rate(raw))
-	fmt.Fprintf(os.Stderr, "%-40s %12s\n", "a million events at that rate", (time.Duration(1e6/rate(rebuild)) * time.Second).Round(time.Second))
+	rateRow("replay", "projector rebuild events/s", rate(rebuild), rate(raw),
+		fmt.Sprintf("%d events, %d contacts; baseline: raw stream read with nats.go; a million events in %v at that rate",
+			n, (n+3)/4, (time.Duration(1e6/rate(rebuild))*time.Second).Round(time.Second)))
 }
