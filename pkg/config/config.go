@@ -70,6 +70,9 @@ type NATS struct {
 	Replicas int `yaml:"replicas"`
 }
 
+// MaxBatch is nats-server's default limit of messages in one atomic batch.
+const MaxBatch = 1000
+
 // Gateway configures the webhook HTTP server.
 type Gateway struct {
 	BodyLimit int64 `yaml:"body_limit"` // bytes, default 1 MiB
@@ -78,6 +81,20 @@ type Gateway struct {
 	// redeliveries, default 7 days: longer than any provider's retry horizon.
 	DedupTTL       time.Duration `yaml:"dedup_ttl"`
 	PublishTimeout time.Duration `yaml:"publish_timeout"` // default 10s
+	GroupCommit    GroupCommit   `yaml:"group_commit"`
+}
+
+// GroupCommit coalesces the events of concurrent webhooks into one atomic batch, stored
+// with one fsync; each webhook is still answered only once its own events are on disk.
+type GroupCommit struct {
+	// MaxEvents per batch (default 256 on one node with sync always; nats-server
+	// allows 1000). 1 turns group commit off: every event is its own publish (and
+	// fsync). Default 1 when nats.replicas > 1, where the Raft log already commits in
+	// groups, and when sync is lazy, where there is no fsync to share.
+	MaxEvents int `yaml:"max_events"`
+	// MaxWait bounds what group commit adds to a webhook's latency: a batch closes this
+	// long after its first event at the latest (default 1ms).
+	MaxWait time.Duration `yaml:"max_wait"`
 }
 
 // DLQ configures the dead-letter workflow.
@@ -423,6 +440,15 @@ func (c *Config) applyDefaults() {
 	if c.Gateway.PublishTimeout == 0 {
 		c.Gateway.PublishTimeout = 10 * time.Second
 	}
+	if gc := &c.Gateway.GroupCommit; gc.MaxEvents == 0 {
+		gc.MaxEvents = 256
+		if c.NATS.Replicas > 1 || c.NATS.Sync != "always" {
+			gc.MaxEvents = 1
+		}
+	}
+	if gc := &c.Gateway.GroupCommit; gc.MaxWait == 0 {
+		gc.MaxWait = time.Millisecond
+	}
 	if c.DLQ.SLO == 0 {
 		c.DLQ.SLO = 15 * time.Minute
 	}
@@ -518,6 +544,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateSLOs()...)
+	if gc := c.Gateway.GroupCommit; gc.MaxEvents < 1 || gc.MaxEvents > MaxBatch {
+		fail(0, "gateway.group_commit.max_events %d: want 1 (off) to %d (nats-server's batch limit)", gc.MaxEvents, MaxBatch)
+	}
+	if gc := c.Gateway.GroupCommit; gc.MaxWait < 0 || gc.MaxWait > 100*time.Millisecond {
+		fail(0, "gateway.group_commit.max_wait %v: want at most 100ms (it adds to every webhook's latency)", gc.MaxWait)
+	}
 	if c.NATS.Sync != "always" {
 		if d, err := time.ParseDuration(c.NATS.Sync); err != nil || d <= 0 {
 			fail(0, "nats.sync %q: want \"always\" or a positive duration such as 2m", c.NATS.Sync)

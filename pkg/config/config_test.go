@@ -317,3 +317,31 @@ func TestOperationsConfig(t *testing.T) {
 		}
 	}
 }
+
+// Group commit: on by default on one node, off by default on a replicated stream (its
+// Raft log already commits in groups), and bounded.
+func TestGroupCommit(t *testing.T) {
+	c, err := Parse([]byte(good), "exacto.yaml", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gc := c.Gateway.GroupCommit; gc.MaxEvents != 256 || gc.MaxWait != time.Millisecond {
+		t.Fatalf("defaults on one node: %+v", gc)
+	}
+	c, err = Parse([]byte("nats: {replicas: 3}\n"+good), "exacto.yaml", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gc := c.Gateway.GroupCommit; gc.MaxEvents != 1 {
+		t.Fatalf("defaults on three replicas: %+v", gc)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{"gateway: {group_commit: {max_events: 1001}}", "gateway.group_commit.max_events 1001: want 1 (off) to 1000"},
+		{"gateway: {group_commit: {max_events: -1}}", "gateway.group_commit.max_events -1"},
+		{"gateway: {group_commit: {max_wait: 1s}}", "gateway.group_commit.max_wait 1s: want at most 100ms"},
+	} {
+		if _, err := Parse([]byte(tc.doc+"\n"+good), "exacto.yaml", env(goodEnv)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v does not contain %q", tc.doc, err, tc.want)
+		}
+	}
+}

@@ -89,6 +89,9 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Duplicates:  o.DuplicateWindow,
 			Replicas:    o.Replicas,
 			Discard:     jetstream.DiscardOld,
+			// The gateway's group commit stores concurrent webhooks' events as one
+			// atomic batch: one fsync for all of them.
+			AllowAtomicPublish: true,
 		},
 		{
 			Name:        DLQ,

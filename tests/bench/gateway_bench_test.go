@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,8 +21,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/broker"
+	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/providers/meta"
+	"exacto.dev/pkg/stream"
 	"exacto.dev/services/gateway/server"
 )
 
@@ -125,9 +130,10 @@ func bare(js jetstream.JetStream) http.Handler {
 }
 
 // gateway is the verified gateway's handler, with the index writer running until ctx
-// ends, as in production: its KV writes share the disk.
-func gateway(ctx context.Context, b *testing.B, conn *broker.Conn) http.Handler {
-	cfg, err := config.Parse([]byte(benchConfig), "bench", func(string) string { return "" })
+// ends, as in production: its KV writes share the disk. extra is config YAML put
+// before the endpoints (e.g. the gateway's group commit).
+func gateway(ctx context.Context, b *testing.B, conn *broker.Conn, extra string) http.Handler {
+	cfg, err := config.Parse([]byte(extra+benchConfig), "bench", func(string) string { return "" })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -141,7 +147,7 @@ func gateway(ctx context.Context, b *testing.B, conn *broker.Conn) http.Handler 
 	}
 	done := make(chan struct{})
 	go func() { idx.Run(ctx); close(done) }()
-	b.Cleanup(func() { <-done })
+	b.Cleanup(func() { <-done; gw.Close() })
 	return gw.Handler()
 }
 
@@ -151,7 +157,9 @@ const defaultSync = "2m"
 // BenchmarkGateway runs the verified gateway and the bare baseline with the same load
 // (EXACTO_BENCH_GATEWAY_REQUESTS each, default 5000, from 64 senders) on one server,
 // twice: with sync always (Exacto's default: fsync before every acknowledgement) and
-// with nats-server's default fsync (every 2 minutes), each on its own server.
+// with nats-server's default fsync (every 2 minutes), each on its own server. Both
+// gateways publish one event at a time, as the bare handler does (group commit off:
+// BenchmarkGroupCommit measures it).
 func BenchmarkGateway(b *testing.B) {
 	n := envInt("EXACTO_BENCH_GATEWAY_REQUESTS", 5000)
 	for _, mode := range []struct{ name, sync, label string }{
@@ -160,7 +168,7 @@ func BenchmarkGateway(b *testing.B) {
 	} {
 		conn := startBroker(b, mode.sync)
 		ctx, cancel := context.WithCancel(context.Background())
-		gwSrv := httptest.NewServer(gateway(ctx, b, conn))
+		gwSrv := httptest.NewServer(gateway(ctx, b, conn, perMessage))
 		bareSrv := httptest.NewServer(bare(conn.JS))
 		gwURL := gwSrv.URL + "/hooks/meta/tok-bench-0123456789"
 		gwReqs := requests(b, n, gwURL)
@@ -179,5 +187,79 @@ func BenchmarkGateway(b *testing.B) {
 		latencyRow("gateway", "p99, "+mode.label, g.p99, base.p99, note)
 		b.ReportMetric(g.rate(), mode.name+"_gateway_req/s")
 		b.ReportMetric(base.rate(), mode.name+"_bare_req/s")
+	}
+}
+
+// perMessage turns the gateway's group commit off: one publish and fsync per event.
+const perMessage = "gateway: {group_commit: {max_events: 1}}\n"
+
+// BenchmarkGroupCommit (issue 8) runs the verified gateway three ways in one run, each
+// on its own server, same load (EXACTO_BENCH_COMMIT_REQUESTS, default 4000, from 64
+// senders), EXACTO_BENCH_COMMIT_ROUNDS rounds (default 3) interleaved, median kept:
+// group commit with sync always (the default), one publish and fsync per event with sync
+// always, and one publish per event with nats-server's lazy default fsync.
+func BenchmarkGroupCommit(b *testing.B) {
+	n := envInt("EXACTO_BENCH_COMMIT_REQUESTS", 4000)
+	rounds := envInt("EXACTO_BENCH_COMMIT_ROUNDS", 3)
+	modes := []struct {
+		name, sync, config string
+		cluster            bool
+	}{
+		{"group commit, sync always", "always", "", false},
+		{"per-message, sync always", "always", perMessage, false},
+		{"per-message, lazy fsync (2m)", defaultSync, perMessage, false},
+		// Three nodes on this one machine (one disk, two cores), R3, sync always: the
+		// Raft log's own group commit (nats-server's sync-on-flush for replicated
+		// streams); the gateway publishes one event at a time, as it does by default there.
+		{"per-message, 3-node cluster R3, sync always", "always", perMessage, true},
+	}
+	type target struct {
+		url  string
+		reqs []request
+	}
+	targets := make([]target, len(modes))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i, m := range modes {
+		var conn *broker.Conn
+		if m.cluster {
+			c := brokertest.StartCluster(b, 3)
+			c.Ensure(b, stream.Options{Replicas: 3, DuplicateWindow: 2 * time.Minute, DedupTTL: 7 * 24 * time.Hour})
+			conn = c.Conn(b)
+		} else {
+			conn = startBroker(b, m.sync)
+		}
+		srv := httptest.NewServer(gateway(ctx, b, conn, m.config))
+		b.Cleanup(srv.Close)
+		url := srv.URL + "/hooks/meta/tok-bench-0123456789"
+		targets[i] = target{url, requests(b, n*rounds, url)}
+	}
+	results := make([][]result, len(modes))
+	for r := range rounds {
+		for i, t := range targets {
+			res := load(t.url, t.reqs[r*n:(r+1)*n])
+			if res.failed > 0 {
+				b.Fatalf("%s: %d of %d webhooks not answered 200", modes[i].name, res.failed, n)
+			}
+			results[i] = append(results[i], res)
+		}
+	}
+	median := make([]result, len(modes))
+	for i, rs := range results {
+		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.rate(), b.rate()) })
+		median[i] = rs[len(rs)/2]
+	}
+	group, each, lazy, r3 := median[0], median[1], median[2], median[3]
+	note := fmt.Sprintf("%d senders, n=%d, median of %d rounds", senders, n, rounds)
+	rateRow("commit", "group commit webhooks/s vs per-message sync always", group.rate(), each.rate(), note+"; target >= 4")
+	rateRow("commit", "group commit webhooks/s vs per-message lazy fsync", group.rate(), lazy.rate(), note+"; target >= 0.8")
+	latencyRow("commit", "group commit p50 vs per-message sync always", group.p50, each.p50, note)
+	latencyRow("commit", "group commit p99 vs per-message sync always", group.p99, each.p99, note+"; target <= 1")
+	latencyRow("commit", "lazy fsync p50 / p99 (for reference)", lazy.p50, lazy.p99, "figure p50, baseline p99")
+	rateRow("commit", "3-node R3 sync always webhooks/s vs per-message sync always", r3.rate(), each.rate(), note+"; three nodes share this machine's disk and cores")
+	rateRow("commit", "3-node R3 sync always webhooks/s vs per-message lazy fsync", r3.rate(), lazy.rate(), note)
+	latencyRow("commit", "3-node R3 p99 vs per-message sync always", r3.p99, each.p99, note)
+	for i, m := range modes {
+		b.ReportMetric(median[i].rate(), strings.ReplaceAll(strings.ReplaceAll(m.name, " ", "_"), ",", "")+"_req/s")
 	}
 }

@@ -46,6 +46,7 @@ func Run(ctx context.Context, cfg *config.Config, js jetstream.JetStream, log *s
 		err = srv.Shutdown(shutCtx)
 		cancel()
 	}
+	gw.Close() // no request is in flight any more
 	stopIdx()
 	<-idxDone
 	if errors.Is(err, http.ErrServerClosed) {

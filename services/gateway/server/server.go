@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -56,6 +57,9 @@ type Server struct {
 	log            *slog.Logger
 	now            func() time.Time
 	metrics        *metrics
+	// commits coalesces concurrent events into atomic batches (nil: group commit off,
+	// every event its own publish and fsync).
+	commits *committer
 }
 
 // Options are what New needs.
@@ -93,6 +97,9 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if s.metrics, err = newMetrics(o.Config.WorkflowVersion); err != nil {
 		return nil, err
 	}
+	if gc := o.Config.Gateway.GroupCommit; gc.MaxEvents > 1 {
+		s.commits = newCommitter(o.JS, gc.MaxEvents, gc.MaxWait, s.publishTimeout, s.metrics.batch)
+	}
 	for _, t := range o.Config.Tenants {
 		for i := range t.Endpoints {
 			ec := &t.Endpoints[i]
@@ -118,6 +125,13 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// Close stops the group committer; call it once no request is in flight.
+func (s *Server) Close() {
+	if s.commits != nil {
+		s.commits.close()
+	}
 }
 
 // Handler routes the webhook URLs; everything else is 404.
@@ -263,8 +277,8 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 func (s *Server) store(ctx context.Context, envs []envelope.Envelope) (answer, error) {
 	ans := answer{IDs: make([]string, 0, len(envs))}
 	type pending struct {
-		id  string
-		ack jetstream.PubAckFuture
+		id   string
+		wait func() (duplicate bool, err error)
 	}
 	var waits []pending
 	var dups []string
@@ -287,24 +301,21 @@ func (s *Server) store(ctx context.Context, envs []envelope.Envelope) (answer, e
 		if err != nil {
 			return ans, err
 		}
-		ack, err := s.js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream.Events))
+		wait, err := s.publish(ctx, msg)
 		if err != nil {
 			return ans, fmt.Errorf("publish %s: %w", env.ID, err)
 		}
-		waits = append(waits, pending{env.ID, ack})
+		waits = append(waits, pending{env.ID, wait})
 	}
 	for _, p := range waits {
-		select {
-		case pa := <-p.ack.Ok():
-			if pa.Duplicate {
-				dups = append(dups, p.id)
-			} else {
-				ans.Stored++
-			}
-		case err := <-p.ack.Err():
+		dup, err := p.wait()
+		if err != nil {
 			return ans, fmt.Errorf("publish %s: %w", p.id, err)
-		case <-ctx.Done():
-			return ans, fmt.Errorf("publish %s: %w", p.id, ctx.Err())
+		}
+		if dup {
+			dups = append(dups, p.id)
+		} else {
+			ans.Stored++
 		}
 	}
 	ans.Duplicates = len(dups)
@@ -314,6 +325,28 @@ func (s *Server) store(ctx context.Context, envs []envelope.Envelope) (answer, e
 		}
 	}
 	return ans, nil
+}
+
+// publish sends msg to EXACTO_EVENTS, through the group committer when it is on; the
+// returned func waits until msg is stored (or found a duplicate).
+func (s *Server) publish(ctx context.Context, msg *nats.Msg) (wait func() (duplicate bool, err error), err error) {
+	if s.commits != nil {
+		return s.commits.publish(ctx, msg), nil
+	}
+	ack, err := s.js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream.Events))
+	if err != nil {
+		return nil, err
+	}
+	return func() (bool, error) {
+		select {
+		case pa := <-ack.Ok():
+			return pa.Duplicate, nil
+		case err := <-ack.Err():
+			return false, err
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}, nil
 }
 
 // countArrival adds one to the duplicate deliveries of id (compare-and-set, so

@@ -1,0 +1,234 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"exacto.dev/pkg/stream"
+)
+
+// Group commit. With sync always, nats-server fsyncs once per stored message, so a
+// gateway that publishes one event at a time pays one fsync per webhook. The committer
+// coalesces the events of concurrent requests into one atomic batch (Nats-Batch-Id,
+// Nats-Batch-Sequence, Nats-Batch-Commit): the server stages the batch, stores its
+// messages without syncing each, fsyncs the stream once and only then answers the
+// commit — so one fsync covers the batch, and every request is still answered only
+// after its own events are on disk. Each event keeps its subject and its Nats-Msg-Id.
+// A batch is at most maxEvents events and waits at most maxWait after its first event;
+// one batch is in flight at a time (the server commits a stream's batches one by one,
+// so more in flight only makes each smaller).
+//
+// A batch that holds an event already stored (within the stream's duplicate window) is
+// refused whole by the server; so is any other batch failure. Its events are then
+// published one by one, which tells each one apart: stored, or a duplicate.
+type committer struct {
+	js        jetstream.JetStream
+	maxEvents int
+	maxWait   time.Duration
+	timeout   time.Duration
+	in        chan *commitReq
+	stop      context.CancelFunc
+	done      chan struct{}
+	batches   func(n int) // observes each batch's size (metrics)
+}
+
+type commitReq struct {
+	msg  *nats.Msg
+	done chan commitRes
+}
+
+type commitRes struct {
+	duplicate bool
+	err       error
+}
+
+// The batch headers of nats-server's atomic publish (ADR-50).
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+)
+
+func newCommitter(js jetstream.JetStream, maxEvents int, maxWait, timeout time.Duration, batches func(int)) *committer {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &committer{js: js, maxEvents: maxEvents, maxWait: maxWait, timeout: timeout,
+		in: make(chan *commitReq, 4*maxEvents), stop: cancel, done: make(chan struct{}), batches: batches}
+	go c.run(ctx)
+	return c
+}
+
+// publish queues msg for the next batch; the returned func waits for its result.
+func (c *committer) publish(ctx context.Context, msg *nats.Msg) (wait func() (duplicate bool, err error)) {
+	req := &commitReq{msg: msg, done: make(chan commitRes, 1)}
+	select {
+	case c.in <- req:
+	case <-ctx.Done():
+		return func() (bool, error) { return false, ctx.Err() }
+	case <-c.done:
+		return func() (bool, error) { return false, errors.New("gateway shutting down") }
+	}
+	return func() (bool, error) {
+		select {
+		case r := <-req.done:
+			return r.duplicate, r.err
+		case <-ctx.Done():
+			// Perhaps stored after all: the provider's retry is then a duplicate.
+			return false, ctx.Err()
+		}
+	}
+}
+
+// close stops the committer once no request is waiting for it.
+func (c *committer) close() {
+	c.stop()
+	<-c.done
+}
+
+func (c *committer) run(ctx context.Context) {
+	defer close(c.done)
+	for {
+		var batch []*commitReq
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-c.in:
+			batch = append(batch, r)
+		}
+		deadline := time.NewTimer(c.maxWait)
+	collect:
+		for len(batch) < c.maxEvents {
+			select {
+			case r := <-c.in:
+				batch = append(batch, r)
+			case <-deadline.C:
+				break collect
+			}
+		}
+		deadline.Stop()
+		c.commit(batch)
+	}
+}
+
+// commit stores batch and answers each of its requests.
+func (c *committer) commit(batch []*commitReq) {
+	if c.batches != nil {
+		c.batches(len(batch))
+	}
+	// Two requests carrying the same event (a provider's concurrent retry): the
+	// first is published, the others are its duplicates.
+	var lead []*commitReq
+	follow := map[*commitReq][]*commitReq{}
+	byID := map[string]*commitReq{}
+	for _, r := range batch {
+		id := r.msg.Header.Get(jetstream.MsgIDHeader)
+		if first, ok := byID[id]; ok && id != "" {
+			follow[first] = append(follow[first], r)
+			continue
+		}
+		byID[id] = r
+		lead = append(lead, r)
+	}
+	results := c.store(lead)
+	for i, r := range lead {
+		r.done <- results[i]
+		for _, f := range follow[r] {
+			f.done <- commitRes{duplicate: results[i].err == nil, err: results[i].err}
+		}
+	}
+}
+
+// store publishes reqs as one atomic batch, or one by one when the batch is refused.
+func (c *committer) store(reqs []*commitReq) []commitRes {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if len(reqs) > 1 {
+		if err := c.atomic(ctx, reqs); err == nil {
+			return make([]commitRes, len(reqs)) // all stored, none a duplicate
+		}
+	}
+	return c.each(ctx, reqs)
+}
+
+// atomic publishes reqs as one atomic batch and waits for its commit's PubAck, which
+// the server sends after the batch is fsynced.
+func (c *committer) atomic(ctx context.Context, reqs []*commitReq) error {
+	nc := c.js.Conn()
+	id := nuid.Next()
+	for i, r := range reqs {
+		m := &nats.Msg{Subject: r.msg.Subject, Data: r.msg.Data, Header: nats.Header{}}
+		for k, v := range r.msg.Header {
+			m.Header[k] = v
+		}
+		m.Header.Set(jetstream.ExpectedStreamHeader, stream.Events)
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		if i < len(reqs)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return err
+			}
+			continue
+		}
+		m.Header.Set(hdrBatchCommit, "1")
+		resp, err := nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return err
+		}
+		var ack struct {
+			Stream string `json:"stream"`
+			Count  int    `json:"count"`
+			Error  *struct {
+				Code        int    `json:"err_code"`
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+			return fmt.Errorf("batch commit answer: %w", err)
+		}
+		if ack.Error != nil {
+			return fmt.Errorf("batch refused (%d): %s", ack.Error.Code, ack.Error.Description)
+		}
+		if ack.Stream != stream.Events || ack.Count != len(reqs) {
+			return fmt.Errorf("batch commit stored %d of %d events in %q", ack.Count, len(reqs), ack.Stream)
+		}
+	}
+	return nil
+}
+
+// each publishes reqs one by one (in flight together) and waits for every PubAck.
+func (c *committer) each(ctx context.Context, reqs []*commitReq) []commitRes {
+	out := make([]commitRes, len(reqs))
+	acks := make([]jetstream.PubAckFuture, len(reqs))
+	for i, r := range reqs {
+		var err error
+		if acks[i], err = c.js.PublishMsgAsync(r.msg, jetstream.WithExpectStream(stream.Events)); err != nil {
+			out[i].err = err
+		}
+	}
+	var wg sync.WaitGroup
+	for i, a := range acks {
+		if a == nil {
+			continue
+		}
+		wg.Go(func() {
+			select {
+			case pa := <-a.Ok():
+				out[i].duplicate = pa.Duplicate
+			case err := <-a.Err():
+				out[i].err = err
+			case <-ctx.Done():
+				out[i].err = ctx.Err()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
