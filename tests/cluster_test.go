@@ -28,7 +28,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	c := brokertest.StartCluster(t, 3)
 	c.Ensure(t, stream.Options{Replicas: 3, DuplicateWindow: 2 * time.Minute, DedupTTL: 7 * 24 * time.Hour})
 	conn := c.Conn(t)
-	url := startGateway(t, conn.JS, gatewayTimeout)
+	url := startGateway(t, conn.JS, gatewayTimeout, 3)
 
 	l := newLoad(url)
 	stop := l.run(t, 16, 6*time.Second, 3000, 400)
@@ -79,7 +79,7 @@ func TestEmbeddedRestartUnderLoad(t *testing.T) {
 	if err := stream.Ensure(ctx, conn.JS, brokertest.Topology); err != nil {
 		t.Fatal(err)
 	}
-	url := startGateway(t, conn.JS, gatewayTimeout)
+	url := startGateway(t, conn.JS, gatewayTimeout, 1)
 
 	l := newLoad(url)
 	stop := l.run(t, 16, 4*time.Second, 3000, 400)
@@ -101,9 +101,11 @@ func TestEmbeddedRestartUnderLoad(t *testing.T) {
 var gatewayTimeout = 10 * time.Second
 
 // startGateway serves the real gateway (and its indexer) for one Stripe endpoint on js.
-func startGateway(t *testing.T, js jetstream.JetStream, publishTimeout time.Duration) string {
+func startGateway(t *testing.T, js jetstream.JetStream, publishTimeout time.Duration, replicas int) string {
 	t.Helper()
-	yaml := stripeConfig + fmt.Sprintf("gateway:\n  publish_timeout: %s\n", publishTimeout)
+	// The deployment's replicas decide the gateway's group commit (off by default on a
+	// replicated stream, whose Raft log commits in groups).
+	yaml := stripeConfig + fmt.Sprintf("gateway:\n  publish_timeout: %s\nnats:\n  replicas: %d\n", publishTimeout, replicas)
 	cfg, err := config.Parse([]byte(yaml), "test", func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +124,7 @@ func startGateway(t *testing.T, js jetstream.JetStream, publishTimeout time.Dura
 	idxDone := make(chan struct{})
 	go func() { defer close(idxDone); idx.Run(idxCtx) }()
 	srv := httptest.NewServer(gw.Handler())
-	t.Cleanup(func() { srv.Close(); stopIdx(); <-idxDone })
+	t.Cleanup(func() { srv.Close(); gw.Close(); stopIdx(); <-idxDone })
 	return srv.URL + "/hooks/pay/tok-0123456789abcdef"
 }
 

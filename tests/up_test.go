@@ -174,95 +174,16 @@ func TestKill9LosesNoAcknowledgedEvent(t *testing.T) {
 	n.start()
 	url := "http://" + n.http + "/hooks/pay/tok-0123456789abcdef"
 	const total = 400
-	var next atomic.Int64
-	var mu sync.Mutex
-	acked := map[int]bool{}
-	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 10 * time.Second}
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1))
-				if i > total {
-					return
-				}
-				resp, err := client.Do(stripeDelivery(t, url, i, time.Now()))
-				if err != nil {
-					continue // the process died under us: not answered, not promised
-				}
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					mu.Lock()
-					acked[i] = true
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	// Kill once a good share has been acknowledged.
-	for {
-		mu.Lock()
-		k := len(acked)
-		mu.Unlock()
-		if k >= total/4 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	n.kill()
-	wg.Wait()
-	mu.Lock()
-	ackedCount := len(acked)
-	mu.Unlock()
-	if ackedCount == total {
+	acked := burstAndCut(t, url, total, total/4, n.kill)
+	if len(acked) == total {
 		t.Fatal("the kill came after the burst; nothing was tested")
 	}
-
 	n.start()
-	ids := storedIDs(t, n.js())
-	byEvt := map[string]int{}
-	for id, c := range ids {
-		if c != 1 {
-			t.Fatalf("envelope %s stored %d times", id, c)
-		}
-		byEvt[id] = c
+	lost := verifyAcknowledged(t, n, url, total, acked)
+	for _, i := range lost {
+		t.Errorf("event %d was answered 200 before the kill but is not in the stream after restart", i)
 	}
-	// Redeliver everything (the provider retries what it saw fail, and more).
-	missing := 0
-	for i := 1; i <= total; i++ {
-		resp, err := client.Do(stripeDelivery(t, url, i, time.Now()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ans struct {
-			Stored int      `json:"stored"`
-			IDs    []string `json:"ids"`
-		}
-		json.NewDecoder(resp.Body).Decode(&ans)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("redelivery %d: %d", i, resp.StatusCode)
-		}
-		if acked[i] && ans.Stored != 0 {
-			missing++
-			t.Errorf("event %d was answered 200 before the kill but was not in the stream after restart", i)
-		}
-		if acked[i] && byEvt[ans.IDs[0]] != 1 {
-			t.Errorf("event %d (acknowledged) not found after restart", i)
-		}
-	}
-	after := storedIDs(t, n.js())
-	if len(after) != total {
-		t.Fatalf("after redelivering all %d events the stream holds %d distinct events", total, len(after))
-	}
-	for id, c := range after {
-		if c != 1 {
-			t.Fatalf("envelope %s stored %d times after redelivery", id, c)
-		}
-	}
-	t.Logf("acknowledged before kill -9: %d of %d; lost: %d", ackedCount, total, missing)
+	t.Logf("acknowledged before kill -9: %d of %d; lost: %d", len(acked), total, len(lost))
 }
 
 // natsCLI is the stock nats CLI that `make test` installs into bin/.

@@ -14,6 +14,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -104,6 +105,13 @@ type Options struct {
 	SLO func(env envelope.Envelope) (class string, target time.Duration)
 }
 
+// prefetch is how many events each worker's pull asks for at a time. watermill-nats
+// hands a subscription's events over one at a time and holds the next until the one
+// before is acknowledged, so a larger prefetch saves only a pull request's round trip,
+// while every event buffered in the client when the process stops waits out the ack
+// wait (only the one handed over can be given back).
+const prefetch = 1
+
 // Run consumes until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	js, err := jetstream.New(o.NC)
@@ -135,16 +143,18 @@ func Run(ctx context.Context, o Options) error {
 	}
 	name := o.Sub.Name()
 	r := &runner{o: o, name: name, js: js, guard: guard.New(guards, name, o.Sub.AckWait),
-		locks: contactLocks{kv: locks, scope: name, lease: o.Sub.AckWait}}
+		locks:   contactLocks{kv: locks, scope: name, lease: o.Sub.AckWait},
+		stopped: func() bool { return ctx.Err() != nil },
+		backoff: retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
 		Conn:                o.NC,
 		Logger:              watermill.NopLogger{},
 		AckWaitTimeout:      o.Sub.AckWait,
 		ResourceInitializer: r.bind,
-		NakDelay:            backoff{retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}},
-		Unmarshaler:         withMetadata{delivered: &r.delivered},
+		NakDelay:            backoff{r.backoff},
+		Unmarshaler:         withMetadata{delivered: &r.delivered, stopping: &r.stopping},
 		// Short pull requests: after a pause is lifted, delivery restarts within one.
-		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullExpiry(2 * time.Second)},
+		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullExpiry(2 * time.Second), jetstream.PullMaxMessages(prefetch)},
 	})
 	if err != nil {
 		return err
@@ -191,7 +201,22 @@ func Run(ctx context.Context, o Options) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
-	return sub.Close()
+	// Events this process fetched but no worker took go back to the server now, so that
+	// another replica (or this one restarted) gets them at once, not after the ack wait:
+	// those waiting for a worker here, and those the client still buffers, which the
+	// subscriber's drain passes through Unmarshal (stopping) before it closes the
+	// connection — so wait for that.
+	r.stopping.Store(true)
+	r.delivered.Range(func(k, v any) bool {
+		v.(jetstream.Msg).Nak()
+		r.delivered.Delete(k)
+		return true
+	})
+	err = sub.Close()
+	for deadline := time.Now().Add(5 * time.Second); !o.NC.IsClosed() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
 }
 
 type runner struct {
@@ -204,6 +229,10 @@ type runner struct {
 	// acks it itself and knows the ack reached the server (watermill's own ack is
 	// dropped when the subscriber closes).
 	delivered sync.Map
+	// stopping: no worker takes events any more; Unmarshal hands each one back.
+	stopping atomic.Bool
+	stopped  func() bool // the process is stopping (Run's context ended)
+	backoff  retry.Backoff
 }
 
 // bind creates or updates the service's durable consumer from the topology.
@@ -222,6 +251,7 @@ func (b backoff) WaitTime(delivered uint64) time.Duration { return b.b.Delay(int
 type withMetadata struct {
 	wmjs.DefaultUnmarshaler
 	delivered *sync.Map
+	stopping  *atomic.Bool
 }
 
 const (
@@ -237,6 +267,10 @@ func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
 	if md, err := msg.Metadata(); err == nil {
 		m.Metadata.Set(mdDelivered, strconv.FormatUint(md.NumDelivered, 10))
 		m.Metadata.Set(mdSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+	}
+	if u.stopping.Load() {
+		msg.Nak() // nobody will take it: the subscriber drops it after this
+		return m, nil
 	}
 	u.delivered.Store(m, msg)
 	return m, nil
@@ -277,20 +311,30 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			return
 		}
 	}
+	if ctx.Err() != nil { // stopping: the event goes back untouched
+		r.nack(m)
+		return
+	}
+	// From here the attempt runs to its end on its own context: a lease taken on the
+	// shutdown context could be stored by the server while its caller sees "canceled",
+	// and then never be released.
+	stopping := ctx.Done()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Sub.AckWait)
+	defer cancel()
 	if contact := env.ContactKey(); contact != "" {
 		release, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
 		if err != nil || !ok {
-			r.nack(m) // the contact is busy in another attempt (or the bucket is away, or we are stopping)
+			r.nack(m) // the contact is busy in another attempt (or the bucket is away)
 			return
 		}
 		defer release()
 	}
-	if ctx.Err() != nil {
+	select {
+	case <-stopping: // stopped while taking the lease: nothing done yet
 		r.nack(m)
 		return
+	default:
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Sub.AckWait)
-	defer cancel()
 	a, err := r.guard.Begin(ctx, env.ID)
 	if err != nil {
 		r.o.Log.Warn("guard unavailable", "consumer", r.name, "id", env.ID, "err", err)
@@ -363,10 +407,23 @@ func (r *runner) ack(ctx context.Context, m *message.Message) {
 	m.Ack() // releases watermill's hold on the message (its own ack finds it acked)
 }
 
-// nack hands m back for redelivery after the backoff (watermill sends the delayed nak).
+// nack hands m back for redelivery after the backoff, or at once when the process is
+// stopping (nobody here will take it; another replica may). The nak is sent here, not
+// by watermill, which drops it when the subscriber closes first.
 func (r *runner) nack(m *message.Message) {
-	r.delivered.Delete(m)
-	m.Nack()
+	if jm, ok := r.delivered.LoadAndDelete(m); ok {
+		var err error
+		if r.stopping.Load() || r.stopped() {
+			err = jm.(jetstream.Msg).Nak()
+		} else {
+			delivered, _ := strconv.Atoi(m.Metadata.Get(mdDelivered))
+			err = jm.(jetstream.Msg).NakWithDelay(r.backoff.Delay(delivered))
+		}
+		if err != nil {
+			r.o.Log.Warn("nak not sent", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
+		}
+	}
+	m.Nack() // releases watermill's hold on the message (its own nak finds it answered)
 }
 
 // DeadLetter is what EXACTO_DLQ holds per dead event and consumer.

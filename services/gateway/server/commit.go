@@ -39,6 +39,9 @@ type committer struct {
 	stop      context.CancelFunc
 	done      chan struct{}
 	batches   func(n int) // observes each batch's size (metrics)
+	// lost hears the connection drop: a commit in flight then stops waiting for an
+	// answer that may never come (its server is gone) and its events go one by one.
+	lost chan nats.Status
 }
 
 type commitReq struct {
@@ -61,7 +64,8 @@ const (
 func newCommitter(js jetstream.JetStream, maxEvents int, maxWait, timeout time.Duration, batches func(int)) *committer {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &committer{js: js, maxEvents: maxEvents, maxWait: maxWait, timeout: timeout,
-		in: make(chan *commitReq, 4*maxEvents), stop: cancel, done: make(chan struct{}), batches: batches}
+		in: make(chan *commitReq, 4*maxEvents), stop: cancel, done: make(chan struct{}), batches: batches,
+		lost: js.Conn().StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)}
 	go c.run(ctx)
 	return c
 }
@@ -91,6 +95,7 @@ func (c *committer) publish(ctx context.Context, msg *nats.Msg) (wait func() (du
 func (c *committer) close() {
 	c.stop()
 	<-c.done
+	c.js.Conn().RemoveStatusListener(c.lost)
 }
 
 func (c *committer) run(ctx context.Context) {
@@ -146,15 +151,27 @@ func (c *committer) commit(batch []*commitReq) {
 	}
 }
 
-// store publishes reqs as one atomic batch, or one by one when the batch is refused.
+// commitWait bounds the wait for a batch's commit answer: far above a healthy commit
+// (milliseconds), and short enough that a commit lost with its stream leader does not
+// hold every webhook of the gateway for the whole publish timeout (one batch is in
+// flight at a time).
+const commitWait = 2 * time.Second
+
+// store publishes reqs as one atomic batch, or one by one when the batch is refused or
+// its answer does not come.
 func (c *committer) store(reqs []*commitReq) []commitRes {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	if len(reqs) > 1 {
-		if err := c.atomic(ctx, reqs); err == nil {
+	if len(reqs) > 1 && c.js.Conn().IsConnected() {
+		bctx, bcancel := context.WithTimeout(ctx, min(commitWait, c.timeout))
+		err := c.atomic(bctx, reqs)
+		bcancel()
+		if err == nil {
 			return make([]commitRes, len(reqs)) // all stored, none a duplicate
 		}
 	}
+	// One by one, as without group commit: a batch the server committed though its
+	// answer was lost makes each of its events a duplicate here, which is still right.
 	return c.each(ctx, reqs)
 }
 
@@ -178,9 +195,26 @@ func (c *committer) atomic(ctx context.Context, reqs []*commitReq) error {
 			continue
 		}
 		m.Header.Set(hdrBatchCommit, "1")
-		resp, err := nc.RequestMsgWithContext(ctx, m)
-		if err != nil {
+		for len(c.lost) > 0 { // what happened before this batch says nothing of it
+			<-c.lost
+		}
+		answered := make(chan *nats.Msg, 1)
+		failed := make(chan error, 1)
+		go func() {
+			resp, err := nc.RequestMsgWithContext(ctx, m)
+			if err != nil {
+				failed <- err
+				return
+			}
+			answered <- resp
+		}()
+		var resp *nats.Msg
+		select {
+		case resp = <-answered:
+		case err := <-failed:
 			return err
+		case st := <-c.lost:
+			return fmt.Errorf("connection %v during the batch commit", st)
 		}
 		var ack struct {
 			Stream string `json:"stream"`

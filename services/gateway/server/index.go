@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -40,8 +41,13 @@ func NewIndexer(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (
 
 // Run indexes until ctx ends.
 func (x *Indexer) Run(ctx context.Context) error {
+	// Each write finishes on its own context: one cut short by the stop would only be
+	// written again, after a warning.
+	writes := context.WithoutCancel(ctx)
 	cc, err := x.cons.Consume(func(msg jetstream.Msg) {
-		if err := x.handle(ctx, msg); err != nil {
+		wctx, cancel := context.WithTimeout(writes, 10*time.Second)
+		defer cancel()
+		if err := x.handle(wctx, msg); err != nil {
 			x.log.Warn("index write", "err", err)
 			msg.Nak()
 			return
