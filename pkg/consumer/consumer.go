@@ -169,9 +169,8 @@ func Run(ctx context.Context, o Options) error {
 	// context: watermill-nats closes a subscription's output channel when its context
 	// ends while NATS may still hand it a message, and that message's send then panics
 	// (send on closed channel) half the time. When ctx ends the workers take no new
-	// event, finish the ones they hold (each acked before its worker returns), and only
-	// then is the subscriber closed; an event delivered but not yet taken is dropped
-	// there and redelivered after the ack wait, its guard untouched.
+	// event, finish the ones they hold (each acked before its worker returns), hand back
+	// the ones they did not take, and only then is the subscriber closed.
 	subCtx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for range o.Workers {
@@ -276,16 +275,16 @@ func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
 	return m, nil
 }
 
-// handle makes one attempt at one delivery. ctx ends at shutdown: until the guard is
-// taken an ended ctx puts the event back untouched; from the guard on, the attempt runs
-// to its end on a context of its own (bounded by the ack wait), so a shutdown never
-// leaves an effect made and its guard or ack unrecorded.
+// handle makes one attempt at one delivery. ctx ends at shutdown: until the contact's
+// lease is taken an ended ctx puts the event back untouched; from the lease on, the
+// attempt runs to its end on a context of its own (bounded by the ack wait), so a
+// shutdown never leaves an effect made and its guard or ack unrecorded.
 func (r *runner) handle(ctx context.Context, m *message.Message) {
 	delivered, _ := strconv.Atoi(m.Metadata.Get(mdDelivered))
 	var env envelope.Envelope
 	if err := json.Unmarshal(m.Payload, &env); err != nil || env.ID == "" {
 		// Not an envelope: nothing to guard, nothing to retry.
-		r.o.Log.Error("undecodable event", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
+		r.o.Log.ErrorContext(ctx, "undecodable event", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
 		if derr := r.deadLetter(ctx, env, m.Payload, fmt.Errorf("not an envelope: %v", err), retry.Permanent, guard.Record{Attempts: delivered}); derr != nil {
 			r.nack(m) // not in the DLQ yet: keep it in the stream
 			return
@@ -337,7 +336,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	a, err := r.guard.Begin(ctx, env.ID)
 	if err != nil {
-		r.o.Log.Warn("guard unavailable", "consumer", r.name, "id", env.ID, "err", err)
+		r.o.Log.WarnContext(ctx, "guard unavailable", "consumer", r.name, "id", env.ID, "err", err)
 		r.nack(m)
 		return
 	}
@@ -357,7 +356,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
 		if err := r.guard.Complete(ctx, &a); err != nil {
-			r.o.Log.Warn("guard complete", "consumer", r.name, "id", env.ID, "err", err)
+			r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
 		r.ack(ctx, m)
@@ -371,15 +370,15 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		// The dead letter is stored before the guard says so: if it cannot be, the
 		// event stays retryable and in the stream, never marked dead and lost.
 		if err := r.deadLetter(ctx, env, m.Payload, herr, class, a.Record); err != nil {
-			r.o.Log.Warn("dead letter not stored; redelivering", "consumer", r.name, "id", env.ID, "err", err)
+			r.o.Log.WarnContext(ctx, "dead letter not stored; redelivering", "consumer", r.name, "id", env.ID, "err", err)
 			if err := r.guard.Fail(ctx, &a, herr, true, time.Now()); err != nil {
-				r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
+				r.o.Log.WarnContext(ctx, "guard fail", "consumer", r.name, "id", env.ID, "err", err)
 			}
 			r.nack(m)
 			return
 		}
 		if err := r.guard.Fail(ctx, &a, herr, false, time.Time{}); err != nil {
-			r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
+			r.o.Log.WarnContext(ctx, "guard fail", "consumer", r.name, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
 		r.ack(ctx, m)
@@ -388,7 +387,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	next := time.Now().Add(r.o.Sub.BackoffBase << max(0, a.Record.Attempts-1))
 	if err := r.guard.Fail(ctx, &a, herr, true, next); err != nil {
-		r.o.Log.Warn("guard fail", "consumer", r.name, "id", env.ID, "err", err)
+		r.o.Log.WarnContext(ctx, "guard fail", "consumer", r.name, "id", env.ID, "err", err)
 	}
 	r.outcome(ctx, env, a.Record)
 	r.nack(m)
@@ -401,7 +400,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 func (r *runner) ack(ctx context.Context, m *message.Message) {
 	if jm, ok := r.delivered.LoadAndDelete(m); ok {
 		if err := jm.(jetstream.Msg).DoubleAck(ctx); err != nil {
-			r.o.Log.Warn("ack not confirmed", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
+			r.o.Log.WarnContext(ctx, "ack not confirmed", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
 		}
 	}
 	m.Ack() // releases watermill's hold on the message (its own ack finds it acked)

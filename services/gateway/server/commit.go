@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -240,29 +239,33 @@ func (c *committer) atomic(ctx context.Context, reqs []*commitReq) error {
 // each publishes reqs one by one (in flight together) and waits for every PubAck.
 func (c *committer) each(ctx context.Context, reqs []*commitReq) []commitRes {
 	out := make([]commitRes, len(reqs))
-	acks := make([]jetstream.PubAckFuture, len(reqs))
+	waits := make([]func() (bool, error), len(reqs))
 	for i, r := range reqs {
-		var err error
-		if acks[i], err = c.js.PublishMsgAsync(r.msg, jetstream.WithExpectStream(stream.Events)); err != nil {
-			out[i].err = err
+		waits[i], out[i].err = publishOne(ctx, c.js, r.msg)
+	}
+	for i, wait := range waits {
+		if wait != nil {
+			out[i].duplicate, out[i].err = wait()
 		}
 	}
-	var wg sync.WaitGroup
-	for i, a := range acks {
-		if a == nil {
-			continue
-		}
-		wg.Go(func() {
-			select {
-			case pa := <-a.Ok():
-				out[i].duplicate = pa.Duplicate
-			case err := <-a.Err():
-				out[i].err = err
-			case <-ctx.Done():
-				out[i].err = ctx.Err()
-			}
-		})
-	}
-	wg.Wait()
 	return out
+}
+
+// publishOne publishes msg to EXACTO_EVENTS on its own; the returned func waits for its
+// PubAck: stored, or a duplicate of a stored event.
+func publishOne(ctx context.Context, js jetstream.JetStream, msg *nats.Msg) (wait func() (duplicate bool, err error), err error) {
+	ack, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream.Events))
+	if err != nil {
+		return nil, err
+	}
+	return func() (bool, error) {
+		select {
+		case pa := <-ack.Ok():
+			return pa.Duplicate, nil
+		case err := <-ack.Err():
+			return false, err
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}, nil
 }

@@ -333,20 +333,7 @@ func (s *Server) publish(ctx context.Context, msg *nats.Msg) (wait func() (dupli
 	if s.commits != nil {
 		return s.commits.publish(ctx, msg), nil
 	}
-	ack, err := s.js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream.Events))
-	if err != nil {
-		return nil, err
-	}
-	return func() (bool, error) {
-		select {
-		case pa := <-ack.Ok():
-			return pa.Duplicate, nil
-		case err := <-ack.Err():
-			return false, err
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	}, nil
+	return publishOne(ctx, s.js, msg)
 }
 
 // countArrival adds one to the duplicate deliveries of id (compare-and-set, so
