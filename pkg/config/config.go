@@ -21,6 +21,7 @@ import (
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/registry"
+	"exacto.dev/pkg/stream"
 )
 
 // Config is the whole configuration of one Exacto deployment.
@@ -41,6 +42,9 @@ type Config struct {
 	Tenants     []Tenant `yaml:"tenants"`
 	// SLOs are the service-level objectives by class of event (default DefaultSLOs).
 	SLOs []SLOClass `yaml:"slos"`
+	// Consumers tunes the consumer services, by name (classifier, stopper, crmwriter,
+	// suppressor, projector).
+	Consumers map[string]ConsumerTuning `yaml:"consumers"`
 	// WorkflowVersion names the version of the rules and handlers this deployment runs
 	// (routing, classifier, …): every event metric carries it, so a rollout shows beside
 	// the version before it. Default "v1".
@@ -69,6 +73,17 @@ type NATS struct {
 	// Replicas of every stream and bucket: 1 on one node, 3 in a cluster.
 	Replicas int `yaml:"replicas"`
 }
+
+// ConsumerTuning is one consumer service's settings in each process that runs it.
+type ConsumerTuning struct {
+	// Workers is how many of its events the service handles at once (default 8 for the
+	// stopper, whose stops are the most urgent effect, 4 for the projector, 2 for the
+	// rest). Two events of one contact never run at once, whatever the number.
+	Workers int `yaml:"workers"`
+}
+
+// MaxWorkers bounds ConsumerTuning.Workers.
+const MaxWorkers = 64
 
 // MaxBatch is nats-server's default limit of messages in one atomic batch.
 const MaxBatch = 1000
@@ -544,6 +559,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateSLOs()...)
+	for name, t := range c.Consumers {
+		if _, ok := stream.SubscriptionOf(name); !ok {
+			fail(0, "consumers.%s: no such consumer service (classifier, stopper, crmwriter, suppressor, projector)", name)
+		}
+		if t.Workers < 1 || t.Workers > MaxWorkers {
+			fail(0, "consumers.%s.workers %d: want 1 to %d", name, t.Workers, MaxWorkers)
+		}
+	}
 	if gc := c.Gateway.GroupCommit; gc.MaxEvents < 1 || gc.MaxEvents > MaxBatch {
 		fail(0, "gateway.group_commit.max_events %d: want 1 (off) to %d (nats-server's batch limit)", gc.MaxEvents, MaxBatch)
 	}

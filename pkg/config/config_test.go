@@ -345,3 +345,24 @@ func TestGroupCommit(t *testing.T) {
 		}
 	}
 }
+
+// Consumers: workers per service, bounded, only for services that exist.
+func TestConsumerTuning(t *testing.T) {
+	c, err := Parse([]byte("consumers: {stopper: {workers: 12}}\n"+good), "exacto.yaml", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Consumers["stopper"].Workers != 12 {
+		t.Fatalf("consumers: %+v", c.Consumers)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{"consumers: {stoper: {workers: 4}}", "consumers.stoper: no such consumer service"},
+		{"consumers: {reconciler: {workers: 4}}", "consumers.reconciler: no such consumer service"},
+		{"consumers: {stopper: {workers: 0}}", "consumers.stopper.workers 0: want 1 to 64"},
+		{"consumers: {crmwriter: {workers: 65}}", "consumers.crmwriter.workers 65: want 1 to 64"},
+	} {
+		if _, err := Parse([]byte(tc.doc+"\n"+good), "exacto.yaml", env(goodEnv)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v does not contain %q", tc.doc, err, tc.want)
+		}
+	}
+}

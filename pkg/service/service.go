@@ -208,6 +208,9 @@ func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Op
 	if o.Breakers == nil {
 		o.Breakers = e.Breakers
 	}
+	if w := e.Config.Consumers[name].Workers; w > 0 { // the operator's setting wins
+		o.Workers = w
+	}
 	if o.Workers == 0 {
 		o.Workers = 2
 	}

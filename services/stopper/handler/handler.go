@@ -451,5 +451,8 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: New(d, env.Platforms.For, dir, env.Log), Dependencies: Dependencies})
+	// 8 at once: a stop is the most urgent effect, each one a chain of round trips
+	// (lease, guard, read, write, read back, record, derive), and events of one contact
+	// still run one at a time.
+	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: New(d, env.Platforms.For, dir, env.Log), Dependencies: Dependencies, Workers: 8})
 }
