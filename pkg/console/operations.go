@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"exacto.dev/pkg/dlq"
+	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/service"
 )
 
@@ -20,7 +21,7 @@ func Operations(ctx context.Context, env *service.Env) error {
 	}
 	go q.Watch(ctx, 30*time.Second, env.Log)
 	h, err := New(Options{JS: env.Conn.JS, Config: env.Config, Metrics: env.Admin, Log: env.Log.With("part", "console"),
-		Breakers: BreakerStates(env.Breakers, "hubspot", "instantly", "smartlead")})
+		Breakers: BreakerStates(env.Breakers, platform.Dependencies...)})
 	switch {
 	case errors.Is(err, ErrNotConfigured):
 		env.Log.Info("console not served: set console.token or console.users")

@@ -97,7 +97,7 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 	if h.Auth != nil {
 		h.Auth(req)
 	}
-	telemetry.InjectHTTP(ctx, req.Header)
+	telemetry.Inject(ctx, req.Header)
 	client := h.Client
 	if client == nil {
 		client = http.DefaultClient

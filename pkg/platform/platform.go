@@ -14,6 +14,10 @@ import (
 	"exacto.dev/pkg/retry"
 )
 
+// Dependencies are the platforms Exacto calls, by the names their breakers, pacers and
+// errors carry.
+var Dependencies = []string{"hubspot", "instantly", "smartlead"}
+
 // Error is a failed call to a dependency. Transient errors may succeed on
 // retry (after RetryAfter, when the server said so); permanent ones will not.
 type Error struct {

@@ -22,6 +22,7 @@ import (
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/stream"
@@ -140,7 +141,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	})
 	// Every platform's breaker exists from the start, so its state is on /metrics
 	// before the first call.
-	for _, dep := range []string{"instantly", "smartlead", "hubspot"} {
+	for _, dep := range platform.Dependencies {
 		env.Breakers.State(dep)
 	}
 	if env.stopBreakers, err = consumer.ObserveBreakers(env.Breakers); err != nil {

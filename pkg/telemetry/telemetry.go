@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
@@ -147,14 +146,9 @@ func (p *Providers) Shutdown(ctx context.Context) error {
 // propagator carries W3C trace context (traceparent, tracestate) in message headers.
 var propagator = propagation.TraceContext{}
 
-// Inject writes ctx's trace context into NATS headers, so the trace of a webhook
-// continues in every consumer of its event.
-func Inject(ctx context.Context, h nats.Header) {
-	propagator.Inject(ctx, propagation.HeaderCarrier(h))
-}
-
-// InjectHTTP writes ctx's trace context into an outgoing request's headers.
-func InjectHTTP(ctx context.Context, h http.Header) {
+// Inject writes ctx's trace context into headers — a NATS message's, so the trace of a
+// webhook continues in every consumer of its event, or an outgoing HTTP request's.
+func Inject(ctx context.Context, h map[string][]string) {
 	propagator.Inject(ctx, propagation.HeaderCarrier(h))
 }
 

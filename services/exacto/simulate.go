@@ -23,6 +23,7 @@ import (
 
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/projection"
 	"exacto.dev/pkg/providers/instantly"
@@ -211,7 +212,7 @@ func parseScenario(data []byte) (*scenario, error) {
 		}
 	}
 	if o := f.Outage; o != nil {
-		if !slices.Contains([]string{"hubspot", "instantly", "smartlead"}, o.Dependency) {
+		if !slices.Contains(platform.Dependencies, o.Dependency) {
 			return nil, fmt.Errorf("faults.outage.dependency: want hubspot, instantly or smartlead, got %q", o.Dependency)
 		}
 		if o.For.Duration <= 0 {

@@ -8,8 +8,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -21,6 +24,23 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/stream"
 )
+
+// send posts body with header to url and reads the whole answer: its status and how
+// long it took, or the error of a request that got none.
+func send(client *http.Client, url string, body []byte, header http.Header) (status int, took time.Duration, err error) {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, time.Since(t0), nil
+}
 
 // row prints one line of the table. figure and baseline are already formatted; ratio
 // is figure/baseline (0: none).

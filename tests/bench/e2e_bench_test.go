@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -95,22 +94,15 @@ func openLoop(url string, bodies [][]byte, header http.Header, rate int) openLoa
 			r.late = max(r.late, -d)
 		}
 		wg.Go(func() {
-			req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-			for k, v := range header {
-				req.Header[k] = v
-			}
-			t0 := time.Now()
-			resp, err := client.Do(req)
+			status, took, err := send(client, url, body, header)
 			if err != nil {
 				failed.Add(1)
 				return
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
+			if status != 200 {
 				failed.Add(1)
 			}
-			lat[i] = time.Since(t0)
+			lat[i] = took
 		})
 	}
 	r.took = time.Since(start)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -90,20 +89,15 @@ func load(url string, reqs []request) result {
 				if i >= len(reqs) {
 					return
 				}
-				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(reqs[i].body))
-				req.Header = reqs[i].header
-				t0 := time.Now()
-				resp, err := client.Do(req)
+				status, took, err := send(client, url, reqs[i].body, reqs[i].header)
 				if err != nil {
 					failed.Add(1)
 					continue
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
+				if status != 200 {
 					failed.Add(1)
 				}
-				lat[i] = time.Since(t0)
+				lat[i] = took
 			}
 		}()
 	}

@@ -2,10 +2,8 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -137,6 +135,7 @@ func BenchmarkUpMemory(b *testing.B) {
 	url := "http://" + addr(0) + "/hooks/instantly/demo-instantly-token"
 	tr := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	header := http.Header{"Content-Type": {"application/json"}, "X-Exacto-Secret": {"demo-instantly-secret"}}
 	var next, ok, failed atomic.Int64
 	var wg sync.WaitGroup
 	at := time.Now()
@@ -145,17 +144,12 @@ func BenchmarkUpMemory(b *testing.B) {
 		wg.Go(func() {
 			for time.Now().Before(end) {
 				i := int(next.Add(1))
-				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(replyBody(i, at.Add(time.Duration(i)*time.Millisecond))))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Exacto-Secret", "demo-instantly-secret")
-				resp, err := client.Do(req)
+				status, _, err := send(client, url, replyBody(i, at.Add(time.Duration(i)*time.Millisecond)), header)
 				if err != nil {
 					failed.Add(1)
 					continue
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
+				if status == 200 {
 					ok.Add(1)
 				} else {
 					failed.Add(1)
