@@ -196,8 +196,9 @@ func Main(name string, run Run) {
 // Consume runs consumer service name until ctx ends: its subscription to the events
 // and its subscription to the replays an operator sends it from the DLQ, each on a
 // connection of its own (watermill drains it on close), with the config's dead-letter
-// owners and the process's log; o gives the handler, its dependencies and how many
-// events run at once (default 2). up is called once both are bound.
+// owners, SLOs, workflow version and the process's log; o gives the handler, its
+// dependencies and how many events run at once (config consumers.NAME.workers wins,
+// default 2). up is called once both are bound.
 func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Options) error {
 	sub, ok := stream.SubscriptionOf(name)
 	if !ok {
