@@ -212,10 +212,11 @@ func (p *pipeline) read(name, filter string) []map[string]any {
 	return readStream(p.t, p.conn.JS, name, filter)
 }
 
-// readStream returns every message of stream name on subject filter, decoded.
+// readStream returns every message of stream name on subject filter, decoded. It reads
+// in batches: a full-size chaos run has tens of thousands to read.
 func readStream(t *testing.T, js jetstream.JetStream, name, filter string) []map[string]any {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
@@ -230,13 +231,18 @@ func readStream(t *testing.T, js jetstream.JetStream, name, filter string) []map
 		if info.NumPending == 0 {
 			return out
 		}
-		msg, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
+		batch, err := c.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var m map[string]any
-		json.Unmarshal(msg.Data(), &m)
-		out = append(out, m)
+		for msg := range batch.Messages() {
+			var m map[string]any
+			json.Unmarshal(msg.Data(), &m)
+			out = append(out, m)
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
