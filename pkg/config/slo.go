@@ -26,7 +26,7 @@ type SLOClass struct {
 // unsubscribe or a positive reply (mail keeps going to someone who said stop or yes) is
 // worse than a late open count, so their targets are tighter.
 var DefaultSLOs = []SLOClass{
-	{Name: "unsubscribe", Types: []string{envelope.TypeLeadUnsubscribed}, Target: time.Minute, Objective: 0.999},
+	{Name: "unsubscribe", Types: []string{envelope.TypeLeadUnsubscribed, envelope.TypeEmailComplained}, Target: time.Minute, Objective: 0.999},
 	{Name: "positive_reply", Types: []string{envelope.TypeReplyClassified}, Labels: []string{"interested", "meeting_request"}, Target: time.Minute, Objective: 0.99},
 	{Name: "reply", Types: []string{envelope.TypeReplyReceived, envelope.TypeReplyClassified, envelope.TypeMessageReceived}, Target: 2 * time.Minute, Objective: 0.99},
 	{Name: "bounce", Types: []string{envelope.TypeEmailBounced}, Target: 5 * time.Minute, Objective: 0.99},

@@ -385,12 +385,13 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		r.attempted(ctx, env, a.Record.Attempts, "dead_letter")
 		return
 	}
-	next := time.Now().Add(r.o.Sub.BackoffBase << max(0, a.Record.Attempts-1))
-	if err := r.guard.Fail(ctx, &a, herr, true, next); err != nil {
+	// next_attempt_at is the redelivery the nak asks for: the same jittered delay.
+	delay := r.retryDelay(m)
+	if err := r.guard.Fail(ctx, &a, herr, true, time.Now().Add(delay)); err != nil {
 		r.o.Log.WarnContext(ctx, "guard fail", "consumer", r.name, "id", env.ID, "err", err)
 	}
 	r.outcome(ctx, env, a.Record)
-	r.nack(m)
+	r.nackAfter(m, delay)
 	r.attempted(ctx, env, a.Record.Attempts, "retry")
 }
 
@@ -409,14 +410,22 @@ func (r *runner) ack(ctx context.Context, m *message.Message) {
 // nack hands m back for redelivery after the backoff, or at once when the process is
 // stopping (nobody here will take it; another replica may). The nak is sent here, not
 // by watermill, which drops it when the subscriber closes first.
-func (r *runner) nack(m *message.Message) {
+func (r *runner) nack(m *message.Message) { r.nackAfter(m, r.retryDelay(m)) }
+
+// retryDelay is the backoff of m's delivery count, jittered.
+func (r *runner) retryDelay(m *message.Message) time.Duration {
+	delivered, _ := strconv.Atoi(m.Metadata.Get(mdDelivered))
+	return r.backoff.Delay(delivered)
+}
+
+// nackAfter hands m back for redelivery after delay (at once when stopping).
+func (r *runner) nackAfter(m *message.Message, delay time.Duration) {
 	if jm, ok := r.delivered.LoadAndDelete(m); ok {
 		var err error
 		if r.stopping.Load() || r.stopped() {
 			err = jm.(jetstream.Msg).Nak()
 		} else {
-			delivered, _ := strconv.Atoi(m.Metadata.Get(mdDelivered))
-			err = jm.(jetstream.Msg).NakWithDelay(r.backoff.Delay(delivered))
+			err = jm.(jetstream.Msg).NakWithDelay(delay)
 		}
 		if err != nil {
 			r.o.Log.Warn("nak not sent", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,9 +130,15 @@ func status(t *testing.T, conn *broker.Conn, id string) guard.Record {
 func TestTwoReplicasHandleEachEventOnce(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	var fx effects
-	h := func(ctx context.Context, ev Event) error { fx.add(ev.Envelope.ID); return nil }
-	run(t, conn, h)
-	run(t, conn, h)
+	var byReplica [2]atomic.Int64
+	for i := range byReplica {
+		run(t, conn, func(ctx context.Context, ev Event) error {
+			byReplica[i].Add(1)
+			fx.add(ev.Envelope.ID)
+			time.Sleep(time.Millisecond) // long enough that one replica cannot take everything
+			return nil
+		})
+	}
 	ids := publish(t, conn, 200)
 	waitFor(t, "every event completed", func() bool {
 		for _, id := range ids {
@@ -151,6 +158,71 @@ func TestTwoReplicasHandleEachEventOnce(t *testing.T) {
 	}
 	// Each event reported received, processing and completed: three outcomes.
 	waitFor(t, "the outcomes", func() bool { return brokertest.Count(t, conn, stream.Outcomes) == 3*uint64(len(ids)) })
+	// They split the work on the one durable: each took some, and the server delivered
+	// each event once (no copy for the guard to hide).
+	if a, b := byReplica[0].Load(), byReplica[1].Load(); a == 0 || b == 0 || a+b != int64(len(ids)) {
+		t.Fatalf("replicas handled %d and %d of %d", a, b, len(ids))
+	}
+	c, err := conn.JS.Consumer(context.Background(), stream.Events, sub.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.Info(context.Background()); err != nil || info.Delivered.Consumer != uint64(len(ids)) {
+		t.Fatalf("consumer delivered %+v (%v), want each of %d once", info.Delivered, err, len(ids))
+	}
+}
+
+// A 429's Retry-After pauses its dependency for every consumer sharing the pacer (the
+// process's: service.Env.Pacer), not only the one that received it.
+func TestRetryAfterPausesEveryConsumerOfTheProcess(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	pacer := retry.NewPacer()
+	var mu sync.Mutex
+	var limitedAt time.Time
+	var others []time.Time
+	var limited atomic.Bool
+	limiting := make(chan struct{})
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		return ev.Call(ctx, "instantly", func(context.Context) error {
+			if limited.CompareAndSwap(false, true) {
+				mu.Lock()
+				limitedAt = time.Now()
+				mu.Unlock()
+				close(limiting)
+				return &retry.Error{Class: retry.Transient, Dependency: "instantly", Status: 429, RetryAfter: 2 * time.Second, Err: errors.New("rate limited")}
+			}
+			return nil
+		})
+	}, func(o *Options) { o.Pacer = pacer; o.Dependencies = On("instantly") })
+	other := sub
+	other.Durable = "otherworker"
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		<-limiting // the first consumer has had its 429 before this one calls
+		return ev.Call(ctx, "instantly", func(context.Context) error {
+			mu.Lock()
+			others = append(others, time.Now())
+			mu.Unlock()
+			fx.add(ev.Envelope.ID)
+			return nil
+		})
+	}, func(o *Options) { o.Pacer = pacer; o.Sub = other; o.Dependencies = On("instantly") })
+	ids := publish(t, conn, 3)
+	waitFor(t, "the other consumer's calls", func() bool {
+		for _, id := range ids {
+			if fx.get(id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, at := range others {
+		if d := at.Sub(limitedAt); d < 2*time.Second {
+			t.Fatalf("the other consumer called %v after the 429, inside its Retry-After", d)
+		}
+	}
 }
 
 func TestTransientRetriedThenCompleted(t *testing.T) {
@@ -506,6 +578,88 @@ func TestShutdownUnderLoad(t *testing.T) {
 	for _, id := range ids {
 		if n := fx.get(id); n != 1 {
 			t.Fatalf("%s handled %d times", id, n)
+		}
+	}
+}
+
+// outcomesOf reads EXACTO_OUTCOMES and returns the outcomes of event id, in order.
+func outcomesOf(t *testing.T, conn *broker.Conn, id string) []Outcome {
+	t.Helper()
+	ctx := context.Background()
+	c, err := conn.JS.OrderedConsumer(ctx, stream.Outcomes, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Outcome
+	for {
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 {
+			return out
+		}
+		msg, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o Outcome
+		if err := json.Unmarshal(msg.Data(), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.EventID == id {
+			out = append(out, o)
+		}
+	}
+}
+
+// Every status an event goes through is published, with its attempt count, last error
+// and, for a retry, when the redelivery is due (within the subscription's backoff).
+func TestOutcomesTellEachAttempt(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		if ev.Envelope.ID == envelope.ID("acme", "instantly", "1") {
+			return retry.Permanently("hubspot", errors.New("400 invalid property"))
+		}
+		if fx.add(ev.Envelope.ID) < 3 {
+			return retry.Transiently("hubspot", errors.New("503 unavailable"))
+		}
+		return nil
+	})
+	ids := publish(t, conn, 2)
+	waitFor(t, "both done", func() bool {
+		return status(t, conn, ids[0]).Status == guard.Completed && status(t, conn, ids[1]).Status == guard.DeadLetter
+	})
+	want := map[string][]string{
+		ids[0]: {guard.Received, guard.Processing, guard.RetryableFailed, guard.Processing, guard.RetryableFailed, guard.Processing, guard.Completed},
+		ids[1]: {guard.Received, guard.Processing, guard.DeadLetter},
+	}
+	for _, id := range ids {
+		var got []Outcome
+		waitFor(t, "the outcomes of "+id, func() bool { got = outcomesOf(t, conn, id); return len(got) >= len(want[id]) })
+		for i, o := range got {
+			if i >= len(want[id]) || o.Status != want[id][i] {
+				t.Fatalf("%s: outcome %d is %+v, want the statuses %v", id, i, o, want[id])
+			}
+			if o.Consumer != sub.Durable {
+				t.Fatalf("outcome of consumer %q", o.Consumer)
+			}
+			switch o.Status {
+			case guard.RetryableFailed:
+				due := o.NextAttemptAt.Sub(o.At)
+				if !strings.Contains(o.LastError, "503") || o.Attempts < 1 || due < -time.Second || due > sub.BackoffMax {
+					t.Fatalf("retry outcome %+v: due in %v, backoff at most %v", o, due, sub.BackoffMax)
+				}
+			case guard.DeadLetter:
+				if !strings.Contains(o.LastError, "400") || o.Attempts != 1 || !o.NextAttemptAt.IsZero() {
+					t.Fatalf("dead-letter outcome %+v", o)
+				}
+			case guard.Completed:
+				if o.Attempts != 3 || o.LastError != "" {
+					t.Fatalf("completed outcome %+v", o)
+				}
+			}
 		}
 	}
 }

@@ -20,6 +20,7 @@ const (
 	TypeEmailOpened        = "email.opened"
 	TypeEmailClicked       = "email.clicked"
 	TypeEmailBounced       = "email.bounced"
+	TypeEmailComplained    = "email.complained" // a spam complaint (feedback loop)
 	TypeLeadUnsubscribed   = "lead.unsubscribed"
 	TypeLeadStatusChanged  = "lead.status_changed"
 	TypeContactUpdated     = "contact.updated"
@@ -34,7 +35,7 @@ const (
 // Types lists every canonical type, in the order the docs present them.
 var Types = []string{
 	TypeReplyReceived, TypeEmailSent, TypeEmailDelivered, TypeEmailOpened, TypeEmailClicked,
-	TypeEmailBounced, TypeLeadUnsubscribed, TypeLeadStatusChanged, TypeContactUpdated,
+	TypeEmailBounced, TypeEmailComplained, TypeLeadUnsubscribed, TypeLeadStatusChanged, TypeContactUpdated,
 	TypeOpportunityCreated, TypeMeetingBooked, TypeMeetingCancelled, TypeMessageReceived,
 	TypeMessageStatus, TypeUnmapped,
 }
@@ -240,7 +241,7 @@ func Complete(typ string, d Data) bool {
 	switch typ {
 	case TypeReplyReceived:
 		return contact && d.Message != nil
-	case TypeEmailSent, TypeEmailDelivered, TypeEmailOpened, TypeEmailClicked, TypeEmailBounced, TypeLeadUnsubscribed:
+	case TypeEmailSent, TypeEmailDelivered, TypeEmailOpened, TypeEmailClicked, TypeEmailBounced, TypeEmailComplained, TypeLeadUnsubscribed:
 		return contact
 	case TypeLeadStatusChanged:
 		return d.Status != ""

@@ -25,7 +25,7 @@ const (
 	KindOpportunity      Kind = "opportunity"       // opportunity.created; Name is its id
 	KindMeetingBooked    Kind = "meeting_booked"    // meeting.booked; Name is the meeting id
 	KindMeetingCancelled Kind = "meeting_cancelled" // meeting.cancelled; Name is the meeting id
-	KindUnsubscribed     Kind = "unsubscribed"      // lead.unsubscribed
+	KindUnsubscribed     Kind = "unsubscribed"      // lead.unsubscribed; email.complained with Value "complaint"
 	KindBounce           Kind = "bounce"            // email.bounced; Value is hard, soft or unknown
 	KindStopped          Kind = "stopped"           // sequence.stopped
 )
@@ -111,6 +111,9 @@ func fact(env envelope.Envelope) (Fact, bool) {
 		}
 	case envelope.TypeLeadUnsubscribed:
 		f.Kind = KindUnsubscribed
+	case envelope.TypeEmailComplained:
+		// A spam complaint is an opt-out said louder: it dominates as an unsubscribe does.
+		f.Kind, f.Value = KindUnsubscribed, "complaint"
 	case envelope.TypeEmailBounced:
 		f.Kind, f.Value = KindBounce, "unknown"
 		if d.Bounce != nil && d.Bounce.Kind != "" {

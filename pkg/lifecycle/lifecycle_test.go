@@ -422,3 +422,15 @@ func TestBounds(t *testing.T) {
 		t.Fatal("the newest opens are kept")
 	}
 }
+
+// A spam complaint dominates as an unsubscribe does: a later send is a discrepancy.
+func TestComplaintIsAnOptOut(t *testing.T) {
+	complaint := ev("complaint", envelope.TypeEmailComplained, time.Hour)
+	v := both(t, ev("sent1", envelope.TypeEmailSent, 0), complaint, ev("follow", envelope.TypeEmailSent, 25*time.Hour))
+	if v.Status != Unsubscribed || !v.Unsubscribed {
+		t.Fatalf("status %s", v.Status)
+	}
+	if got := discrepancyIDs(v); !reflect.DeepEqual(got, []string{"follow"}) {
+		t.Fatalf("discrepancies %v, want the follow-up", got)
+	}
+}

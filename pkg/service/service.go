@@ -25,6 +25,7 @@ import (
 	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/pkg/telemetry"
 )
@@ -52,7 +53,10 @@ type Env struct {
 	Sandbox   *sandbox.Server
 	// Breakers are the process's circuit breakers, one per dependency, shared by every
 	// consumer of the process (and shown by the console).
-	Breakers               *consumer.Breakers
+	Breakers *consumer.Breakers
+	// Pacer holds each dependency's Retry-After pause: a 429 one consumer of the
+	// process receives pauses that dependency for every consumer of the process.
+	Pacer                  *retry.Pacer
 	adminSrv               *http.Server
 	telemetry              *telemetry.Providers
 	stopBreakers, stopSLOs func()
@@ -129,7 +133,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	env := &Env{Config: cfg, Conn: conn, Log: log, AdminAddr: ln.Addr().String(),
-		Platforms: accounts.New(cfg, sandboxURL), Sandbox: sb, Breakers: consumer.NewBreakers(30*time.Second, 5), telemetry: tel}
+		Platforms: accounts.New(cfg, sandboxURL), Sandbox: sb, Breakers: consumer.NewBreakers(30*time.Second, 5), Pacer: retry.NewPacer(), telemetry: tel}
 	env.Admin = admin.Mux(tel.Metrics, map[string]admin.Check{
 		"jetstream": conn.Ready,
 		"started": func(context.Context) error {
@@ -209,6 +213,9 @@ func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Op
 	}
 	if o.Breakers == nil {
 		o.Breakers = e.Breakers
+	}
+	if o.Pacer == nil {
+		o.Pacer = e.Pacer
 	}
 	if w := e.Config.Consumers[name].Workers; w > 0 { // the operator's setting wins
 		o.Workers = w

@@ -207,11 +207,11 @@ var Subscriptions = []Subscription{
 		AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000},
 	// The stopper acts on any reply without waiting for its classification: a safety
 	// rule, so it must keep up even when the classifier is down.
-	{Durable: Stopper, Subjects: subjects("reply.received", "message.received", "lead.unsubscribed", "email.bounced"),
+	{Durable: Stopper, Subjects: subjects("reply.received", "message.received", "lead.unsubscribed", "email.bounced", "email.complained"),
 		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},
 	{Durable: CRMWriter, Subjects: subjects("reply.received", "reply.classified", "meeting.booked", "opportunity.created"),
 		AckWait: 60 * time.Second, MaxDeliver: 10, BackoffBase: 2 * time.Second, BackoffMax: 10 * time.Minute, MaxAckPending: 500},
-	{Durable: Suppressor, Subjects: subjects("lead.unsubscribed", "email.bounced", "reply.classified"),
+	{Durable: Suppressor, Subjects: subjects("lead.unsubscribed", "email.bounced", "email.complained", "reply.classified"),
 		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},
 	{Durable: Projector, Subjects: []string{"events.>"},
 		AckWait: 30 * time.Second, MaxDeliver: 20, BackoffBase: 500 * time.Millisecond, BackoffMax: time.Minute, MaxAckPending: 5000},

@@ -37,11 +37,12 @@ var Default = providers.Generic{
 	TypeField:       "type",
 	TimeField:       "created_at",
 	Types: map[string]string{
-		"reply.created":   envelope.TypeReplyReceived,
-		"email.sent":      envelope.TypeEmailSent,
-		"email.opened":    envelope.TypeEmailOpened,
-		"email.bounced":   envelope.TypeEmailBounced,
-		"contact.updated": envelope.TypeContactUpdated,
+		"reply.created":    envelope.TypeReplyReceived,
+		"email.sent":       envelope.TypeEmailSent,
+		"email.opened":     envelope.TypeEmailOpened,
+		"email.bounced":    envelope.TypeEmailBounced,
+		"email.complained": envelope.TypeEmailComplained,
+		"contact.updated":  envelope.TypeContactUpdated,
 	},
 }
 

@@ -366,3 +366,22 @@ func FuzzEvents(f *testing.F) {
 		}
 	})
 }
+
+// The default sender's spam complaint is an email.complained with its contact: what the
+// stopper and the suppressor act on.
+func TestDefaultMapsComplaints(t *testing.T) {
+	p := newProvider(t, Default, secret)
+	now := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	body, err := Sample("email.complained", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := p.Events(&providers.Request{Body: body, Header: http.Header{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	providertest.CheckEvents(t, Spec, evs)
+	if len(evs) != 1 || evs[0].Type != envelope.TypeEmailComplained || evs[0].Data.Contact == nil || evs[0].Data.Contact.Email == "" {
+		t.Fatalf("events %+v", evs)
+	}
+}

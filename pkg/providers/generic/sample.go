@@ -11,7 +11,7 @@ import (
 
 // sampleEvents are provider types of Default, the first being the default of `exacto
 // send`; "account.updated" is not in Default.Types, so it shows an unmapped event.
-var sampleEvents = []string{"reply.created", "email.sent", "email.opened", "email.bounced", "contact.updated", "account.updated"}
+var sampleEvents = []string{"reply.created", "email.sent", "email.opened", "email.bounced", "email.complained", "contact.updated", "account.updated"}
 
 // Sample builds a delivery of event as a sender configured like Default posts it: one
 // event with id, type and created_at. The same event and now give the same bytes.
@@ -26,6 +26,8 @@ func Sample(event string, now time.Time) ([]byte, error) {
 		data = map[string]any{"contact": contact, "message": map[string]any{"subject": "Your demo request"}}
 	case "email.bounced":
 		data = map[string]any{"contact": contact, "bounce": map[string]any{"kind": "hard", "reason": "550 5.1.1 user unknown"}}
+	case "email.complained":
+		data = map[string]any{"contact": contact, "complaint": map[string]any{"feedback_type": "abuse"}}
 	case "contact.updated":
 		data = map[string]any{"contact": contact, "property": map[string]any{"name": "lifecycle_stage", "value": "lead"}}
 	case "account.updated":

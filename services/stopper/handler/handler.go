@@ -72,6 +72,7 @@ const (
 	causeReply       = "reply"
 	causeUnsubscribe = "unsubscribe"
 	causeBounce      = "bounce"
+	causeComplaint   = "complaint"
 )
 
 // Status of a sequence.stopped event.
@@ -95,8 +96,8 @@ const stopInterest = instantly.NotInterested
 // does not know.
 type Platforms func(tenant string) (accounts.Clients, bool)
 
-// Cause says why env stops its contact's sequence ("reply", "unsubscribe", "bounce"),
-// or "" and why it does not.
+// Cause says why env stops its contact's sequence ("reply", "unsubscribe", "bounce",
+// "complaint"), or "" and why it does not.
 func Cause(env envelope.Envelope) (cause, skip string) {
 	switch env.Type {
 	case envelope.TypeReplyReceived, envelope.TypeMessageReceived:
@@ -106,6 +107,8 @@ func Cause(env envelope.Envelope) (cause, skip string) {
 		cause = causeReply
 	case envelope.TypeLeadUnsubscribed:
 		cause = causeUnsubscribe
+	case envelope.TypeEmailComplained:
+		cause = causeComplaint
 	case envelope.TypeEmailBounced:
 		if b := env.Data.Bounce; b != nil && b.Kind == "soft" {
 			return "", "a soft bounce may deliver on a later try"
@@ -119,6 +122,10 @@ func Cause(env envelope.Envelope) (cause, skip string) {
 	}
 	return cause, ""
 }
+
+// optOut reports whether cause is the contact's own "never again": an unsubscribe or a
+// spam complaint, which also put the address on the platform's block list.
+func optOut(cause string) bool { return cause == causeUnsubscribe || cause == causeComplaint }
 
 func email(env envelope.Envelope) string {
 	if c := env.Data.Contact; c != nil {
@@ -318,7 +325,7 @@ func (h *handler) instantly(ctx context.Context, ev consumer.Event, c *instantly
 	}
 	blocked := false
 	for _, l := range leads {
-		block := cause == causeUnsubscribe && l.Status != instantly.StatusUnsubscribed && !blocked
+		block := optOut(cause) && l.Status != instantly.StatusUnsubscribed && !blocked
 		halt := !l.Stopped()
 		if block {
 			if err := ev.Call(ctx, Instantly, func(ctx context.Context) error { return c.Unsubscribe(ctx, addr) }); err != nil {
@@ -413,7 +420,7 @@ func (h *handler) smartlead(ctx context.Context, ev consumer.Event, c *smartlead
 			continue
 		}
 		s.found = true
-		block := cause == causeUnsubscribe && !unsubscribed && !cl.Unsubscribed
+		block := optOut(cause) && !unsubscribed && !cl.Unsubscribed
 		halt := !cl.Stopped()
 		if block {
 			if err := ev.Call(ctx, Smartlead, func(ctx context.Context) error { return c.Unsubscribe(ctx, leadID) }); err != nil {

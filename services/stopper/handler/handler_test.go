@@ -249,6 +249,8 @@ func TestCause(t *testing.T) {
 		{envelope.Envelope{Type: envelope.TypeMessageReceived, Data: envelope.Data{Contact: contact, Message: &envelope.Message{ID: "m"}}}, causeReply},
 		{envelope.Envelope{Type: envelope.TypeMessageReceived, Data: envelope.Data{Contact: &envelope.Contact{Phone: "+34600000000"}, Message: &envelope.Message{ID: "m"}}}, ""},
 		{envelope.Envelope{Type: envelope.TypeLeadUnsubscribed, Data: envelope.Data{Contact: contact}}, causeUnsubscribe},
+		{envelope.Envelope{Type: envelope.TypeEmailComplained, Data: envelope.Data{Contact: contact}}, causeComplaint},
+		{envelope.Envelope{Type: envelope.TypeEmailComplained, Data: envelope.Data{}}, ""},
 		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact, Bounce: &envelope.Bounce{Kind: "hard"}}}, causeBounce},
 		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact, Bounce: &envelope.Bounce{Kind: "unknown"}}}, causeBounce},
 		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact}}, causeBounce},
@@ -562,5 +564,33 @@ func TestStopTimedOutAfterCommitNotRepeated(t *testing.T) {
 	}
 	if st := r.stopped(); len(st) != 1 || st[0].Data.Status != StatusStopped {
 		t.Fatalf("sequence.stopped: %+v", st)
+	}
+}
+
+// A spam complaint (email.complained, here from a generic signer that names no
+// platform) stops the contact everywhere and blocks the address, as an unsubscribe does.
+func TestComplaintStopsAndBlocks(t *testing.T) {
+	r := newRig(t)
+	lead := r.sb.AddInstantlyLead(instCampaign, "cora@example.com")
+	r.run()
+	env := event("generic", envelope.TypeEmailComplained, "c1", envelope.Data{Contact: &envelope.Contact{Email: "Cora@Example.com"}})
+	if cause, _ := Cause(env); cause != causeComplaint {
+		t.Fatalf("cause %q", cause)
+	}
+	r.publish(env, "")
+	r.publish(env, "provider-retry-1")
+	r.waitStatus(env.ID, guard.Completed)
+	r.drained()
+	if b := r.sb.Blocklist(); len(b) != 1 || b[0] != "cora@example.com" {
+		t.Fatalf("instantly block list %v", b)
+	}
+	if n := len(r.sb.Stops("cora@example.com")); n != 1 {
+		t.Fatalf("%d instantly stops, want 1", n)
+	}
+	if l, _ := r.sb.InstantlyLeadState(lead); l.Status == sandbox.InstantlyActive {
+		t.Fatalf("lead still active: %+v", l)
+	}
+	if n := len(r.stopped()); n != 1 {
+		t.Fatalf("%d sequence.stopped, want 1", n)
 	}
 }

@@ -32,6 +32,7 @@ const (
 	Unsubscribed = "unsubscribed"
 	Bounced      = "bounced"
 	DoNotContact = "do_not_contact"
+	Complaint    = "complaint"
 )
 
 // Reason says why env suppresses its contact; "" when it does not. A soft bounce does
@@ -40,6 +41,8 @@ func Reason(env envelope.Envelope) string {
 	switch env.Type {
 	case envelope.TypeLeadUnsubscribed:
 		return Unsubscribed
+	case envelope.TypeEmailComplained:
+		return Complaint
 	case envelope.TypeEmailBounced:
 		if env.Data.Bounce != nil && env.Data.Bounce.Kind == "soft" {
 			return ""

@@ -24,6 +24,7 @@ func TestWhatSuppresses(t *testing.T) {
 		want string
 	}{
 		{envelope.Envelope{Type: envelope.TypeLeadUnsubscribed, Data: envelope.Data{Contact: contact}}, Unsubscribed},
+		{envelope.Envelope{Type: envelope.TypeEmailComplained, Data: envelope.Data{Contact: contact}}, Complaint},
 		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact, Bounce: &envelope.Bounce{Kind: "hard"}}}, Bounced},
 		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact, Bounce: &envelope.Bounce{Kind: "unknown"}}}, Bounced},
 		{envelope.Envelope{Type: envelope.TypeEmailBounced, Data: envelope.Data{Contact: contact}}, Bounced},
