@@ -1,39 +1,125 @@
 package tests
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// TestSimulateCleanCampaign runs the shipped clean campaign against `exacto up` and its
-// sandbox: every invariant holds.
-func TestSimulateCleanCampaign(t *testing.T) {
-	file, err := filepath.Abs("../deployments/scenarios/clean-campaign.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+// simulateInvariants are the invariants `exacto simulate` reports, each on a HELD or
+// BROKEN line.
+var simulateInvariants = []string{
+	"every delivery is eventually answered 200",
+	"every replied or unsubscribed contact is stopped at the platform exactly once",
+	"every replied contact has exactly one CRM note, of its reply",
+	"every unsubscribed or bounced contact is on the suppression list",
+	"nothing is stored twice: each delivered event is in the stream once",
+	"the live projections equal a rebuild from the stream",
+}
+
+// simulate runs `exacto simulate --scenario file` against a fresh `exacto up` and its
+// sandbox; what it printed, and its exit code.
+func simulate(t *testing.T, file string) (string, int) {
+	t.Helper()
 	n := newNode(t, "")
 	n.start()
 	out, err := n.run("simulate", "--scenario", file,
 		"--gateway", "http://"+n.http, "--nats-url", "nats://"+n.natsAddr, "--sandbox", "http://"+n.sandbox)
-	if err != nil {
-		t.Fatalf("simulate: %v\n%s", err, out)
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return out, 0
+	case errors.As(err, &exit):
+		return out, exit.ExitCode()
 	}
-	for _, inv := range []string{
-		"every delivery is eventually answered 200",
-		"every replied or unsubscribed contact is stopped at the platform exactly once",
-		"every unsubscribed or bounced contact is on the suppression list",
-		"nothing is stored twice",
-		"the live projections equal a rebuild from the stream",
-	} {
-		if !strings.Contains(out, "HELD    "+inv) {
-			t.Errorf("invariant %q not HELD:\n%s", inv, out)
+	t.Fatalf("simulate: %v\n%s", err, out)
+	return "", 0
+}
+
+// TestSimulateShippedScenarios runs every scenario shipped in deployments/scenarios (a
+// clean campaign, a noisy one, an outage day) against `exacto up` and its sandbox:
+// every invariant holds.
+func TestSimulateShippedScenarios(t *testing.T) {
+	files, err := filepath.Glob("../deployments/scenarios/*.yaml")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("scenarios: %v %v", files, err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
+			t.Parallel()
+			abs, err := filepath.Abs(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, code := simulate(t, abs)
+			if code != 0 {
+				t.Errorf("simulate exited %d", code)
+			}
+			for _, inv := range simulateInvariants {
+				if !strings.Contains(out, "\nHELD    "+inv+"\n") {
+					t.Errorf("invariant %q not HELD", inv)
+				}
+			}
+			if strings.Contains(out, "BROKEN") || t.Failed() {
+				t.Errorf("simulate printed:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestSimulateReportsBroken: the clean campaign sent with a wrong path token, so every
+// delivery is answered 404 and nothing happens: simulate exits 1 and names each broken
+// invariant with its offenders, ten at most and then how many more.
+func TestSimulateReportsBroken(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../deployments/scenarios/clean-campaign.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := strings.Replace(string(data), "path_token: demo-instantly-token", "path_token: not-the-token", 1)
+	if wrong == string(data) {
+		t.Fatal("clean-campaign.yaml names no path_token to change")
+	}
+	file := filepath.Join(t.TempDir(), "wrong-token.yaml")
+	if err := os.WriteFile(file, []byte(wrong), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := simulate(t, file)
+	if code != 1 {
+		t.Errorf("simulate exited %d, want 1", code)
+	}
+	var deliveries int
+	if m := regexp.MustCompile(`(\d+) deliveries \(`).FindStringSubmatch(out); m != nil {
+		fmt.Sscan(m[1], &deliveries)
+	}
+	// Every delivery is an offender: the first ten by number, then the rest counted.
+	want := []string{
+		"BROKEN  every delivery is eventually answered 200\n" +
+			"          event 1 (email_sent 09:00:00) of sim0@clean-campaign.example: 404 ",
+		"          event 10 (email_sent 09:09:00) of sim9@clean-campaign.example: 404 ",
+		fmt.Sprintf("          … and %d more\n", deliveries-10),
+		"BROKEN  every replied or unsubscribed contact is stopped at the platform exactly once\n",
+		": never stopped (blocklisted false, leads active true)\n",
+		"BROKEN  every replied contact has exactly one CRM note, of its reply\n",
+		": its reply was never stored\n",
+		"BROKEN  every unsubscribed or bounced contact is on the suppression list\n",
+		": not suppressed\n",
+		"HELD    nothing is stored twice",
+		"HELD    the live projections equal a rebuild from the stream\n",
+		"4 of 6 invariants broken",
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("no %q", w)
 		}
 	}
-	if strings.Contains(out, "BROKEN") {
-		t.Errorf("a broken invariant:\n%s", out)
+	if deliveries <= 10 || t.Failed() {
+		t.Errorf("%d deliveries; simulate printed:\n%s", deliveries, out)
 	}
 }
 

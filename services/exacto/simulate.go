@@ -44,10 +44,13 @@ invariant as HELD or BROKEN with the events or contacts that broke it:
 
   1. every delivery is eventually answered 200 (retried like a provider would)
   2. every replied or unsubscribed contact is stopped at the platform exactly once
-     (an unsubscribed one may be stopped by its block alone: then its lead is not active)
-  3. every unsubscribed or bounced contact is on the suppression list
-  4. nothing is stored twice: each delivered event is in the stream once
-  5. the live projections equal a rebuild from the stream
+     (an unsubscribed or bounced one may be stopped by its block alone: then its lead
+     is not active)
+  3. every replied contact has exactly one CRM note, the note of its reply, and no
+     other contact has one
+  4. every unsubscribed or bounced contact is on the suppression list
+  5. nothing is stored twice: each delivered event is in the stream once
+  6. the live projections equal a rebuild from the stream
 
 The exit code is 0 when every invariant held, 1 otherwise.`,
 		Example: "  exacto simulate --scenario deployments/scenarios/noisy-campaign.yaml",
@@ -389,6 +392,7 @@ func (s *simulation) run(ctx context.Context) error {
 	results := []result{
 		s.checkDelivered(ds),
 		s.checkStopped(ctx),
+		s.checkNotes(ctx, ds),
 		s.checkSuppressed(ctx),
 		s.checkStoredOnce(ctx, ds),
 		s.checkProjections(ctx),
@@ -486,11 +490,14 @@ func (s *simulation) control(ctx context.Context, method, path string, body any)
 	return nil
 }
 
-func (s *simulation) state(ctx context.Context, email string) (sandbox.ControlStateAnswer, error) {
+// state is what the platforms hold for email; with notes, how many HubSpot notes carry
+// each of those external ids (envelope ids).
+func (s *simulation) state(ctx context.Context, email string, notes ...string) (sandbox.ControlStateAnswer, error) {
 	var a sandbox.ControlStateAnswer
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.sandbox+sandbox.ControlState+"?email="+url.QueryEscape(email), nil)
+	q := url.Values{"email": {email}, "note": notes}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.sandbox+sandbox.ControlState+"?"+q.Encode(), nil)
 	if err != nil {
 		return a, err
 	}
@@ -592,10 +599,47 @@ func (s *simulation) checkStopped(ctx context.Context) result {
 		switch {
 		case st.Stops > 1:
 			res.broken = append(res.broken, fmt.Sprintf("%s: stopped %d times", e, st.Stops))
-		case st.Stops == 0 && s.sc.has(i, "lead_unsubscribed") && st.Blocklisted && !anyActive(st.Leads):
-			// Blocked first: the block ended the sequence, no stop was needed.
+		case st.Stops == 0 && s.sc.has(i, "lead_unsubscribed", "email_bounced") && st.Blocklisted && !anyActive(st.Leads):
+			// Blocked first (its unsubscribe, or a bounce handled before its reply): the
+			// block ended the sequence, no stop was needed.
 		case st.Stops == 0:
 			res.broken = append(res.broken, fmt.Sprintf("%s: never stopped (blocklisted %t, leads active %t)", e, st.Blocklisted, anyActive(st.Leads)))
+		}
+	}
+	return res
+}
+
+// checkNotes: a reply reaches the CRM exactly once, whatever was duplicated, reordered,
+// timed out after HubSpot committed or held back by an outage; nothing else writes one.
+func (s *simulation) checkNotes(ctx context.Context, ds []*delivery) result {
+	res := result{name: "every replied contact has exactly one CRM note, of its reply"}
+	replies := map[int][]string{} // contact → the envelope ids its reply was answered with
+	for _, d := range ds {
+		if d.typ == "reply_received" {
+			for _, id := range d.ids {
+				if !slices.Contains(replies[d.contact], id) {
+					replies[d.contact] = append(replies[d.contact], id)
+				}
+			}
+		}
+	}
+	for i := range s.sc.Contacts {
+		e := s.sc.email(i)
+		replied := s.sc.has(i, "reply_received")
+		if replied && len(replies[i]) == 0 {
+			res.broken = append(res.broken, e+": its reply was never stored")
+			continue
+		}
+		st, err := s.state(ctx, e, replies[i]...)
+		if err != nil {
+			res.broken = append(res.broken, fmt.Sprintf("%s: %v", e, err))
+			continue
+		}
+		switch {
+		case !replied && st.Notes > 0:
+			res.broken = append(res.broken, fmt.Sprintf("%s: %d notes without a reply", e, st.Notes))
+		case replied && (st.Notes != 1 || len(replies[i]) != 1 || st.NoteIDs[replies[i][0]] != 1):
+			res.broken = append(res.broken, fmt.Sprintf("%s: %d notes, %v by reply envelope", e, st.Notes, st.NoteIDs))
 		}
 	}
 	return res
