@@ -366,7 +366,10 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		return
 	}
 	class := retry.Of(herr).Class
-	if class == retry.Permanent || a.Record.Attempts >= r.o.Sub.MaxDeliver {
+	// A call the breaker refused says the dependency is down, nothing of the event: it
+	// waits for the dependency however long that takes, never dead-lettered for it.
+	refused := errors.Is(herr, errRefused)
+	if class == retry.Permanent || (a.Record.Attempts >= r.o.Sub.MaxDeliver && !refused) {
 		// The dead letter is stored before the guard says so: if it cannot be, the
 		// event stays retryable and in the stream, never marked dead and lost.
 		if err := r.deadLetter(ctx, env, m.Payload, herr, class, a.Record); err != nil {

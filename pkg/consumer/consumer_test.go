@@ -663,3 +663,34 @@ func TestOutcomesTellEachAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A handler that declares no dependency (the suppressor: its list write must not wait)
+// and whose call the breaker refuses is retried past MaxDeliver without a dead letter:
+// the dependency is down, the event is not at fault. It completes once the breaker lets
+// calls through again.
+func TestRefusedCallsSpendNoAttempts(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	breakers := NewBreakers(2*time.Second, 1)
+	var down atomic.Bool
+	down.Store(true)
+	var fx effects
+	var attempts atomic.Int64
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		attempts.Add(1)
+		return ev.Call(ctx, "instantly", func(context.Context) error {
+			if down.CompareAndSwap(true, false) { // one real failure opens the breaker
+				return retry.Transiently("instantly", errors.New("503 unavailable"))
+			}
+			fx.add(ev.Envelope.ID)
+			return nil
+		})
+	}, func(o *Options) { o.Breakers = breakers })
+	id := publish(t, conn, 1)[0]
+	waitFor(t, "completed after the breaker closed", func() bool { return status(t, conn, id).Status == guard.Completed })
+	if n := attempts.Load(); n <= int64(sub.MaxDeliver) {
+		t.Fatalf("%d attempts: the breaker was not refusing long enough to test anything", n)
+	}
+	if n := brokertest.Count(t, conn, stream.DLQ); n != 0 || fx.get(id) != 1 {
+		t.Fatalf("%d dead letters, %d effects", n, fx.get(id))
+	}
+}

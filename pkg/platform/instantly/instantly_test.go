@@ -2,6 +2,7 @@ package instantly_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -115,5 +116,33 @@ func TestTimeoutAfterCommitThenRetry(t *testing.T) {
 	}
 	if total := sb.TotalRequests(); total != 4 {
 		t.Errorf("requests = %d, want 4", total)
+	}
+}
+
+// A campaign's leads come page by page (100 a page) until Instantly gives no cursor:
+// every lead once, none of another campaign.
+func TestCampaignLeadsPagination(t *testing.T) {
+	sb, c, _ := setup(t)
+	sb.AddInstantlyLead("another-campaign", "elsewhere@example.com")
+	for i := range 249 { // 250 with setup's lead: three pages
+		sb.AddInstantlyLead(campaign, fmt.Sprintf("lead%d@example.com", i))
+	}
+	before := sb.Requests(sandbox.RouteInstantlyLeadList)
+	leads, err := c.CampaignLeads(context.Background(), campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, l := range leads {
+		if seen[l.ID] || l.Campaign != campaign {
+			t.Fatalf("lead %+v twice or of another campaign", l)
+		}
+		seen[l.ID] = true
+	}
+	if len(seen) != 250 {
+		t.Fatalf("%d leads, want 250", len(seen))
+	}
+	if n := sb.Requests(sandbox.RouteInstantlyLeadList) - before; n != 3 {
+		t.Fatalf("%d pages requested, want 3", n)
 	}
 }

@@ -1,12 +1,13 @@
-// Package handler is the stopper service: on a human reply, an unsubscribe or a bounce
-// it stops the contact's sequence on the sending platform (Instantly, Smartlead), and
+// Package handler is the stopper service: on a human reply, an unsubscribe, a spam
+// complaint or a bounce it stops the contact's sequence on the sending platform (Instantly, Smartlead), and
 // publishes one sequence.stopped per cause event. It is a deterministic safety rule:
 // it does not wait for the classifier, so a reply stops the sequence even if its
 // classification fails.
 //
 // Rules:
 //   - What stops: reply.received and message.received unless Message.Auto (an
-//     out-of-office is no human answer); lead.unsubscribed; email.bounced unless the
+//     out-of-office is no human answer); lead.unsubscribed and email.complained (both
+//     also put the address on the platform's block list); email.bounced unless the
 //     bounce is soft (hard and unknown stop). Anything else, and an event naming no
 //     e-mail address (a WhatsApp message with only a phone), completes without effect.
 //   - Where: an Instantly or Smartlead event stops the lead on its own platform, in the

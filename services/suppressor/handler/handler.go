@@ -1,15 +1,17 @@
-// Package handler is the suppressor's effect: on an unsubscribe, a hard bounce or a
-// reply classified as "do not contact", the contact goes on the tenant-wide
-// suppression list at once — all campaigns, all providers — and then every sending
-// platform of the tenant is told: the address goes on Instantly's block list and the
-// lead is unsubscribed from every Smartlead campaign.
+// Package handler is the suppressor's effect: on an unsubscribe, a spam complaint, a
+// hard bounce or a reply classified as "do not contact", the contact goes on the
+// tenant-wide suppression list at once — all campaigns, all providers — and then every
+// sending platform of the tenant is told: the address goes on Instantly's block list
+// and the lead is unsubscribed from every Smartlead campaign.
 //
 // The list comes first and is never held back by a platform: the handler declares no
 // dependency gate, so a platform that is down delays only the telling. Its call fails
-// transiently, the event is retried with backoff (adding to the list again is
-// harmless: the first entry stays) and the platform is told once it answers. Both
-// platform calls are idempotent (a second block-list entry is a conflict we count as
-// done; an unsubscribed Smartlead lead is left alone). Nothing here ever resubscribes.
+// transiently (or the open breaker refuses it, which never dead-letters the event: the
+// platform is down, the event is not at fault), the event is retried with backoff
+// (adding to the list again is harmless: the first entry stays) and the platform is
+// told once it answers. Both platform calls are idempotent (a second block-list entry
+// is a conflict we count as done; an unsubscribed Smartlead lead is left alone).
+// Nothing here ever resubscribes.
 package handler
 
 import (
