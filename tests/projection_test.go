@@ -192,24 +192,22 @@ func TestProjectorKilledMidStream(t *testing.T) {
 // publishHistory stores a campaign's events as the gateway would, and returns how many.
 func publishHistory(t *testing.T, conn *broker.Conn, leads int) int {
 	t.Helper()
+	return publishLeads(t, conn, 0, leads)
+}
+
+// publishLeads stores the events of leads from to to-1 (sent, delivered, opened, and a
+// reply from every third), as the gateway would, and returns how many.
+func publishLeads(t *testing.T, conn *broker.Conn, from, to int) int {
+	t.Helper()
 	nc, err := nats.Connect(conn.Embedded.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	n := 0
-	for i := range leads {
-		email := fmt.Sprintf("lead%d@northwind.example", i)
-		for j, typ := range []string{envelope.TypeEmailSent, envelope.TypeEmailDelivered, envelope.TypeEmailOpened, envelope.TypeReplyReceived} {
-			if typ == envelope.TypeReplyReceived && i%3 != 0 {
-				continue
-			}
-			env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("demo", "instantly", fmt.Sprint(i, typ)), Type: typ,
-				Tenant: "demo", Provider: "instantly", Endpoint: "instantly", Time: at.Add(time.Duration(i*10+j) * time.Minute),
-				Data: envelope.Data{ProviderType: typ, Contact: &envelope.Contact{Email: email}, Campaign: &envelope.Campaign{ID: campaign},
-					Message: &envelope.Message{ID: fmt.Sprint("m", i, j), Text: "Can you send pricing?"}}}
+	for i := from; i < to; i++ {
+		for _, env := range leadEvents(i) {
 			msg, err := stream.EventMessage(context.Background(), env)
 			if err != nil {
 				t.Fatal(err)
@@ -224,6 +222,23 @@ func publishHistory(t *testing.T, conn *broker.Conn, leads int) int {
 	}
 	<-js.PublishAsyncComplete()
 	return n
+}
+
+// leadEvents are lead i's events: sent, delivered, opened, and a reply from every third.
+func leadEvents(i int) []envelope.Envelope {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	email := fmt.Sprintf("lead%d@northwind.example", i)
+	var out []envelope.Envelope
+	for j, typ := range []string{envelope.TypeEmailSent, envelope.TypeEmailDelivered, envelope.TypeEmailOpened, envelope.TypeReplyReceived} {
+		if typ == envelope.TypeReplyReceived && i%3 != 0 {
+			continue
+		}
+		out = append(out, envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("demo", "instantly", fmt.Sprint(i, typ)), Type: typ,
+			Tenant: "demo", Provider: "instantly", Endpoint: "instantly", Time: at.Add(time.Duration(i*10+j) * time.Minute),
+			Data: envelope.Data{ProviderType: typ, Contact: &envelope.Contact{Email: email}, Campaign: &envelope.Campaign{ID: campaign},
+				Message: &envelope.Message{ID: fmt.Sprint("m", i, j), Text: "Can you send pricing?"}}})
+	}
+	return out
 }
 
 // A replay stopped with Ctrl-C writes what it has; the same command resumes after the

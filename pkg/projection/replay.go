@@ -17,6 +17,7 @@ import (
 
 // Progress is how far a replay is.
 type Progress struct {
+	First, End  uint64 // the stream sequences the replay starts from and ends at
 	Done, Total uint64 // events applied, events to apply
 	LastSeq     uint64 // the stream sequence of the last event applied
 	Rate        float64
@@ -45,7 +46,8 @@ type ReplayOptions struct {
 // Replay applies the events of EXACTO_EVENTS from opts' start up to the last one stored
 // when it began into s, and returns how far it got. Cancelling ctx stops it between two
 // events: Progress.LastSeq says where a resumed replay starts (LastSeq+1); the merge is
-// idempotent, so resuming from an earlier point is harmless too.
+// idempotent, so resuming from an earlier point is harmless too. When nothing is stored
+// at or after the start, it returns at once with Total 0.
 func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptions) (Progress, error) {
 	st, err := js.Stream(ctx, stream.Events)
 	if err != nil {
@@ -56,22 +58,29 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 		return Progress{}, err
 	}
 	last := info.State.LastSeq
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"events.>"}}
-	first := info.State.FirstSeq
+	first := max(info.State.FirstSeq, 1)
 	switch {
 	case o.FromSeq > 0:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.FromSeq
 		first = max(first, o.FromSeq)
 	case !o.Since.IsZero():
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &o.Since
+		seq, err := FirstSince(ctx, st, o.Since)
+		if err != nil {
+			return Progress{}, err
+		}
+		if seq == 0 { // nothing stored at or after Since
+			seq = last + 1
+		}
+		first = max(first, seq)
 	}
-	p := Progress{LastSeq: first - 1}
+	p := Progress{First: first, End: last, LastSeq: first - 1}
 	if last >= first {
 		p.Total = last - first + 1
 	}
 	if info.State.Msgs == 0 || last < first {
 		return p, nil
 	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"events.>"},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: first}
 	c, err := st.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return p, err
@@ -115,7 +124,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 			if err != nil {
 				return p, err
 			}
-			if md.Sequence.Stream > last {
+			if md.Sequence.Stream > last { // stored after the end we fixed: done
+				p.LastSeq = last
 				break
 			}
 			var env envelope.Envelope
@@ -130,10 +140,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return p, err
 		}
-		if n == 0 { // nothing more arrives before the end we fixed: a gap (deleted messages)
-			if p.LastSeq, err = nextStored(ctx, st, p.LastSeq, last); err != nil {
-				return p, err
-			}
+		if n == 0 { // nothing more is stored: the rest up to the end we fixed was deleted
+			p.LastSeq = last
 		}
 		if time.Since(lastReport) >= every {
 			report()
@@ -144,17 +152,32 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 	return p, nil
 }
 
-// nextStored skips a gap: the sequence before the next stored message after seq, or
-// last when there is none.
-func nextStored(ctx context.Context, st jetstream.Stream, seq, last uint64) (uint64, error) {
-	info, err := st.Info(ctx)
+// FirstSince returns the sequence of the first event stored at or after t, or 0 when
+// none is: JetStream finds it from its own store times, as a consumer delivering by
+// start time would start.
+func FirstSince(ctx context.Context, st jetstream.Stream, t time.Time) (uint64, error) {
+	c, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: "events.>", AckPolicy: jetstream.AckNonePolicy,
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t, MemoryStorage: true, InactiveThreshold: time.Minute})
 	if err != nil {
-		return seq, err
+		return 0, fmt.Errorf("events since %s: %w", t.Format(time.RFC3339Nano), err)
 	}
-	if info.State.LastSeq <= seq || info.State.FirstSeq > last {
-		return last, nil
+	defer st.DeleteConsumer(context.WithoutCancel(ctx), c.CachedInfo().Name)
+	batch, err := c.FetchNoWait(1)
+	if err != nil {
+		return 0, err
 	}
-	return max(seq, info.State.FirstSeq-1), nil
+	var seq uint64
+	for msg := range batch.Messages() {
+		md, err := msg.Metadata()
+		if err != nil {
+			return 0, err
+		}
+		seq = md.Sequence.Stream
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		return 0, err
+	}
+	return seq, nil
 }
 
 // memo resolves contacts through the directory once per contact during a replay: the

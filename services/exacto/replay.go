@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,7 +32,7 @@ var intoName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 func replayCmd() *cobra.Command {
 	var natsURL, name, since, into string
 	var fromSeq uint64
-	var progress bool
+	var progress, restart bool
 	cmd := &cobra.Command{
 		Use:   "replay --projection NAME [--from-seq N | --since T] [--into NAME | --into sqlite:FILE]",
 		Short: "Rebuild a projection from the stream and report its difference to the live one",
@@ -42,7 +43,13 @@ from the live one: key counts and the first differing keys.
 --into NAME writes the rebuild into the buckets EXACTO_PROJ_<PROJECTION>_<NAME>;
 --into sqlite:FILE into an SQLite file with one table per projection, for SQL. Without
 --into nothing is written. A replay stopped with Ctrl-C (or SIGTERM) writes what it has
-and where it got to; the same command again resumes it.`,
+and where it got to; the same command again (same --projection, --from-seq, --since and
+--into) resumes it after the last event it applied. A different replay into a target
+holding an unfinished one is refused unless --restart says to start it over. A start
+at or after which nothing is stored ends at once and writes nothing.
+
+The rebuild names contacts through the live contact directory, as the projector does:
+a contact the directory did not know yet is added to it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := (projection.Stores{}).Of(name); err != nil {
@@ -71,7 +78,7 @@ and where it got to; the same command again resumes it.`,
 			}
 			defer closeConn()
 			return replay(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), js, replayRun{
-				projection: name, fromSeq: fromSeq, since: sinceT, target: target, progress: progress || isTerminal(os.Stderr)})
+				projection: name, fromSeq: fromSeq, since: sinceT, target: target, restart: restart, progress: progress || isTerminal(os.Stderr)})
 		},
 	}
 	cmd.Flags().StringVar(&name, "projection", "", "contacts, campaigns or suppression (required)")
@@ -80,6 +87,7 @@ and where it got to; the same command again resumes it.`,
 	cmd.Flags().StringVar(&into, "into", "", "NAME (buckets EXACTO_PROJ_<PROJECTION>_<NAME>) or sqlite:FILE")
 	cmd.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
 	cmd.Flags().BoolVar(&progress, "progress", false, "print progress even when stderr is not a terminal")
+	cmd.Flags().BoolVar(&restart, "restart", false, "start over a target that holds an unfinished replay with another projection or start")
 	cmd.MarkFlagRequired("projection")
 	return cmd
 }
@@ -111,7 +119,32 @@ type replayRun struct {
 	fromSeq    uint64
 	since      time.Time
 	target     target
+	restart    bool
 	progress   bool
+}
+
+// start says where r was asked to start, as its checkpoint keeps it: "" (the first
+// event), "seq:N" or "since:T".
+func (r replayRun) start() string {
+	switch {
+	case r.fromSeq > 0:
+		return "seq:" + strconv.FormatUint(r.fromSeq, 10)
+	case !r.since.IsZero():
+		return "since:" + r.since.UTC().Format(time.RFC3339Nano)
+	}
+	return ""
+}
+
+// describeStart says a checkpoint's start in words.
+func describeStart(start string) string {
+	kind, v, _ := strings.Cut(start, ":")
+	switch kind {
+	case "seq":
+		return "from sequence " + v
+	case "since":
+		return "since " + v
+	}
+	return "from the first event"
 }
 
 func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, r replayRun) error {
@@ -123,21 +156,30 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 	if err != nil {
 		return err
 	}
-	// Resume where an interrupted replay into the same target stopped, unless told
-	// where to start.
+	// Resume where an interrupted replay into the same target stopped, if it is this
+	// replay (same projection, same start).
 	rebuilt := projection.Memories()
+	start := r.start()
 	cp, resumed, err := loadCheckpoint(ctx, js, r.target)
 	if err != nil {
 		return err
 	}
-	if resumed && !cp.Done && r.fromSeq == 0 && r.since.IsZero() {
-		if rebuilt, err = loadTarget(ctx, js, r.target); err != nil {
-			return err
-		}
-		r.fromSeq = cp.LastSeq + 1
-		fmt.Fprintf(out, "resuming the replay into %s after sequence %d\n", r.target, cp.LastSeq)
-	}
 	opts := projection.ReplayOptions{FromSeq: r.fromSeq, Since: r.since, Dir: dir}
+	resuming := false
+	if resumed && !cp.Done {
+		switch {
+		case cp.Projection == r.projection && cp.Start == start:
+			if rebuilt, err = loadTarget(ctx, js, r.target); err != nil {
+				return err
+			}
+			opts.FromSeq, opts.Since, resuming = cp.LastSeq+1, time.Time{}, true
+			fmt.Fprintf(out, "resuming the replay into %s after sequence %d\n", r.target, cp.LastSeq)
+		case !r.restart:
+			return fmt.Errorf("%s holds an unfinished replay of %s %s (stopped after sequence %d), not of %s %s: "+
+				"run that replay again to resume it, or add --restart to start this one over it",
+				r.target, cp.Projection, describeStart(cp.Start), cp.LastSeq, r.projection, describeStart(start))
+		}
+	}
 	if r.progress {
 		opts.OnProgress = func(p projection.Progress) { fmt.Fprintf(errOut, "\rreplay: %s   ", p) }
 	}
@@ -150,8 +192,13 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 	if rerr != nil && !stopped {
 		return rerr
 	}
+	if p.Total == 0 && !stopped && !resuming && start != "" {
+		fmt.Fprintf(out, "nothing to replay: no event stored %s (the last is sequence %d); nothing written\n",
+			describeFrom(opts), p.End)
+		return nil
+	}
 	// Written even when stopped: what was rebuilt, and where to resume.
-	cp = sqlite.Checkpoint{LastSeq: p.LastSeq, Done: !stopped, Projection: r.projection}
+	cp = sqlite.Checkpoint{LastSeq: p.LastSeq, Done: !stopped, Projection: r.projection, Start: start}
 	if err := saveTarget(context.WithoutCancel(ctx), js, r.target, rebuilt, cp); err != nil {
 		return err
 	}
@@ -177,6 +224,16 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 		r.projection, d.KeysA, d.KeysB, d.OnlyA, d.OnlyB, d.Differ)
 	fmt.Fprintf(out, "first differing keys: %s\n", strings.Join(d.First, " "))
 	return nil
+}
+
+// describeFrom says where opts start (a sequence or a time), for a replay that found
+// nothing there.
+func describeFrom(o projection.ReplayOptions) string {
+	switch {
+	case o.FromSeq > 0:
+		return "at or after sequence " + strconv.FormatUint(o.FromSeq, 10)
+	}
+	return "at or after " + o.Since.UTC().Format(time.RFC3339Nano)
 }
 
 func (t target) String() string {

@@ -16,7 +16,7 @@
 //     contact-level view. A campaign's view includes what happened to the contact
 //     everywhere, so a discrepancy of a contact-wide event may be listed under the
 //     contact and under each of its campaigns.
-//   - replay: the checkpoint (last_seq, done, projection, written_at), key and value.
+//   - replay: the checkpoint (last_seq, done, projection, start, written_at), key and value.
 //   - store: every key and value of the three stores (with the revision it had), from
 //     which Read rebuilds them.
 //
@@ -51,6 +51,9 @@ type Checkpoint struct {
 	LastSeq    uint64 `json:"last_seq"`   // the stream sequence of the last event applied
 	Done       bool   `json:"done"`       // the replay reached the end it fixed
 	Projection string `json:"projection"` // the projection the replay was asked for
+	// Start is where the replay was asked to start: "" (the first event), "seq:N" or
+	// "since:T"; a resume must ask for the same.
+	Start string `json:"start,omitempty"`
 }
 
 // schema creates the tables; indexes are created once the rows are in.
@@ -301,6 +304,7 @@ func fill(ctx context.Context, db *sql.DB, s projection.Stores, cp Checkpoint) e
 		{"last_seq", strconv.FormatUint(cp.LastSeq, 10)},
 		{"done", strconv.FormatBool(cp.Done)},
 		{"projection", cp.Projection},
+		{"start", cp.Start},
 		{"written_at", time.Now().UTC().Format(time.RFC3339Nano)},
 	} {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO replay (key, value) VALUES (?, ?)`, kv[0], kv[1]); err != nil {
@@ -584,7 +588,7 @@ func read(ctx context.Context, db *sql.DB) (projection.Stores, Checkpoint, error
 	if cp.Done, err = strconv.ParseBool(vals["done"]); err != nil {
 		return projection.Stores{}, cp, fmt.Errorf("checkpoint done %q: %w", vals["done"], err)
 	}
-	cp.Projection = vals["projection"]
+	cp.Projection, cp.Start = vals["projection"], vals["start"]
 
 	type entry struct {
 		key   string

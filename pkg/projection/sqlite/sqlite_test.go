@@ -298,7 +298,7 @@ func TestReadResumes(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Read created the file: %v", err)
 	}
-	cp := Checkpoint{LastSeq: 1<<40 + 7, Done: false, Projection: projection.Campaigns}
+	cp := Checkpoint{LastSeq: 1<<40 + 7, Done: false, Projection: projection.Campaigns, Start: "since:2026-12-01T09:00:00.5Z"}
 	if err := Write(ctx, path, s, cp); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestReadResumes(t *testing.T) {
 		t.Fatalf("read again: %+v %v %v", got, ok, err)
 	}
 	diffEqual(t, back, again)
-	if n := query[int](t, open(t, path), `SELECT count(*) FROM replay`); n != 4 {
+	if n := query[int](t, open(t, path), `SELECT count(*) FROM replay`); n != 5 {
 		t.Fatalf("%d replay rows after a rewrite", n)
 	}
 }
