@@ -394,8 +394,27 @@ func TestPauseHoldsEventsUntilResume(t *testing.T) {
 		return err == nil
 	})
 	ctx := context.Background()
+	// The service's consumer of replayed dead letters pauses and resumes with it.
+	rs := sub.Replays()
+	if _, err := conn.JS.CreateOrUpdateConsumer(ctx, rs.StreamName(), rs.ConsumerConfig()); err != nil {
+		t.Fatal(err)
+	}
+	replaysPaused := func() bool {
+		c, err := conn.JS.Consumer(ctx, rs.StreamName(), rs.Durable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Paused
+	}
 	if err := Pause(ctx, conn.JS, sub.Durable, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
+	}
+	if !replaysPaused() {
+		t.Fatal("the replays consumer was not paused")
 	}
 	ids := publish(t, conn, 20)
 	time.Sleep(500 * time.Millisecond)
@@ -406,6 +425,9 @@ func TestPauseHoldsEventsUntilResume(t *testing.T) {
 	}
 	if err := Resume(ctx, conn.JS, sub.Durable); err != nil {
 		t.Fatal(err)
+	}
+	if replaysPaused() {
+		t.Fatal("the replays consumer was not resumed")
 	}
 	waitFor(t, "the held events", func() bool {
 		for _, id := range ids {
