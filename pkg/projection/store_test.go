@@ -1,0 +1,154 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/lifecycle"
+)
+
+// Both stores refuse a write at a revision that moved on: Create over an existing key,
+// Update at a stale (or a future) revision are conflicts, and the value stays.
+func TestPutRefusesAStaleRevision(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	live, err := Open(ctx, conn.JS, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]Store{"kv": live.Contacts, "memory": NewMemory()} {
+		t.Run(name, func(t *testing.T) {
+			rev1, err := s.Put(ctx, "acme.ct_1", []byte(`{"v":1}`), 0)
+			if err != nil || rev1 == 0 {
+				t.Fatalf("create: %d %v", rev1, err)
+			}
+			if _, err := s.Put(ctx, "acme.ct_1", []byte(`{"v":"create again"}`), 0); !errors.Is(err, ErrConflict) {
+				t.Fatalf("create over an existing key: %v, want ErrConflict", err)
+			}
+			rev2, err := s.Put(ctx, "acme.ct_1", []byte(`{"v":2}`), rev1)
+			if err != nil || rev2 <= rev1 {
+				t.Fatalf("update at the revision read: %d %v", rev2, err)
+			}
+			for _, rev := range []uint64{rev1, rev2 + 7} {
+				if _, err := s.Put(ctx, "acme.ct_1", []byte(`{"v":"stale"}`), rev); !errors.Is(err, ErrConflict) {
+					t.Fatalf("update at revision %d (current %d): %v, want ErrConflict", rev, rev2, err)
+				}
+			}
+			v, rev, err := s.Get(ctx, "acme.ct_1")
+			if err != nil || rev != rev2 || string(v) != `{"v":2}` {
+				t.Fatalf("after the refused writes: %s at %d (%v), want {\"v\":2} at %d", v, rev, err, rev2)
+			}
+		})
+	}
+}
+
+// paused is the context key of the projector that pauses between its read and its write.
+type paused struct{}
+
+// pausing is a store on which the projector whose context carries paused stops right
+// after its first read of key, until resume: another projector writes the key between
+// its read and its write.
+type pausing struct {
+	Store
+	key       string
+	read      chan struct{} // closed once the paused projector has read key
+	resume    chan struct{}
+	once      sync.Once
+	conflicts atomic.Int32 // writes of key refused as conflicts
+}
+
+func (p *pausing) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	v, rev, err := p.Store.Get(ctx, key)
+	if key == p.key && ctx.Value(paused{}) != nil {
+		p.once.Do(func() { close(p.read); <-p.resume })
+	}
+	return v, rev, err
+}
+
+func (p *pausing) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	r, err := p.Store.Put(ctx, key, value, rev)
+	if key == p.key && errors.Is(err, ErrConflict) {
+		p.conflicts.Add(1)
+	}
+	return r, err
+}
+
+// Two projectors forced to interleave on one contact: the first reads the record, the
+// second reads, merges and writes it, then the first writes. Its write is refused (the
+// revision moved on), it merges again, and the record holds both events: the state one
+// projector builds from them in order. Both for a record not yet there (two creates)
+// and for one already there (two updates), each event paused in turn.
+func TestInterleavedProjectorsKeepBothEvents(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	email := "ana@northwind.example"
+	before := event(1, envelope.TypeEmailDelivered, email, "camp-1", 0)
+	sent := event(2, envelope.TypeEmailSent, email, "camp-2", time.Minute)
+	reply := event(3, envelope.TypeReplyReceived, email, "camp-1", time.Hour)
+	who, err := identify(ctx, nil, sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ContactKey("acme", who.contactID)
+	n := 0
+	for _, existing := range []bool{false, true} {
+		for _, pair := range [][2]envelope.Envelope{{sent, reply}, {reply, sent}} {
+			n++
+			live, err := Open(ctx, conn.JS, fmt.Sprint("case", n), 1) // buckets of its own
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Memories()
+			if existing {
+				for _, s := range []Stores{live, want} {
+					if _, err := Apply(ctx, s, nil, before); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			p := &pausing{Store: live.Contacts, key: key, read: make(chan struct{}), resume: make(chan struct{})}
+			stores := live
+			stores.Contacts = p
+			first, second := pair[0], pair[1]
+			done := make(chan error, 1)
+			go func() {
+				_, err := Apply(context.WithValue(ctx, paused{}, true), stores, nil, first)
+				done <- err
+			}()
+			<-p.read
+			if _, err := Apply(ctx, stores, nil, second); err != nil {
+				t.Fatal(err)
+			}
+			close(p.resume)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if c := p.conflicts.Load(); c != 1 {
+				t.Fatalf("existing %v, %s paused: %d conflicts, want the paused write refused once", existing, first.Type, c)
+			}
+			for _, env := range pair {
+				if _, err := Apply(ctx, want, nil, env); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range Names {
+				a, _ := want.Of(name)
+				b, _ := live.Of(name)
+				if d, err := Diff(ctx, name, a, b); err != nil || !d.Equal() {
+					t.Fatalf("existing %v, %s paused: %s differs from one projector in order: %+v %v", existing, first.Type, name, d, err)
+				}
+			}
+			c, ok, err := (Reader{Stores: live}).ContactByEmail(ctx, "acme", email)
+			if err != nil || !ok || !c.InCampaign("camp-1").Replied || c.InCampaign("camp-2").Status != lifecycle.Sent {
+				t.Fatalf("existing %v, %s paused: the record lost an event: %+v", existing, first.Type, c)
+			}
+		}
+	}
+}
