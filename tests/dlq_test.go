@@ -2,12 +2,12 @@ package tests
 
 import (
 	"fmt"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/stream"
@@ -29,10 +29,7 @@ func TestDeadLetterWorkflow(t *testing.T) {
 		eventually(t, 30*time.Second, id+" dead-lettered", func() bool { return p.status(stream.CRMWriter, id).Status == guard.DeadLetter })
 	}
 	url := p.conn.Embedded.ClientURL()
-	dlq := func(args ...string) (string, error) {
-		out, err := exec.Command(exactoBin, append(append([]string{"dlq"}, args...), "--nats-url", url)...).CombinedOutput()
-		return string(out), err
-	}
+	dlq := func(args ...string) (string, error) { return runDLQ(url, args...) }
 	list, err := dlq("list", "--consumer", "crmwriter")
 	if err != nil || strings.Count(list, "crmwriter") != 3 || !strings.Contains(list, "sdr-team") || !strings.Contains(list, "permanent") {
 		t.Fatalf("dlq list: %v\n%s", err, list)
@@ -53,8 +50,30 @@ func TestDeadLetterWorkflow(t *testing.T) {
 	if !strings.Contains(show, `"owner": "sdr-team"`) || !strings.Contains(show, "400") || !strings.Contains(show, `"attempt_count": 1`) {
 		t.Fatalf("dlq show:\n%s", show)
 	}
-	// The cause is fixed; the fresh reply is replayed twice: one note.
+	// The cause is fixed. A dry run says what a replay would do and does nothing.
 	p.sb.ClearFaults()
+	replays := brokertest.Count(t, p.conn, stream.Replays)
+	out, err := dlq("replay", ids[fresh], "--dry-run", "--by", "ana", "--why", "property fixed")
+	if err != nil || !strings.Contains(out, "dry run, nothing replayed") ||
+		!regexp.MustCompile(`freshness: fresh \(the reply.received event is [0-9hms]+ old; its limit is 72h0m0s\)`).MatchString(out) ||
+		!strings.Contains(out, "crmwriter guard: dead_letter") || !strings.Contains(out, "replay: would be sent back to crmwriter") {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	if out, err := dlq("replay", ids[old], "--dry-run"); err != nil || !strings.Contains(out, "freshness: stale: the reply.received event is") ||
+		!strings.Contains(out, "replay: would be refused:") {
+		t.Fatalf("dry run of the stale one: %v\n%s", err, out)
+	}
+	// Every replay needs a why: refused before anything is done.
+	for _, why := range []string{"", "   "} {
+		if out, err := dlq("replay", ids[fresh], "--by", "ana", "--why", why); err == nil || !strings.Contains(out, "--why is required") {
+			t.Fatalf("replay with why %q: %v\n%s", why, err, out)
+		}
+	}
+	if show, _ := dlq("show", ids[fresh]); !strings.Contains(show, `"status": "open"`) || strings.Contains(show, `"actions"`) ||
+		p.status(stream.CRMWriter, fresh).Status != guard.DeadLetter || brokertest.Count(t, p.conn, stream.Replays) != replays || len(p.notesFor(fresh)) != 0 {
+		t.Fatalf("a dry run or a refused replay changed something:\n%s", show)
+	}
+	// The fresh reply is replayed twice: one note.
 	for i := range 2 {
 		out, err := dlq("replay", ids[fresh], "--by", "ana", "--why", fmt.Sprint("property fixed, try ", i+1))
 		if err != nil {
@@ -69,7 +88,7 @@ func TestDeadLetterWorkflow(t *testing.T) {
 		t.Fatalf("%d notes after two replays", n)
 	}
 	// The five-day-old reply is refused with its reason.
-	out, err := dlq("replay", ids[old], "--by", "ana")
+	out, err = dlq("replay", ids[old], "--by", "ana", "--why", "try it")
 	if err == nil || !regexp.MustCompile(`stale: the reply.received event is 1[12]\dh\d+m0s old; its freshness limit is 72h0m0s`).MatchString(out) {
 		t.Fatalf("stale replay: %v\n%s", err, out)
 	}
@@ -77,10 +96,10 @@ func TestDeadLetterWorkflow(t *testing.T) {
 		t.Fatal("a refused replay wrote a note")
 	}
 	// Bulk: a dry run counts; a discard needs a why and is recorded.
-	if out, _ := dlq("replay", "--matching", "--consumer", "crmwriter", "--dry-run"); !strings.Contains(out, "2 dead letters match; 1 fresh enough to replay, 1 stale") {
+	if out, _ := dlq("replay", "--matching", "--consumer", "crmwriter", "--dry-run", "--why", "bulk"); !strings.Contains(out, "2 dead letters match; 1 fresh enough to replay, 1 stale; 1 would be sent back (dry run: nothing replayed)") {
 		t.Fatalf("dry run:\n%s", out)
 	}
-	if out, err := dlq("discard", ids[spare]); err == nil {
+	if out, err := dlq("discard", ids[spare]); err == nil || !strings.Contains(out, "--why is required") {
 		t.Fatalf("discard without a why:\n%s", out)
 	}
 	if out, err := dlq("discard", ids[spare], "--by", "ana", "--why", "duplicate of a manual note"); err != nil {

@@ -143,7 +143,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {
 	if err != nil {
 		msg := "replay refused: " + err.Error()
 		if errors.Is(err, dlq.ErrStale) && !force {
-			msg += " — tick “force” and say why to replay it anyway"
+			msg += " — tick “force” to replay it anyway"
 		}
 		back(w, r, l.Seq, "err", msg)
 		return

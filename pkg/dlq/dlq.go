@@ -7,9 +7,10 @@
 // (EXACTO_DLQ_ACTIONS keeps every action per consumer and event).
 //
 // Replay is judged, not blind:
+//   - Who and why: every replay and discard needs both, and both are recorded.
 //   - Freshness: an event older than its type's limit (config dlq.freshness, 72 h by
 //     default) is refused with its reason: a follow-up sent days late does harm. An
-//     operator may force it, and must say why.
+//     operator may force it.
 //   - A discarded letter is not replayed.
 //   - The replay goes through the consumer's own effect-once guard: the guard's dead
 //     letter record is reset (only a dead letter: a record a previous replay completed
@@ -23,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -259,6 +261,13 @@ func (q *Queue) record(ctx context.Context, l Letter, a Action) error {
 	return errors.New("dlq: the letter's history keeps changing; try again")
 }
 
+// ErrNoWho and ErrNoWhy refuse a replay or a discard that does not say who decides it
+// and why: both are recorded with every action.
+var (
+	ErrNoWho = errors.New("dlq: who decides is required (recorded with the action)")
+	ErrNoWhy = errors.New("dlq: a why is required (recorded with the action)")
+)
+
 // ErrStale refuses a replay past the event type's freshness limit.
 var ErrStale = errors.New("stale")
 
@@ -275,26 +284,68 @@ func (q *Queue) Fresh(l Letter) error {
 	return nil
 }
 
-// Replay sends l back to its consumer; by and why are recorded. A stale event is
-// refused unless force (with a why).
-func (q *Queue) Replay(ctx context.Context, l Letter, by, why string, force bool) (Action, error) {
-	if by == "" {
-		return Action{}, errors.New("dlq: who replays is required")
-	}
-	if l.Status == Discarded {
-		return Action{}, fmt.Errorf("dead letter %d was discarded: not replayed", l.Seq)
-	}
-	if err := q.Fresh(l); err != nil {
-		if !force {
-			return Action{}, err
-		}
-		if why == "" {
-			return Action{}, fmt.Errorf("forcing a stale replay needs a why (%v)", err)
-		}
-	}
+// check says why a replay of l by by, for why, would be refused now (nil: it would go
+// ahead), and returns its envelope.
+func (q *Queue) check(l Letter, by, why string, force bool) (envelope.Envelope, error) {
 	var env envelope.Envelope
+	switch {
+	case strings.TrimSpace(by) == "":
+		return env, ErrNoWho
+	case strings.TrimSpace(why) == "":
+		return env, ErrNoWhy
+	case l.Status == Discarded:
+		return env, fmt.Errorf("dead letter %d was discarded: not replayed", l.Seq)
+	}
+	if err := q.Fresh(l); err != nil && !force {
+		return env, err
+	}
 	if err := json.Unmarshal(l.Event, &env); err != nil || env.ID == "" {
-		return Action{}, fmt.Errorf("dead letter %d holds no envelope to replay", l.Seq)
+		return env, fmt.Errorf("dead letter %d holds no envelope to replay", l.Seq)
+	}
+	return env, nil
+}
+
+// Preview is what a replay of a dead letter would do now; computing it changes nothing.
+type Preview struct {
+	// Age is the event's age now (zero when it has no time); Limit is its type's
+	// freshness limit (config dlq.freshness; 0: none).
+	Age, Limit time.Duration
+	// Stale is the freshness verdict: nil when the event is young enough.
+	Stale error
+	// Guard is the consumer's guard status of the event ("" when it has no record).
+	Guard string
+	// Refused says why the replay would be refused (nil: it would go ahead).
+	Refused error
+	// Send: the event would be sent back (its guard holds a dead letter, or nothing);
+	// otherwise the consumer already has it and a replay records only the action.
+	Send bool
+}
+
+// Preview judges a replay of l by by, for why (force as Replay's), without replaying,
+// resetting a guard or recording anything.
+func (q *Queue) Preview(ctx context.Context, l Letter, by, why string, force bool) (Preview, error) {
+	p := Preview{Limit: q.cfg.Fresh(l.Type), Stale: q.Fresh(l)}
+	if at := l.EventTime(); !at.IsZero() {
+		p.Age = q.now().Sub(at)
+	}
+	_, p.Refused = q.check(l, by, why, force)
+	rec, ok, err := guard.Status(ctx, q.guards, l.Consumer, l.EventID)
+	if err != nil {
+		return p, err
+	}
+	if ok {
+		p.Guard = rec.Status
+	}
+	p.Send = p.Refused == nil && (p.Guard == "" || p.Guard == guard.DeadLetter)
+	return p, nil
+}
+
+// Replay sends l back to its consumer; by and why are required and recorded. A stale
+// event is refused unless force.
+func (q *Queue) Replay(ctx context.Context, l Letter, by, why string, force bool) (Action, error) {
+	env, err := q.check(l, by, why, force)
+	if err != nil {
+		return Action{}, err
 	}
 	was, err := guard.New(q.guards, l.Consumer, 0).Reset(ctx, l.EventID)
 	if err != nil {
@@ -315,8 +366,11 @@ func (q *Queue) Replay(ctx context.Context, l Letter, by, why string, force bool
 
 // Discard closes l without replaying it; by and why are recorded.
 func (q *Queue) Discard(ctx context.Context, l Letter, by, why string) (Action, error) {
-	if by == "" || why == "" {
-		return Action{}, errors.New("dlq: discarding needs who and why")
+	switch {
+	case strings.TrimSpace(by) == "":
+		return Action{}, ErrNoWho
+	case strings.TrimSpace(why) == "":
+		return Action{}, ErrNoWhy
 	}
 	if l.Status == Discarded {
 		return Action{}, fmt.Errorf("dead letter %d is already discarded", l.Seq)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/dlq/dlqtest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/retry"
@@ -137,8 +139,17 @@ func TestReplayDiscardFreshness(t *testing.T) {
 
 	// The cause is fixed; the reply is replayed twice: one effect.
 	r.broken.Delete(reply)
-	if _, err := r.q.Replay(ctx, l, "", "", false); err == nil {
-		t.Fatal("a replay by nobody")
+	// Who and why are required.
+	for _, c := range []struct {
+		by, why string
+		want    error
+	}{{"", "fixed", ErrNoWho}, {"  ", "fixed", ErrNoWho}, {"ana", "", ErrNoWhy}, {"ana", " \t", ErrNoWhy}} {
+		if _, err := r.q.Replay(ctx, l, c.by, c.why, false); !errors.Is(err, c.want) {
+			t.Fatalf("a replay by %q for %q: %v, want %v", c.by, c.why, err, c.want)
+		}
+	}
+	if got, _ := r.q.Get(ctx, l.Seq); got.Status != Open || len(got.Actions) != 0 || r.effect(reply) != 0 {
+		t.Fatalf("a refused replay changed the letter: %+v", got)
 	}
 	a, err := r.q.Replay(ctx, l, "ana", "HubSpot property created", false)
 	if err != nil || a.Result != guard.DeadLetter {
@@ -164,12 +175,12 @@ func TestReplayDiscardFreshness(t *testing.T) {
 	// The stale meeting is refused with its reason; forcing needs a why.
 	sl := r.letters(t, Filter{Type: envelope.TypeMeetingBooked})[0]
 	r.broken.Delete(stale)
-	_, err = r.q.Replay(ctx, sl, "ana", "", false)
+	_, err = r.q.Replay(ctx, sl, "ana", "the calendar is fixed", false)
 	if !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "its freshness limit is 24h0m0s") {
 		t.Fatalf("stale replay: %v", err)
 	}
-	if _, err := r.q.Replay(ctx, sl, "ana", "", true); err == nil {
-		t.Fatal("forced without a why")
+	if _, err := r.q.Replay(ctx, sl, "ana", "", true); !errors.Is(err, ErrNoWhy) {
+		t.Fatalf("forced without a why: %v", err)
 	}
 	if r.effect(stale) != 0 {
 		t.Fatal("a refused replay made its effect")
@@ -182,14 +193,20 @@ func TestReplayDiscardFreshness(t *testing.T) {
 
 	// Discard: needs a why; then it is closed and cannot be replayed.
 	nl := r.letters(t, Filter{Type: envelope.TypeOpportunityCreated})[0]
-	if _, err := r.q.Discard(ctx, nl, "ana", ""); err == nil {
-		t.Fatal("discarded without a why")
+	if _, err := r.q.Discard(ctx, nl, "ana", " "); !errors.Is(err, ErrNoWhy) {
+		t.Fatalf("discarded without a why: %v", err)
+	}
+	if _, err := r.q.Discard(ctx, nl, "", "noise"); !errors.Is(err, ErrNoWho) {
+		t.Fatalf("discarded by nobody: %v", err)
+	}
+	if got, _ := r.q.Get(ctx, nl.Seq); got.Status != Open || len(got.Actions) != 0 {
+		t.Fatalf("a refused discard changed the letter: %+v", got)
 	}
 	if _, err := r.q.Discard(ctx, nl, "ana", "opens are not worth a replay"); err != nil {
 		t.Fatal(err)
 	}
 	nl, _ = r.q.Get(ctx, nl.Seq)
-	if _, err := r.q.Replay(ctx, nl, "ana", "", false); err == nil || !strings.Contains(err.Error(), "discarded") {
+	if _, err := r.q.Replay(ctx, nl, "ana", "second thoughts", false); err == nil || !strings.Contains(err.Error(), "discarded") {
 		t.Fatalf("replay of a discarded letter: %v", err)
 	}
 	if r.effect(noise) != 0 {
@@ -216,5 +233,103 @@ func TestSummary(t *testing.T) {
 	s, err := r.q.Summarize(context.Background())
 	if err != nil || s.Open != 2 || s.ByConsumer[stream.CRMWriter] != 2 || s.Oldest < 2*time.Minute {
 		t.Fatalf("summary %+v %v", s, err)
+	}
+}
+
+// Every filter, alone and combined, selects exactly its subset of letters across two
+// consumers, tenants and providers, three types, both classes and different ages.
+func TestFilters(t *testing.T) {
+	r := newRig(t)
+	now := time.Now()
+	r.q.now = func() time.Time { return now }
+	ids := dlqtest.Publish(t, r.conn.JS, now)
+	for _, c := range dlqtest.Cases {
+		f := Filter{Consumer: c.Consumer, Tenant: c.Tenant, Provider: c.Provider, Type: c.Type, Class: c.Class, OlderThan: c.OlderThan, NewerThan: c.NewerThan}
+		var seqs []uint64
+		for _, l := range r.letters(t, f) {
+			seqs = append(seqs, l.Seq)
+		}
+		if got := dlqtest.Names(ids, seqs); !slices.Equal(got, c.Want) && len(got)+len(c.Want) > 0 {
+			t.Errorf("%+v selects %v, want %v", f, got, c.Want)
+		}
+	}
+	// A replayed letter leaves the open list and stays in --all.
+	l, err := r.q.Get(context.Background(), ids["globex-instantly-bounce"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.q.Discard(context.Background(), l, "ana", "sample"); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.letters(t, Filter{Tenant: "globex", Provider: "instantly"}); len(got) != 0 {
+		t.Errorf("a discarded letter is still open: %+v", got)
+	}
+	if got := r.letters(t, Filter{Tenant: "globex", Provider: "instantly", All: true}); len(got) != 1 || got[0].Status != Discarded {
+		t.Errorf("--all: %+v", got)
+	}
+}
+
+// A preview (the dry run) gives the freshness verdict and the consumer's guard status,
+// and changes nothing: no guard reset, no message on EXACTO_REPLAYS, no action, no
+// effect.
+func TestPreviewChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	now := time.Now()
+	fresh := r.publish(t, 1, envelope.TypeReplyReceived, now.Add(-2*time.Hour))
+	stale := r.publish(t, 2, envelope.TypeMeetingBooked, now.Add(-30*time.Hour))
+	waitFor(t, "two dead letters", func() bool { return len(r.letters(t, Filter{})) == 2 })
+	fl := r.letters(t, Filter{Type: envelope.TypeReplyReceived})[0]
+	sl := r.letters(t, Filter{Type: envelope.TypeMeetingBooked})[0]
+	r.broken.Delete(fresh)
+	r.broken.Delete(stale)
+
+	preview := func(l Letter, why string, force bool) Preview {
+		t.Helper()
+		p, err := r.q.Preview(ctx, l, "ana", why, force)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := preview(fl, "fixed", false); p.Stale != nil || p.Refused != nil || p.Guard != guard.DeadLetter || !p.Send ||
+		p.Limit != 72*time.Hour || p.Age < 2*time.Hour || p.Age > 3*time.Hour {
+		t.Errorf("fresh: %+v", p)
+	}
+	if p := preview(sl, "fixed", false); !errors.Is(p.Stale, ErrStale) || !errors.Is(p.Refused, ErrStale) || p.Send || p.Limit != 24*time.Hour {
+		t.Errorf("stale: %+v", p)
+	}
+	if p := preview(sl, "fixed", true); !errors.Is(p.Stale, ErrStale) || p.Refused != nil || !p.Send {
+		t.Errorf("stale, forced: %+v", p)
+	}
+	if p := preview(fl, "", false); !errors.Is(p.Refused, ErrNoWhy) || p.Send {
+		t.Errorf("without a why: %+v", p)
+	}
+	for _, l := range []Letter{fl, sl} {
+		if rec, _, _ := guard.Status(ctx, r.q.guards, l.Consumer, l.EventID); rec.Status != guard.DeadLetter {
+			t.Errorf("a preview changed %s's guard: %+v", l.EventID, rec)
+		}
+		if got, _ := r.q.Get(ctx, l.Seq); got.Status != Open || len(got.Actions) != 0 {
+			t.Errorf("a preview changed the letter: %+v", got)
+		}
+	}
+	if n := brokertest.Count(t, r.conn, stream.Replays); n != 0 {
+		t.Errorf("%d replays sent by previews", n)
+	}
+	if r.effect(fresh)+r.effect(stale) != 0 {
+		t.Error("a preview made an effect")
+	}
+	// After a replay completes, the preview finds the completed guard: nothing to send.
+	if _, err := r.q.Replay(ctx, fl, "ana", "fixed", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the replayed effect", func() bool { return r.effect(fresh) == 1 })
+	waitFor(t, "the completed guard", func() bool {
+		rec, _, _ := guard.Status(ctx, r.q.guards, fl.Consumer, fl.EventID)
+		return rec.Status == guard.Completed
+	})
+	fl, _ = r.q.Get(ctx, fl.Seq)
+	if p := preview(fl, "again", false); p.Guard != guard.Completed || p.Send || p.Refused != nil {
+		t.Errorf("after the replay: %+v", p)
 	}
 }

@@ -107,13 +107,23 @@ func dlqCmd() *cobra.Command {
 	}
 	var force, dryRun, matching bool
 	replay := &cobra.Command{
-		Use:   "replay ID | replay --matching [filters] [--dry-run]",
+		Use:   "replay ID --why W | replay --matching [filters] --why W [--dry-run]",
 		Short: "Send dead letters back to their consumer, judged by the freshness rules",
 		Long: `Send a dead letter back to its consumer, through the consumer's own effect-once
-guard: replaying twice makes the effect once. An event older than its type's freshness
-limit (config dlq.freshness) is refused with its reason; --force sends it anyway and
-needs --why. With --matching, every open dead letter the filters select is replayed
-(--dry-run only counts them); Ctrl-C stops between two.`,
+guard: replaying twice makes the effect once. Every replay is recorded with --by and
+--why (a why is required). An event older than its type's freshness limit (config
+dlq.freshness) is refused with its reason; --force sends it anyway.
+
+--dry-run changes nothing: with one ID it prints the freshness verdict, the consumer's
+guard status and what a replay would do; with --matching it prints that verdict for
+each dead letter the filters select, then the counts.
+
+With --matching, every open dead letter the filters select is replayed, one line of
+progress each ("[i/n] ..."), then "R replayed, F refused, of N matching". A stale
+letter is refused with its reason and the others go on (exit status 0). Ctrl-C (or
+SIGTERM) stops after the dead letter in hand: the command prints "stopped after i of
+n" and the counts, and exits with status 1; the same command again goes on with the
+letters still open.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if matching != (len(args) == 0) {
 				return errors.New("give one dead letter ID, or --matching with filters")
@@ -121,8 +131,12 @@ needs --why. With --matching, every open dead letter the filters select is repla
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			if err := needWhy(why, dryRun); err != nil {
+				return err
+			}
+			// The queue's calls run on ctx, which Ctrl-C does not cancel: a replay in
+			// hand is finished, never left half done; a bulk replay stops between two.
+			ctx := cmd.Context()
 			q, closeConn, err := open(ctx)
 			if err != nil {
 				return err
@@ -134,6 +148,14 @@ needs --why. With --matching, every open dead letter the filters select is repla
 				if err != nil {
 					return err
 				}
+				if dryRun {
+					p, err := q.Preview(ctx, l, by, why, force)
+					if err != nil {
+						return err
+					}
+					printPreview(out, l, p)
+					return nil
+				}
 				a, err := q.Replay(ctx, l, by, why, force)
 				if err != nil {
 					return fmt.Errorf("dead letter %d not replayed: %w", l.Seq, err)
@@ -141,48 +163,65 @@ needs --why. With --matching, every open dead letter the filters select is repla
 				fmt.Fprintln(out, replayed(l, a))
 				return nil
 			}
+			interrupted := onInterrupt(cmd.ErrOrStderr(), "interrupted: stopping after the dead letter in hand")
+			defer interrupted.stop()
 			letters, err := q.List(ctx, f)
 			if err != nil {
 				return err
 			}
 			if dryRun {
-				fresh := 0
-				for _, l := range letters {
-					if q.Fresh(l) == nil {
+				fresh, send := 0, 0
+				for i, l := range letters {
+					p, err := q.Preview(ctx, l, by, why, force)
+					if err != nil {
+						return err
+					}
+					if p.Stale == nil {
 						fresh++
 					}
+					if p.Refused == nil && p.Send {
+						send++
+					}
+					fmt.Fprintf(out, "[%d/%d] dead letter %d (%s, %s, event %s): %s\n", i+1, len(letters), l.Seq, l.Consumer, l.Type, l.EventID, verdict(l, p))
 				}
-				fmt.Fprintf(out, "%d dead letters match; %d fresh enough to replay, %d stale\n", len(letters), fresh, len(letters)-fresh)
+				fmt.Fprintf(out, "%d dead letters match; %d fresh enough to replay, %d stale; %d would be sent back (dry run: nothing replayed)\n",
+					len(letters), fresh, len(letters)-fresh, send)
 				return nil
 			}
 			done, refused := 0, 0
 			for i, l := range letters {
-				if ctx.Err() != nil {
+				if interrupted.happened() {
 					fmt.Fprintf(out, "stopped after %d of %d\n", i, len(letters))
 					break
 				}
 				a, err := q.Replay(ctx, l, by, why, force)
 				if err != nil {
 					refused++
-					fmt.Fprintf(out, "%d refused: %v\n", l.Seq, err)
+					fmt.Fprintf(out, "[%d/%d] dead letter %d (event %s) refused: %v\n", i+1, len(letters), l.Seq, l.EventID, err)
 					continue
 				}
 				done++
 				fmt.Fprintf(out, "[%d/%d] %s\n", i+1, len(letters), replayed(l, a))
 			}
 			fmt.Fprintf(out, "%d replayed, %d refused, of %d matching\n", done, refused, len(letters))
+			if interrupted.happened() {
+				return fmt.Errorf("interrupted: %d of %d dead letters not tried; the same command again goes on", len(letters)-done-refused, len(letters))
+			}
 			return nil
 		},
 	}
 	filters(replay)
 	replay.Flags().BoolVar(&matching, "matching", false, "replay every open dead letter the filters select")
-	replay.Flags().BoolVar(&dryRun, "dry-run", false, "with --matching: only count what would be replayed")
+	replay.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing: say what the replay would do")
 	replay.Flags().BoolVar(&force, "force", false, "replay even past the freshness limit (needs --why)")
 	discard := &cobra.Command{
 		Use:   "discard ID --why TEXT",
 		Short: "Close a dead letter without replaying it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := needWhy(why, false); err != nil {
+				return err
+			}
 			q, l, closeConn, err := letter(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -206,9 +245,64 @@ needs --why. With --matching, every open dead letter the filters select is repla
 	}
 	for _, c := range []*cobra.Command{replay, discard} {
 		c.Flags().StringVar(&by, "by", operator, "who decides (recorded)")
-		c.Flags().StringVar(&why, "why", "", "why (recorded; required to discard or to force)")
+		c.Flags().StringVar(&why, "why", "", "why (recorded; required)")
 	}
 	return cmd
+}
+
+// needWhy refuses an action without a why (a dry run records nothing and needs none).
+func needWhy(why string, dryRun bool) error {
+	if strings.TrimSpace(why) == "" && !dryRun {
+		return errors.New("--why is required: every replay and discard is recorded with who (--by) and why")
+	}
+	return nil
+}
+
+// interrupt reports whether Ctrl-C or SIGTERM came since onInterrupt.
+type interrupt struct {
+	ch   chan struct{} // closed once the signal came and the note is printed
+	done chan struct{} // closed by stop
+	sigs chan os.Signal
+}
+
+// onInterrupt catches Ctrl-C and SIGTERM until stop, printing note to w when one comes.
+func onInterrupt(w io.Writer, note string) *interrupt {
+	in := &interrupt{ch: make(chan struct{}), done: make(chan struct{}), sigs: make(chan os.Signal, 1)}
+	signal.Notify(in.sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-in.sigs:
+			fmt.Fprintln(w, note)
+			close(in.ch)
+		case <-in.done:
+		}
+	}()
+	return in
+}
+
+func (in *interrupt) happened() bool {
+	select {
+	case <-in.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (in *interrupt) stop() {
+	signal.Stop(in.sigs)
+	close(in.done)
+}
+
+// verdict is what a replay would do, in a few words.
+func verdict(l dlq.Letter, p dlq.Preview) string {
+	switch {
+	case p.Refused != nil:
+		return "would be refused: " + p.Refused.Error()
+	case p.Send:
+		return "would be sent back to " + l.Consumer
+	}
+	return "nothing to send: " + l.Consumer + " already has the event " + p.Guard
 }
 
 func replayed(l dlq.Letter, a dlq.Action) string {
@@ -220,6 +314,25 @@ func replayed(l dlq.Letter, a dlq.Action) string {
 		what += " (forced past its freshness limit)"
 	}
 	return fmt.Sprintf("dead letter %d (event %s): %s", l.Seq, l.EventID, what)
+}
+
+// printPreview says what a replay of l would do (a dry run).
+func printPreview(w io.Writer, l dlq.Letter, p dlq.Preview) {
+	fmt.Fprintf(w, "dead letter %d (%s, event %s): dry run, nothing replayed\n", l.Seq, l.Consumer, l.EventID)
+	switch {
+	case p.Stale != nil:
+		fmt.Fprintf(w, "  freshness: %v\n", p.Stale)
+	case p.Limit > 0:
+		fmt.Fprintf(w, "  freshness: fresh (the %s event is %s old; its limit is %s)\n", l.Type, p.Age.Round(time.Minute), p.Limit)
+	default:
+		fmt.Fprintf(w, "  freshness: fresh (no limit for %s)\n", l.Type)
+	}
+	guardStatus := p.Guard
+	if guardStatus == "" {
+		guardStatus = "no record"
+	}
+	fmt.Fprintf(w, "  %s guard: %s\n", l.Consumer, guardStatus)
+	fmt.Fprintf(w, "  replay: %s\n", verdict(l, p))
 }
 
 func printLetters(w io.Writer, letters []dlq.Letter) {
