@@ -298,8 +298,8 @@ func TestUpSuppressesAnUnsubscribe(t *testing.T) {
 	}
 	held := send("2026-12-02T11:00:00Z")
 	time.Sleep(time.Second)
-	if s := status(held); s == "completed" {
-		t.Fatal("a paused suppressor handled an event")
+	if s := status(held); s != "received" {
+		t.Fatalf("held by a paused suppressor, the event is %q there, want received (stored, not attempted)", s)
 	}
 	if out, err := n.run("worker", "resume", "suppressor", "--nats-url", natsURL); err != nil {
 		t.Fatalf("resume: %v %s", err, out)

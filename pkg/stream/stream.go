@@ -253,6 +253,32 @@ func (s Subscription) Replays() Subscription {
 	return r
 }
 
+// Takes reports whether s's filter subjects match subject (NATS wildcards: "*" one
+// token, ">" the rest).
+func (s Subscription) Takes(subject string) bool {
+	for _, f := range s.Subjects {
+		if subjectMatches(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func subjectMatches(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, f := range ft {
+		switch {
+		case f == ">":
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case f != "*" && f != st[i]:
+			return false
+		}
+	}
+	return len(ft) == len(st)
+}
+
 // ConsumerConfig is the JetStream consumer of s.
 func (s Subscription) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{

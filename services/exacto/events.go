@@ -55,14 +55,18 @@ func eventsCmd() *cobra.Command {
 			consumers := map[string]any{}
 			if kv, err := js.KeyValue(ctx, stream.Guards); err == nil {
 				for _, sub := range stream.Subscriptions {
+					if !sub.Takes(msg.Subject) {
+						consumers[sub.Durable] = map[string]string{"status": "not_subscribed"}
+						continue
+					}
 					rec, ok, err := guard.Status(ctx, kv, sub.Durable, id)
 					switch {
 					case err != nil:
 						consumers[sub.Durable] = map[string]string{"error": err.Error()}
 					case ok:
 						consumers[sub.Durable] = rec
-					default:
-						consumers[sub.Durable] = map[string]string{"status": "not_seen"}
+					default: // stored and waiting: the consumer has not attempted it yet
+						consumers[sub.Durable] = map[string]string{"status": guard.Received}
 					}
 				}
 			}
