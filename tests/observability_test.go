@@ -308,7 +308,8 @@ func checkRulesAndDashboard(t *testing.T, ss []sample) {
 			}
 		}
 	}
-	for _, want := range []string{"ExactoSLOBurn", "ExactoSequenceStopsLate", "ExactoConsumerBacklogAging", "ExactoBreakerOpen", "ExactoDeadLettered"} {
+	for _, want := range []string{"ExactoSLOBurn", "ExactoSequenceStopsLate", "ExactoConsumerBacklogAging", "ExactoBreakerOpen", "ExactoDeadLettered",
+		"ExactoDeadLetterPastSLO", "ExactoDeadLettersGrowing"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alerts.yml has no %s", want)
 		}
