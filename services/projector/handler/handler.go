@@ -6,15 +6,18 @@
 // counted (exacto_projector_discrepancies) and kept in the contact's lifecycle view.
 // Where two events cannot be ordered from themselves (equal times, no version), the
 // projection uses a deterministic tie-break and the projector asks the source of truth
-// (the sending platform, through its client) what the contact's state is, and logs
-// what it found beside the pair (exacto_projector_undecided): an effect that depends on
+// (the sending platform, or HubSpot for HubSpot's events, through its client) what the
+// contact's state is, logs what it found beside the pair (exacto_projector_undecided)
+// and counts the answer (exacto_projector_source_answers): an effect that depends on
 // that order reads the platform, never the tie-break.
 package handler
 
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -24,6 +27,7 @@ import (
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/platform/hubspot"
 	"exacto.dev/pkg/projection"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
@@ -35,6 +39,8 @@ var (
 		metric.WithDescription("events the lifecycle table did not apply, by tenant, provider, type and rule"))
 	undecided, _ = meter.Int64Counter("exacto_projector_undecided",
 		metric.WithDescription("pairs of events whose order the events alone cannot decide, by tenant and provider"))
+	sourceAnswers, _ = meter.Int64Counter("exacto_projector_source_answers",
+		metric.WithDescription("what the source (Instantly, Smartlead, HubSpot) answered about an undecided pair's contact, by tenant, platform and answer (found, not_found, error, not_asked)"))
 )
 
 // Options configure the handler.
@@ -65,68 +71,122 @@ func New(o Options) consumer.Handler {
 		}
 		for _, u := range res.Undecided {
 			undecided.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", env.Tenant), attribute.String("provider", env.Provider)))
+			a := askSource(ctx, ev, o.Platforms, env)
+			sourceAnswers.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", env.Tenant), attribute.String("platform", a.platform),
+				attribute.String("answer", a.outcome)))
 			o.Log.Warn("events cannot be ordered; asking the source", "contact_id", res.Contact.ContactID, "a", u.A, "b", u.B, "why", u.Why,
-				"source", askSource(ctx, ev, o.Platforms, env))
+				"source", a.String(), "answer", a.outcome)
 		}
 		return nil
 	}
 }
 
-// askSource reads the contact's state at its sending platform, for the log beside an
-// undecided pair: what the platform says is the truth the tie-break may contradict.
-func askSource(ctx context.Context, ev consumer.Event, platforms func(string) (accounts.Clients, bool), env envelope.Envelope) string {
-	email := ""
-	if c := env.Data.Contact; c != nil {
-		email = contacts.NormalizeEmail(c.Email)
+// Outcomes of asking the source about an undecided pair (exacto_projector_source_answers).
+const (
+	Found    = "found"     // the platform knows the contact: its state is in the log
+	NotFound = "not_found" // the platform has no such lead or contact
+	Failed   = "error"     // the platform did not answer
+	NotAsked = "not_asked" // no client, no way to name the contact, or no source for the provider
+)
+
+// answer is what the source said about an undecided pair's contact.
+type answer struct {
+	platform, outcome string
+	text              string // for the log
+}
+
+func (a answer) String() string {
+	if a.outcome == NotAsked {
+		return "not asked: " + a.text
 	}
-	if platforms == nil || email == "" {
-		return "not asked: no platform client or no e-mail"
+	return a.platform + ": " + a.text
+}
+
+// askSource reads the contact's state at the source of the pair: the sending platform
+// (Instantly, Smartlead) or the CRM (HubSpot), for the log beside an undecided pair and
+// the count of answers: what the source says is the truth the tie-break may contradict.
+func askSource(ctx context.Context, ev consumer.Event, platforms func(string) (accounts.Clients, bool), env envelope.Envelope) answer {
+	email, id := "", ""
+	if c := env.Data.Contact; c != nil {
+		email, id = contacts.NormalizeEmail(c.Email), c.ExternalID
+	}
+	if platforms == nil {
+		return answer{env.Provider, NotAsked, "no platform client"}
 	}
 	c, ok := platforms(env.Tenant)
 	if !ok {
-		return "not asked: tenant has no platforms"
+		return answer{env.Provider, NotAsked, "tenant has no platforms"}
 	}
-	switch env.Provider {
-	case "instantly":
-		var leads []string
-		err := ev.Call(ctx, "instantly", func(ctx context.Context) error {
+	var a answer
+	call := func(fn func(ctx context.Context) error) answer {
+		a.platform = env.Provider
+		if err := ev.Call(ctx, env.Provider, fn); err != nil {
+			return answer{env.Provider, Failed, err.Error()}
+		}
+		return a
+	}
+	switch {
+	case env.Provider == "instantly" && email != "":
+		return call(func(ctx context.Context) error {
 			found, err := c.Instantly.FindLeads(ctx, "", email)
+			var leads []string
 			for _, l := range found {
 				leads = append(leads, "campaign "+l.Campaign+" status "+strconv.Itoa(l.Status))
 			}
+			a.outcome, a.text = outcome(len(leads) > 0), strconv.Quote(fmtList(leads, "no lead"))
 			return err
 		})
-		if err != nil {
-			return "instantly: " + err.Error()
-		}
-		return "instantly: " + strconv.Quote(fmtList(leads))
-	case "smartlead":
-		var out string
-		err := ev.Call(ctx, "smartlead", func(ctx context.Context) error {
+	case env.Provider == "smartlead" && email != "":
+		return call(func(ctx context.Context) error {
 			l, found, err := c.Smartlead.LeadByEmail(ctx, email)
-			out = "not a lead"
+			a.outcome, a.text = outcome(found), "not a lead"
 			if found {
-				out = "lead " + strconv.FormatInt(l.ID, 10) + " unsubscribed=" + strconv.FormatBool(l.Unsubscribed)
+				a.text = "lead " + strconv.FormatInt(l.ID, 10) + " unsubscribed=" + strconv.FormatBool(l.Unsubscribed)
 			}
 			return err
 		})
-		if err != nil {
-			return "smartlead: " + err.Error()
+	case env.Provider == "hubspot" && (email != "" || id != ""):
+		// HubSpot is the source of its own contacts' properties: read the contact's
+		// lifecycle stage, lead status and the property the event changed.
+		f := hubspot.Filter{PropertyName: "email", Operator: "EQ", Value: email}
+		if id != "" {
+			f = hubspot.Filter{PropertyName: "hs_object_id", Operator: "EQ", Value: id}
 		}
-		return "smartlead: " + out
+		props := []string{"lifecyclestage", "hs_lead_status"}
+		if p := env.Data.Property; p != nil && p.Name != "" && !slices.Contains(props, p.Name) {
+			props = append(props, p.Name)
+		}
+		return call(func(ctx context.Context) error {
+			found, err := c.HubSpot.Search(ctx, "contacts", []hubspot.Filter{f}, props, 10)
+			var out []string
+			for _, o := range found {
+				l := "contact " + o.ID
+				for _, p := range props {
+					l += " " + p + "=" + strconv.Quote(o.Properties[p])
+				}
+				out = append(out, l)
+			}
+			a.outcome, a.text = outcome(len(out) > 0), fmtList(out, "no contact")
+			return err
+		})
+	case env.Provider == "instantly" || env.Provider == "smartlead" || env.Provider == "hubspot":
+		return answer{env.Provider, NotAsked, "the event names the contact by nothing " + env.Provider + " can find it by"}
 	}
-	return "not asked: " + env.Provider + " is not a sending platform"
+	return answer{env.Provider, NotAsked, env.Provider + " is not a source the projector asks"}
 }
 
-func fmtList(l []string) string {
+func outcome(found bool) string {
+	if found {
+		return Found
+	}
+	return NotFound
+}
+
+func fmtList(l []string, none string) string {
 	if len(l) == 0 {
-		return "no lead"
+		return none
 	}
-	out := l[0]
-	for _, s := range l[1:] {
-		out += "; " + s
-	}
-	return out
+	return strings.Join(l, "; ")
 }
 
 // Run runs the projector's consumer until ctx ends.
