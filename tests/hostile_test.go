@@ -1,9 +1,12 @@
 package tests
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,12 +15,14 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/providers/stripe"
 	"exacto.dev/pkg/stream"
+	"exacto.dev/services/gateway/server"
 )
 
-// Slow and hostile clients: slow bodies (slowloris), bodies over the limit and a burst
-// of deliveries with invalid signatures, all at once, while valid deliveries go on: the
-// gateway keeps answering them, stores every one and nothing else, and the valid
-// traffic's p99 is reported.
+// Slow and hostile clients: slow headers and slow bodies (slowloris), bodies over the
+// limit and a burst of deliveries with invalid signatures, all at once, while valid
+// deliveries go on: the gateway cuts every slow connection off at its read limits,
+// keeps answering the valid deliveries, stores every one and nothing else, and the
+// valid traffic's p99 is reported.
 func TestChaosHostileClients(t *testing.T) {
 	t.Parallel()
 	valid, invalid, slow, big := size(200, 2000), size(1000, 10000), size(30, 200), size(10, 50)
@@ -40,27 +45,77 @@ func TestChaosHostileClients(t *testing.T) {
 		statuses[kind][status]++
 	}
 	now := time.Now()
-	// Slowloris: connections that send a body one byte at a time.
-	for range slow {
+	// Slowloris: connections that send their headers, or their body, a byte at a time and
+	// never finish, each held until the gateway cuts it off (a 4xx answer, or the
+	// connection closed) or well past the production server's limit on reading headers
+	// (ReadHeaderTimeout) or a whole request (ReadTimeout).
+	gw, err := server.New(context.Background(), server.Options{Config: p.env.Config, JS: p.conn.JS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := gw.HTTPServer("")
+	gw.Close()
+	var opened sync.WaitGroup
+	var cutMu sync.Mutex
+	var cutBeforeValidEnded, validEnded = 0, false
+	for i := range slow {
 		wg.Add(1)
+		opened.Add(1)
 		go func() {
 			defer wg.Done()
+			kind, limit := "slow headers", limits.ReadHeaderTimeout
+			request := fmt.Sprintf("POST /hooks/stripe/tok-stripe-0123456789 HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nX-Slow: ", host)
+			if i%2 == 1 {
+				kind, limit = "slow body", limits.ReadTimeout
+				request = fmt.Sprintf("POST /hooks/stripe/tok-stripe-0123456789 HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{", host)
+			}
 			c, err := net.DialTimeout("tcp", host, 5*time.Second)
 			if err != nil {
-				count("slow", -1)
+				opened.Done()
+				count(kind, -1)
 				return
 			}
 			defer c.Close()
-			fmt.Fprintf(c, "POST /hooks/stripe/tok-stripe-0123456789 HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n", host)
-			for range 15 {
-				if _, err := c.Write([]byte("{")); err != nil {
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
+			_, err = c.Write([]byte(request))
+			opened.Done()
+			if err != nil {
+				count(kind, -1)
+				return
 			}
-			count("slow", 0) // held its connection open for 3 s
+			// The gateway's answer, if any, then its close.
+			cut := make(chan int, 1)
+			go func() {
+				answer, _ := io.ReadAll(io.LimitReader(c, 512))
+				status := 0 // closed without an answer
+				if code, ok := strings.CutPrefix(string(answer), "HTTP/1.1 "); ok && len(code) >= 3 {
+					status, _ = strconv.Atoi(code[:3])
+				}
+				cut <- status
+			}()
+			hold := time.NewTimer(limit + 15*time.Second)
+			defer hold.Stop()
+			tick := time.NewTicker(250 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case status := <-cut:
+					cutMu.Lock()
+					if !validEnded {
+						cutBeforeValidEnded++
+					}
+					cutMu.Unlock()
+					count(kind, status)
+					return
+				case <-hold.C:
+					count(kind, -2) // never cut off
+					return
+				case <-tick.C:
+					c.Write([]byte("x")) // a closed connection is seen by the reader
+				}
+			}
 		}()
 	}
+	opened.Wait() // every slow connection is open before the valid traffic starts
 	// Bodies over the limit.
 	for range big {
 		wg.Add(1)
@@ -116,9 +171,24 @@ func TestChaosHostileClients(t *testing.T) {
 		count("valid", resp.StatusCode)
 		lat = append(lat, took)
 	}
+	cutMu.Lock()
+	validEnded = true
+	t.Logf("%d of %d slow connections cut off while the valid traffic went on", cutBeforeValidEnded, slow)
+	cutMu.Unlock()
 	wg.Wait()
 	stored := storedIDs(t, p.conn.JS)
-	t.Logf("answers: %v", statuses)
+	t.Logf("answers: %v (slow ones: 0 closed without an answer, -2 never cut off)", statuses)
+	for kind, want := range map[string]int{"slow headers": (slow + 1) / 2, "slow body": slow / 2} {
+		cut := 0
+		for status, k := range statuses[kind] {
+			if status == 0 || (status >= 400 && status < 500) {
+				cut += k
+			}
+		}
+		if cut != want {
+			t.Errorf("%s: %d of %d connections cut off by the gateway (answers %v)", kind, cut, want, statuses[kind])
+		}
+	}
 	lost := valid - statuses["valid"][200]
 	extra := len(stored) - statuses["valid"][200] // anything stored besides the valid ones
 	if statuses["invalid"][401] != invalid || statuses["big"][413] != big {
