@@ -64,7 +64,7 @@ func TestConsoleInChromium(t *testing.T) {
 	cfg.Console = config.Console{Token: config.Secret{Ref: "env:EXACTO_CONSOLE_TOKEN", Value: token}}
 	// No Metrics handler: installing one would replace the global meter provider other
 	// tests of this package read (pkg/console's own tests cover reading /metrics), so
-	// the gateway's counters show as unknown here.
+	// the gateway's counters show as "not in this process" here.
 	h, err := console.New(console.Options{JS: p.conn.JS, Config: &cfg, Log: p.env.Log})
 	if err != nil {
 		t.Fatal(err)

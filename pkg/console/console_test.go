@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -61,15 +62,31 @@ type fixture struct {
 	freshDL, oldDL uint64
 }
 
+// metricsText is a gateway's /metrics: distinctive values, labels summed by the
+// overview (duplicates 3100+4217), a label holding a space, and no rejection yet.
 const metricsText = `# HELP exacto_gateway_duplicates_total events answered 200 without being stored again
 # TYPE exacto_gateway_duplicates_total counter
-exacto_gateway_duplicates_total{provider="instantly",tenant="acme"} 3
-exacto_gateway_duplicates_total{provider="smartlead",tenant="acme"} 4
-exacto_gateway_invalid_signatures_total{provider="instantly",reason="bad signature"} 5
-exacto_gateway_events_received_total{provider="instantly"} 42
+exacto_gateway_duplicates_total{provider="instantly",tenant="acme"} 3100
+exacto_gateway_duplicates_total{provider="smartlead",tenant="acme"} 4217
+exacto_gateway_invalid_signatures_total{provider="instantly",reason="bad signature"} 5923
+exacto_gateway_events_received_total{provider="instantly"} 48611
+exacto_dlq_open{consumer="crmwriter"} 2
 `
 
-func setup(t *testing.T) *fixture {
+// serveMetrics serves text as /metrics.
+func serveMetrics(text string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, text)
+	})
+}
+
+// setup starts a broker with three events, two dead letters and a finding, and the
+// console over it; opts change the console's options.
+func setup(t *testing.T, opts ...func(*Options)) *fixture {
 	t.Helper()
 	cfg, err := config.Parse([]byte(testConfig), "test", testEnv)
 	if err != nil {
@@ -96,13 +113,12 @@ func setup(t *testing.T) *fixture {
 	if _, err := kv.Put(ctx, "acme.fd_0123", data); err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{JS: conn.JS, Config: cfg, Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metrics" {
-			http.NotFound(w, r)
-			return
-		}
-		io.WriteString(w, metricsText)
-	}), Breakers: func() map[string]string { return map[string]string{"hubspot": "open", "instantly": "closed"} }})
+	o := Options{JS: conn.JS, Config: cfg, Metrics: serveMetrics(metricsText),
+		Breakers: func() map[string]string { return map[string]string{"hubspot": "open", "instantly": "closed"} }}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	h, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,11 +132,16 @@ func setup(t *testing.T) *fixture {
 
 func (f *fixture) publish(ctx context.Context, typ, email, campaign, peid, text string, at time.Time) string {
 	f.t.Helper()
-	env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", peid), Source: "instantly", Type: typ, Time: at,
+	return f.store(ctx, envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", peid), Source: "instantly", Type: typ, Time: at,
 		DataContentType: "application/json", Tenant: "acme", Provider: "instantly", Endpoint: "instantly", ProviderEventID: peid,
 		ReceivedAt: at, PayloadSHA256: strings.Repeat("ab", 32), AuthMethod: "none",
 		Data: envelope.Data{ProviderType: "reply_received", Contact: &envelope.Contact{Email: email}, Campaign: &envelope.Campaign{ID: campaign, Name: "Founders"},
-			Message: &envelope.Message{Text: text}, Raw: json.RawMessage(`{"reply_text":` + strconv.Quote(text) + `}`)}}
+			Message: &envelope.Message{Text: text}, Raw: json.RawMessage(`{"reply_text":` + strconv.Quote(text) + `}`)}})
+}
+
+// store publishes env on EXACTO_EVENTS and indexes it, as the gateway does.
+func (f *fixture) store(ctx context.Context, env envelope.Envelope) string {
+	f.t.Helper()
 	msg, err := stream.EventMessage(ctx, env)
 	if err != nil {
 		f.t.Fatal(err)
@@ -283,7 +304,7 @@ func TestPagesRenderWithoutSecrets(t *testing.T) {
 	f := setup(t)
 	auth := basic("ana", anaPassword)
 	pages := map[string][]string{
-		"/console/":                                         {"Events per minute", "crmwriter", "7", "5", "42", "hubspot", "open", "open dead letters"},
+		"/console/":                                         {"Events per minute", `id="exacto_gateway_duplicates">7317<`, "open dead letters"},
 		"/console/events":                                   {f.fresh, f.old, f.evil},
 		"/console/events?q=" + f.fresh:                      {f.fresh, "ana@northwind.example"},
 		"/console/events?q=ANA%40northwind.example":         {f.fresh},
@@ -450,5 +471,82 @@ func TestSessionCSRF(t *testing.T) {
 	}
 	if _, body, _ := f.get(h.Get("Location"), withCookie); !strings.Contains(body, "replayed") || !strings.Contains(body, "<td>console</td>") {
 		t.Errorf("session replay not recorded as console")
+	}
+}
+
+// The overview shows what it reads, each figure where it belongs: the rates row of
+// each tenant, provider and type; the gateway counters summed over their labels; the
+// breakers with their states; a consumer's backlog and the age of its oldest
+// unacknowledged event. The console's clock runs 10 minutes ahead, so the events
+// stored now are 10 minutes old: in the 15-minute window, not in the last 5.
+func TestOverview(t *testing.T) {
+	f := setup(t, func(o *Options) { o.Now = func() time.Time { return time.Now().Add(10 * time.Minute) } })
+	ctx := context.Background()
+	for i := range 2 {
+		at := time.Now().UTC()
+		f.store(ctx, envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("globex", "smartlead", fmt.Sprint("open-", i)), Source: "smartlead",
+			Type: "email.opened", Time: at, DataContentType: "application/json", Tenant: "globex", Provider: "smartlead", Endpoint: "smartlead",
+			ProviderEventID: fmt.Sprint("open-", i), ReceivedAt: at, PayloadSHA256: strings.Repeat("cd", 32), AuthMethod: "none",
+			Data: envelope.Data{ProviderType: "EMAIL_OPEN", Contact: &envelope.Contact{Email: "dee@globex.example"}}})
+	}
+	// The crmwriter is bound and holds one event unacknowledged; the others are not bound.
+	var crm stream.Subscription
+	for _, s := range stream.Subscriptions {
+		if s.Durable == stream.CRMWriter {
+			crm = s
+		}
+	}
+	cons, err := f.js.CreateOrUpdateConsumer(ctx, stream.Events, jetstream.ConsumerConfig{Durable: crm.Durable, FilterSubjects: crm.Subjects,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range batch.Messages() {
+	}
+
+	_, body, _ := f.get("/console/", basic("ana", anaPassword))
+	for _, want := range []string{
+		`<tr><td>acme</td><td>instantly</td><td>reply.received</td><td class="n">0</td><td class="n">0</td><td class="n">3</td>`,
+		`<tr><td>globex</td><td>smartlead</td><td>email.opened</td><td class="n">0</td><td class="n">0</td><td class="n">2</td>`,
+		`id="exacto_gateway_duplicates">7317<`,
+		`id="exacto_gateway_invalid_signatures">5923<`,
+		`id="exacto_gateway_events_received">48611<`,
+		`id="exacto_gateway_rejections">0<`, // the gateway runs here and refused nothing
+		`<tr><td>hubspot</td><td><span class="warn">open</span></td></tr>`,
+		`<tr><td>instantly</td><td><span class="ok">closed</span></td></tr>`,
+		`<tr><td>crmwriter</td><td><code>crmwriter</code></td><td>EXACTO_EVENTS</td><td class="n">2</td><td class="n">1</td><td class="n">0</td><td>10m</td><td><span class="ok">running</span></td></tr>`,
+		`<tr><td>stopper</td><td><code>stopper</code></td><td>EXACTO_EVENTS</td><td class="n">0</td><td class="n">0</td><td class="n">0</td><td>—</td><td><span class="muted">not bound yet</span></td></tr>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview: %s missing", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("overview:\n%s", body)
+	}
+}
+
+// Where this process has no gateway (the console of a split deployment runs in the
+// reconciler) the gateway's counters are not in this process: the overview says so and
+// shows no 0 for them.
+func TestOverviewWithoutGateway(t *testing.T) {
+	for name, metrics := range map[string]http.Handler{
+		"reconciler's /metrics": serveMetrics("exacto_dlq_open{consumer=\"crmwriter\"} 2\nexacto_reconcile_findings_total{kind=\"missed_reply\"} 4\n"),
+		"no /metrics":           nil,
+	} {
+		f := setup(t, func(o *Options) { o.Metrics = metrics })
+		_, body, _ := f.get("/console/", basic("ana", anaPassword))
+		for _, c := range gatewayCounters {
+			if !strings.Contains(body, `id="`+c.name+`">not in this process<`) {
+				t.Errorf("%s: %s is not shown as not in this process", name, c.name)
+			}
+		}
+		if metrics != nil && !strings.Contains(body, "the gateway runs in another process") {
+			t.Errorf("%s: no explanation", name)
+		}
 	}
 }

@@ -242,11 +242,28 @@ func (c *console) counters() ([]counter, error) {
 			}
 		}
 	}
-	for i := range out { // a counter never incremented is not exported yet: zero
+	if err := sc.Err(); err != nil {
+		return out, err
+	}
+	gateway := false
+	for _, c := range out {
+		gateway = gateway || c.Known
+	}
+	if !gateway {
+		// No gateway series at all: the gateway runs in another process (the console
+		// runs in the reconciler of a split deployment), or has had no delivery yet.
+		// Either way a 0 here would be a guess.
+		return out, errNoGateway
+	}
+	for i := range out { // the gateway runs here: a counter never incremented is zero
 		out[i].Known = true
 	}
-	return out, sc.Err()
+	return out, nil
 }
+
+// errNoGateway explains the gateway counters shown as not in this process.
+var errNoGateway = errors.New("this process's /metrics has no gateway counter: the gateway runs in another process " +
+	"(a split deployment: read them on its /metrics or in Prometheus), or has had no delivery since it started")
 
 // queues reads every durable consumer's backlog: events waiting, delivered but not
 // acknowledged, and the age of the oldest not yet acknowledged.
