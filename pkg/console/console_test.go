@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/dlq/dlqtest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/reconcile"
@@ -221,6 +223,17 @@ func basic(user, pw string) func(*http.Request) {
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
+// form gets the page at path and returns it with the CSRF token of its forms.
+func (f *fixture) form(path string, auth func(*http.Request)) (page, csrf string) {
+	f.t.Helper()
+	_, page, _ = f.get(path, auth)
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		f.t.Fatalf("no CSRF token on %s:\n%s", path, page)
+	}
+	return page, m[1]
+}
+
 func (f *fixture) post(path string, form url.Values, auth func(*http.Request)) (int, string, http.Header) {
 	f.t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(form.Encode()))
@@ -377,12 +390,7 @@ func TestCSRFAndReplay(t *testing.T) {
 	f := setup(t)
 	auth := basic("ana", anaPassword)
 	seq := strconv.FormatUint(f.freshDL, 10)
-	_, page, _ := f.get("/console/dlq/"+seq, auth)
-	m := csrfRE.FindStringSubmatch(page)
-	if m == nil {
-		t.Fatal("no CSRF token on the letter page")
-	}
-	tok := m[1]
+	page, tok := f.form("/console/dlq/"+seq, auth)
 	// Without the token, or with another credential's token: 403, nothing done.
 	if code, _, _ := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}}, auth); code != 403 {
 		t.Fatalf("replay without CSRF: %d", code)
@@ -398,6 +406,25 @@ func TestCSRFAndReplay(t *testing.T) {
 	}
 	if _, body, _ := f.get("/console/dlq/"+seq, auth); !strings.Contains(body, `id="letter-status">open`) {
 		t.Fatal("a refused POST changed the letter")
+	}
+	// Without a why: refused, the letter stays open with no action, its guard untouched.
+	if !strings.Contains(page, `id="replay-why" size="40" placeholder="what was fixed" required`) {
+		t.Errorf("the letter page does not require a why:\n%s", page)
+	}
+	for _, why := range []string{"", "   "} {
+		code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {why}, "csrf": {tok}}, auth)
+		_, body, _ := f.get(h.Get("Location"), auth)
+		if code != http.StatusSeeOther || !strings.Contains(body, "replay refused: dlq: a why is required") || !strings.Contains(body, `id="letter-status">open`) ||
+			!strings.Contains(body, "No action yet.") {
+			t.Errorf("replay with why %q: %d\n%s", why, code, body)
+		}
+	}
+	guards, err := f.js.KeyValue(context.Background(), stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, err := guard.Status(context.Background(), guards, stream.CRMWriter, f.fresh); err != nil || rec.Status != guard.DeadLetter {
+		t.Errorf("a refused replay reset the guard: %+v %v", rec, err)
 	}
 	// With it: replayed, redirected to the letter, recorded with ana and the why.
 	code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"property fixed"}, "csrf": {tok}}, auth)
@@ -460,12 +487,8 @@ func TestSessionCSRF(t *testing.T) {
 	cookie := strings.SplitN(h.Get("Set-Cookie"), ";", 2)[0]
 	withCookie := func(r *http.Request) { r.Header.Set("Cookie", cookie) }
 	seq := strconv.FormatUint(f.freshDL, 10)
-	_, page, _ := f.get("/console/dlq/"+seq, withCookie)
-	m := csrfRE.FindStringSubmatch(page)
-	if m == nil {
-		t.Fatal("no CSRF token")
-	}
-	code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "csrf": {m[1]}}, withCookie)
+	_, tok := f.form("/console/dlq/"+seq, withCookie)
+	code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "csrf": {tok}}, withCookie)
 	if code != 303 {
 		t.Fatalf("session replay: %d", code)
 	}
@@ -548,5 +571,163 @@ func TestOverviewWithoutGateway(t *testing.T) {
 		if metrics != nil && !strings.Contains(body, "the gateway runs in another process") {
 			t.Errorf("%s: no explanation", name)
 		}
+	}
+}
+
+// The DLQ page's query string filters exactly as pkg/dlq does, on a sample queue
+// across two consumers, tenants, providers, classes, three types and different ages;
+// a filter value that is not valid lists nothing rather than more.
+func TestDLQFilters(t *testing.T) {
+	cfg, err := config.Parse([]byte(testConfig), "test", testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := brokertest.Start(t, "")
+	ids := dlqtest.Publish(t, conn.JS, time.Now())
+	h, err := New(Options{JS: conn.JS, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, js: conn.JS, srv: httptest.NewServer(h)}
+	t.Cleanup(f.srv.Close)
+	auth := bearer(consoleToken)
+	letterRE := regexp.MustCompile(`<a href="/console/dlq/(\d+)">`)
+	list := func(q url.Values) ([]string, string) {
+		t.Helper()
+		code, body, _ := f.get("/console/dlq?"+q.Encode(), auth)
+		if code != 200 {
+			t.Fatalf("%s: %d", q.Encode(), code)
+		}
+		var seqs []uint64
+		for _, m := range letterRE.FindAllStringSubmatch(body, -1) {
+			s, _ := strconv.ParseUint(m[1], 10, 64)
+			seqs = append(seqs, s)
+		}
+		return dlqtest.Names(ids, seqs), body
+	}
+	for _, c := range dlqtest.Cases {
+		q := url.Values{}
+		for k, v := range map[string]string{"consumer": c.Consumer, "tenant": c.Tenant, "provider": c.Provider, "type": c.Type, "class": c.Class} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		if c.OlderThan > 0 {
+			q.Set("older", c.OlderThan.String())
+		}
+		if c.NewerThan > 0 {
+			q.Set("newer", c.NewerThan.String())
+		}
+		if got, _ := list(q); !slices.Equal(got, c.Want) && len(got)+len(c.Want) > 0 {
+			t.Errorf("?%s lists %v, want %v", q.Encode(), got, c.Want)
+		}
+	}
+	for _, q := range []url.Values{{"tenant": {"globex.*"}}, {"provider": {">"}}, {"type": {"reply.*"}}, {"older": {"an hour"}}, {"newer": {"-1h"}}} {
+		if got, body := list(q); len(got) != 0 || !strings.Contains(body, "nothing listed: filter values that are not valid") {
+			t.Errorf("?%s lists %v", q.Encode(), got)
+		}
+	}
+}
+
+// Approving a finding's proposed repair through the console publishes it when it is
+// fresh; a stale one is refused with its reason and stays open; a decision needs a
+// why; a decided finding cannot be decided again.
+func TestApproveProposedRepair(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	auth := basic("ana", anaPassword)
+	kv, err := f.js.KeyValue(ctx, stream.Diffs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	propose := func(id, peid string, at time.Time) envelope.Envelope {
+		env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", peid), Source: "instantly", Type: envelope.TypeReplyReceived,
+			Time: at, DataContentType: "application/json", Tenant: "acme", Provider: "instantly", Endpoint: "instantly", ProviderEventID: peid,
+			ReceivedAt: now, PayloadSHA256: strings.Repeat("ef", 32), AuthMethod: "reconciliation",
+			Data: envelope.Data{ProviderType: "reply_received", Contact: &envelope.Contact{Email: peid + "@northwind.example"}}}
+		fd := reconcile.Finding{ID: id, Kind: reconcile.MissedReply, Tenant: "acme", Provider: "instantly", Contact: peid + "@northwind.example",
+			Where: "instantly lead in campaign camp-1", Found: "a reply we never received", Repair: "publish the reply after review",
+			Status: reconcile.StatusOpen, FirstSeen: now, LastSeen: now, Passes: 1, Proposed: &env}
+		data, _ := json.Marshal(fd)
+		if _, err := kv.Put(ctx, "acme."+id, data); err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	fresh := propose("fd_fresh", "missed-fresh", now.Add(-time.Hour))
+	stale := propose("fd_stale", "missed-stale", now.Add(-100*time.Hour))
+	finding := func(id string) reconcile.Finding {
+		t.Helper()
+		e, err := kv.Get(ctx, "acme."+id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fd reconcile.Finding
+		if err := json.Unmarshal(e.Value(), &fd); err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	published := func(id string) bool {
+		t.Helper()
+		st, _ := f.js.Stream(ctx, stream.Events)
+		m, err := st.GetLastMsgForSubject(ctx, "events.acme.instantly.reply.received")
+		return err == nil && m.Header.Get(jetstream.MsgIDHeader) == id
+	}
+	page, tok := f.form("/console/diffs", auth)
+	if !strings.Contains(page, "<td><code>fd_fresh</code></td><td>acme</td><td>instantly</td><td>missed_reply</td>") || !strings.Contains(page, "fd_stale") {
+		t.Fatalf("diffs page:\n%s", page)
+	}
+	decide := func(id, decision, why string) string {
+		t.Helper()
+		code, _, h := f.post("/console/diffs/acme/"+id, url.Values{"decision": {decision}, "why": {why}, "csrf": {tok}}, auth)
+		if code != http.StatusSeeOther {
+			t.Fatalf("%s %s: %d", decision, id, code)
+		}
+		_, body, _ := f.get(h.Get("Location"), auth)
+		return body
+	}
+	events := func() uint64 {
+		st, _ := f.js.Stream(ctx, stream.Events)
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	before := events()
+
+	// Without a why: refused, nothing done.
+	if body := decide("fd_fresh", "approve", " "); !strings.Contains(body, "decision refused: a why is required") ||
+		finding("fd_fresh").Status != reconcile.StatusOpen || events() != before {
+		t.Fatalf("approve without a why:\n%s", body)
+	}
+	// Stale: refused with its reason, still open, nothing published.
+	body := decide("fd_stale", "approve", "looks right")
+	if !regexp.MustCompile(`decision refused: the proposed event is too old to publish: reply.received of \S+ is 100h0m\d+s old, over its limit of 72h0m0s`).MatchString(body) {
+		t.Errorf("stale approval:\n%s", body)
+	}
+	if fd := finding("fd_stale"); fd.Status != reconcile.StatusOpen || fd.Applied || fd.Event != "" || fd.Decision != nil || events() != before || published(stale.ID) {
+		t.Errorf("a refused approval changed something: %+v", fd)
+	}
+	// Fresh: published, approved by ana with the why.
+	if body := decide("fd_fresh", "approve", "the reply is real"); !strings.Contains(body, "finding fd_fresh approved; repair event "+fresh.ID) {
+		t.Errorf("fresh approval:\n%s", body)
+	}
+	fd := finding("fd_fresh")
+	if fd.Status != reconcile.StatusApproved || !fd.Applied || fd.Event != fresh.ID || fd.Decision == nil || fd.Decision.By != "ana" || fd.Decision.Why != "the reply is real" {
+		t.Errorf("approved finding: %+v", fd)
+	}
+	if events() != before+1 || !published(fresh.ID) {
+		t.Errorf("the approved repair is not on the stream (%d events, %d before)", events(), before)
+	}
+	// Decided once: a second decision is refused.
+	if body := decide("fd_fresh", "reject", "changed my mind"); !strings.Contains(body, "decision refused: finding fd_fresh is approved, not open") ||
+		finding("fd_fresh").Status != reconcile.StatusApproved {
+		t.Errorf("second decision:\n%s", body)
+	}
+	if code, _, _ := f.post("/console/diffs/acme/fd_stale", url.Values{"decision": {"maybe"}, "why": {"x"}, "csrf": {tok}}, auth); code != http.StatusBadRequest {
+		t.Errorf("decision maybe: %d", code)
 	}
 }

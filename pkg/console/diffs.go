@@ -67,6 +67,10 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request, u who) {
 	}
 	why := strings.TrimSpace(r.PostForm.Get("why"))
 	dest := Prefix + "diffs?"
+	if why == "" {
+		http.Redirect(w, r, dest+url.Values{"err": {"decision refused: a why is required (recorded with who decides)"}}.Encode(), http.StatusSeeOther)
+		return
+	}
 	f, err := c.diffs.Decide(ctx, tenant, id, approve, u.name, why)
 	if err != nil {
 		http.Redirect(w, r, dest+url.Values{"err": {"decision refused: " + err.Error()}}.Encode(), http.StatusSeeOther)

@@ -74,11 +74,11 @@ func (c *console) dlqList(w http.ResponseWriter, r *http.Request, u who) {
 	f.All = q.Get("all") != ""
 	d := dlqData{Filter: q, SLO: c.cfg.DLQ.SLO}
 	v := view{Title: "Dead letters", Nav: "dlq", Data: &d}
-	if len(bad) > 0 {
-		v.Error = "ignored filter values that are not valid: " + strings.Join(bad, ", ") + " (durations look like 15m or 2h)"
-	}
 	var err error
-	if d.Letters, err = c.dlq.List(ctx, f); err != nil {
+	if len(bad) > 0 {
+		// A filter value that is not valid lists nothing rather than a wider list.
+		v.Error = "nothing listed: filter values that are not valid: " + strings.Join(bad, ", ") + " (names are letters, digits, - and _; durations look like 15m or 2h)"
+	} else if d.Letters, err = c.dlq.List(ctx, f); err != nil {
 		v.Error = "listing the DLQ: " + err.Error()
 	}
 	if d.Summary, err = c.dlq.Summarize(ctx); err != nil && v.Error == "" {
