@@ -179,9 +179,10 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	shot("06-dead-letter")
 
-	// The cause is fixed; replay with a why.
+	// The cause is fixed; replay, saying who (the shared token names nobody) and why.
 	p.sb.ClearFaults()
 	do("replay",
+		chromedp.SetValue(chromedp.CSS("#replay-by"), "ana"),
 		chromedp.SetValue(chromedp.CSS("#replay-why"), "HubSpot property fixed"),
 		chromedp.Click(chromedp.CSS("#replay")),
 		chromedp.WaitVisible(chromedp.CSS("#notice")))
@@ -191,7 +192,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if s := text("#letter-status"); s != "replayed" {
 		t.Fatalf("letter status after the replay %q", s)
 	}
-	if hist := text("#history"); !strings.Contains(hist, "HubSpot property fixed") || !strings.Contains(hist, "console") {
+	if hist := text("#history"); !strings.Contains(hist, "HubSpot property fixed") || !strings.Contains(hist, "ana (console token)") {
 		t.Fatalf("history: %s", hist)
 	}
 	shot("07-replayed")

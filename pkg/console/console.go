@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -221,10 +222,31 @@ func headers(next http.Handler) http.Handler {
 }
 
 // who is the authenticated operator: name is recorded in DLQ and diff decisions;
-// binding is what the CSRF token is bound to.
+// binding is what the CSRF token is bound to. shared: the shared console token (a
+// bearer or a session it opened), which names nobody: each decision then says who.
 type who struct {
 	name    string
 	binding string
+	shared  bool
+}
+
+// maxName bounds the name an operator of the shared token gives.
+const maxName = 64
+
+// decider is who a decision posted by u is recorded as: a console user's name, or for
+// the shared token the name the form gives (field "by"), marked as given by the token.
+func decider(r *http.Request, u who) (string, error) {
+	if !u.shared {
+		return u.name, nil
+	}
+	by := strings.TrimSpace(r.PostForm.Get("by"))
+	switch {
+	case by == "":
+		return "", errors.New("who decides is required: signed in with the shared console token, give your name")
+	case len(by) > maxName || strings.ContainsFunc(by, unicode.IsControl):
+		return "", fmt.Errorf("a name is at most %d characters, with no control character", maxName)
+	}
+	return by + " (console token)", nil
 }
 
 type page func(w http.ResponseWriter, r *http.Request, u who)
@@ -239,7 +261,7 @@ func (c *console) authenticate(r *http.Request) (who, bool) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		if tok, ok := strings.CutPrefix(h, "Bearer "); ok {
 			if c.hasTok && digestEq(c.token, strings.TrimSpace(tok)) {
-				return who{name: "console", binding: "bearer"}, true
+				return who{name: "console", binding: "bearer", shared: true}, true
 			}
 			return who{}, false
 		}
@@ -268,7 +290,7 @@ func (c *console) authenticate(r *http.Request) (who, bool) {
 		}
 		c.mu.Unlock()
 		if ok {
-			return who{name: s.user, binding: "session:" + key}, true
+			return who{name: s.user, binding: "session:" + key, shared: true}, true
 		}
 	}
 	return who{}, false

@@ -480,20 +480,45 @@ func TestCSRFAndReplay(t *testing.T) {
 	}
 }
 
-// The bearer token's and a session's CSRF tokens work for their own credential.
+// The bearer token's and a session's CSRF tokens work for their own credential. The
+// shared token names nobody: its forms ask who decides, and a decision without a name
+// (or with one that is not a name) is refused; the name is recorded, marked as given
+// by the token.
 func TestSessionCSRF(t *testing.T) {
 	f := setup(t)
 	_, _, h := f.get("/console/?token="+url.QueryEscape(consoleToken), nil)
 	cookie := strings.SplitN(h.Get("Set-Cookie"), ";", 2)[0]
 	withCookie := func(r *http.Request) { r.Header.Set("Cookie", cookie) }
 	seq := strconv.FormatUint(f.freshDL, 10)
-	_, tok := f.form("/console/dlq/"+seq, withCookie)
-	code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "csrf": {tok}}, withCookie)
+	page, tok := f.form("/console/dlq/"+seq, withCookie)
+	if !strings.Contains(page, `<input name="by" id="replay-by" size="16" required>`) {
+		t.Errorf("the shared token's replay form does not ask who:\n%s", page)
+	}
+	for _, by := range []string{"", "  ", strings.Repeat("b", 65), "ben\nadmin"} {
+		code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "by": {by}, "csrf": {tok}}, withCookie)
+		if _, body, _ := f.get(h.Get("Location"), withCookie); code != 303 || !strings.Contains(body, "replay refused: ") || !strings.Contains(body, "No action yet.") {
+			t.Errorf("replay by %q: %d\n%s", by, code, body)
+		}
+	}
+	code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "by": {"ben"}, "csrf": {tok}}, withCookie)
 	if code != 303 {
 		t.Fatalf("session replay: %d", code)
 	}
-	if _, body, _ := f.get(h.Get("Location"), withCookie); !strings.Contains(body, "replayed") || !strings.Contains(body, "<td>console</td>") {
-		t.Errorf("session replay not recorded as console")
+	if _, body, _ := f.get(h.Get("Location"), withCookie); !strings.Contains(body, "replayed") || !strings.Contains(body, "<td>ben (console token)</td>") {
+		t.Errorf("session replay not recorded as ben (console token):\n%s", body)
+	}
+	// The bearer token likewise, on a diff decision; a console user is not asked.
+	_, btok := f.form("/console/diffs", bearer(consoleToken))
+	if code, _, h := f.post("/console/diffs/acme/fd_0123", url.Values{"decision": {"reject"}, "why": {"known gap"}, "csrf": {btok}}, bearer(consoleToken)); code != 303 ||
+		!strings.Contains(h.Get("Location"), "who+decides+is+required") {
+		t.Errorf("a decision by the token without a name: %d %s", code, h.Get("Location"))
+	}
+	f.post("/console/diffs/acme/fd_0123", url.Values{"decision": {"reject"}, "why": {"known gap"}, "by": {"cy"}, "csrf": {btok}}, bearer(consoleToken))
+	if _, body, _ := f.get("/console/diffs?status=", bearer(consoleToken)); !strings.Contains(body, "rejected by cy (console token): known gap") {
+		t.Errorf("decision by the token:\n%s", body)
+	}
+	if page, _ := f.form("/console/dlq/"+seq, basic("ana", anaPassword)); strings.Contains(page, `name="by"`) {
+		t.Error("a console user is asked who they are")
 	}
 }
 

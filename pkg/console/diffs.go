@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -67,16 +68,20 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request, u who) {
 	}
 	why := strings.TrimSpace(r.PostForm.Get("why"))
 	dest := Prefix + "diffs?"
-	if why == "" {
-		http.Redirect(w, r, dest+url.Values{"err": {"decision refused: a why is required (recorded with who decides)"}}.Encode(), http.StatusSeeOther)
-		return
+	by, err := decider(r, u)
+	if err == nil && why == "" {
+		err = errors.New("a why is required (recorded with who decides)")
 	}
-	f, err := c.diffs.Decide(ctx, tenant, id, approve, u.name, why)
 	if err != nil {
 		http.Redirect(w, r, dest+url.Values{"err": {"decision refused: " + err.Error()}}.Encode(), http.StatusSeeOther)
 		return
 	}
-	c.log.Info("console diff decision", "tenant", tenant, "finding", id, "approve", approve, "by", u.name, "why", why)
+	f, err := c.diffs.Decide(ctx, tenant, id, approve, by, why)
+	if err != nil {
+		http.Redirect(w, r, dest+url.Values{"err": {"decision refused: " + err.Error()}}.Encode(), http.StatusSeeOther)
+		return
+	}
+	c.log.Info("console diff decision", "tenant", tenant, "finding", id, "approve", approve, "by", by, "why", why)
 	msg := "finding " + id + " " + f.Status
 	if f.Event != "" {
 		msg += "; repair event " + f.Event

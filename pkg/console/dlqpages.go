@@ -139,7 +139,12 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {
 	}
 	why := strings.TrimSpace(r.PostForm.Get("why"))
 	force := r.PostForm.Get("force") != ""
-	a, err := c.dlq.Replay(ctx, l, u.name, why, force)
+	by, err := decider(r, u)
+	if err != nil {
+		back(w, r, l.Seq, "err", "replay refused: "+err.Error())
+		return
+	}
+	a, err := c.dlq.Replay(ctx, l, by, why, force)
 	if err != nil {
 		msg := "replay refused: " + err.Error()
 		if errors.Is(err, dlq.ErrStale) && !force {
@@ -148,7 +153,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {
 		back(w, r, l.Seq, "err", msg)
 		return
 	}
-	c.log.Info("console replay", "dead_letter", l.Seq, "consumer", l.Consumer, "event", l.EventID, "by", u.name, "why", why, "result", a.Result)
+	c.log.Info("console replay", "dead_letter", l.Seq, "consumer", l.Consumer, "event", l.EventID, "by", by, "why", why, "result", a.Result)
 	msg := "replayed: the event was sent back to " + l.Consumer + "; its status is on the event page"
 	if a.Result != "dead_letter" {
 		msg = "nothing to replay: " + l.Consumer + " already completed the event (" + a.Result + ")"
@@ -164,10 +169,15 @@ func (c *console) discard(w http.ResponseWriter, r *http.Request, u who) {
 		return
 	}
 	why := strings.TrimSpace(r.PostForm.Get("why"))
-	if _, err := c.dlq.Discard(ctx, l, u.name, why); err != nil {
+	by, err := decider(r, u)
+	if err != nil {
 		back(w, r, l.Seq, "err", "discard refused: "+err.Error())
 		return
 	}
-	c.log.Info("console discard", "dead_letter", l.Seq, "consumer", l.Consumer, "event", l.EventID, "by", u.name, "why", why)
+	if _, err := c.dlq.Discard(ctx, l, by, why); err != nil {
+		back(w, r, l.Seq, "err", "discard refused: "+err.Error())
+		return
+	}
+	c.log.Info("console discard", "dead_letter", l.Seq, "consumer", l.Consumer, "event", l.EventID, "by", by, "why", why)
 	back(w, r, l.Seq, "done", "discarded")
 }

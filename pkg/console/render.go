@@ -16,6 +16,7 @@ type view struct {
 	Title   string
 	Nav     string // the menu entry to highlight
 	User    string
+	Shared  bool // signed in with the shared token: forms ask who decides
 	CSRF    string
 	Refresh int // seconds; 0: no meta refresh
 	Notice  string
@@ -95,7 +96,7 @@ func parsePages() (map[string]*template.Template, error) {
 // render writes page name with data, or a plain 500 if the template fails (never half
 // a page).
 func (c *console) render(w http.ResponseWriter, status int, name string, u who, v view) {
-	v.User, v.CSRF, v.Now = u.name, c.csrf(u), c.o.Now()
+	v.User, v.Shared, v.CSRF, v.Now = u.name, u.shared, c.csrf(u), c.o.Now()
 	var b bytes.Buffer
 	if err := c.pages[name].Execute(&b, v); err != nil {
 		c.log.Error("console template", "page", name, "err", err)
