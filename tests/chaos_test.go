@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/sandbox"
@@ -464,6 +465,14 @@ func TestChaosDependencyFaults(t *testing.T) {
 	for r, f := range faults {
 		p.sb.SetFault(r, f)
 	}
+	// Each worker may have one request under way when another's 429 comes back: the
+	// most that may reach a route within its Retry-After.
+	workers := map[string]int{stream.CRMWriter: 2, stream.Stopper: 4}
+	p.env.Config.Consumers = map[string]config.ConsumerTuning{}
+	for c, w := range workers {
+		p.env.Config.Consumers[c] = config.ConsumerTuning{Workers: w}
+	}
+	limited := map[string]string{sandbox.RouteHubSpotContactSearch: stream.CRMWriter, sandbox.RouteInstantlyLeadList: stream.Stopper}
 	consumers := []string{stream.CRMWriter, stream.Stopper, stream.Projector}
 	p.start(stream.CRMWriter, crmwriter.Run)
 	p.start(stream.Stopper, stopper.Run)
@@ -517,6 +526,22 @@ func TestChaosDependencyFaults(t *testing.T) {
 	for r, f := range faults {
 		if got := p.sb.Requests(r); got <= f.Count {
 			t.Errorf("%s: %d requests, none after its %d faulted ones", r, got, f.Count)
+		}
+	}
+	// After each 429, only requests already under way reach its route before its
+	// Retry-After has passed.
+	for r, c := range limited {
+		times, f := p.sb.RequestTimes(r), faults[r]
+		for k := range min(f.Count, len(times)) {
+			early := 0
+			for _, at := range times[k+1:] {
+				if at.Before(times[k].Add(f.RetryAfter)) {
+					early++
+				}
+			}
+			if early > workers[c]-1 {
+				t.Errorf("%s: %d requests within %v of its 429 number %d, more than the %d other workers of the %s had under way", r, early, f.RetryAfter, k+1, workers[c]-1, c)
+			}
 		}
 	}
 	row(t, "dependency faults", sent, e.expected, e.seen, e.lost, e.dup, p99(lat))

@@ -70,6 +70,7 @@ type Server struct {
 	faults   map[string]*activeFault
 	counts   map[string]int
 	last     map[string]time.Time
+	times    map[string][]time.Time
 	hubspot  hubspotState
 	inst     instantlyState
 	smart    smartleadState
@@ -125,6 +126,7 @@ func Listen(opts Options) (*Server, error) {
 		faults:   map[string]*activeFault{},
 		counts:   map[string]int{},
 		last:     map[string]time.Time{},
+		times:    map[string][]time.Time{},
 		stopping: make(chan struct{}),
 	}
 	s.hubspot.init()
@@ -208,12 +210,22 @@ func (s *Server) LastRequest(route string) time.Time {
 	return s.last[route]
 }
 
+// RequestTimes is when each request to route arrived, in order (a fault set before
+// them applies to the first ones), so a test can see what came after a 429.
+func (s *Server) RequestTimes(route string) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.times[route]...)
+}
+
 // take counts a request and returns the fault to apply to it, if any.
 func (s *Server) take(route string) *Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
 	s.counts[route]++
-	s.last[route] = time.Now()
+	s.last[route] = now
+	s.times[route] = append(s.times[route], now)
 	af := s.faults[route]
 	if af == nil {
 		return nil
