@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
@@ -28,9 +32,11 @@ import (
 // rejects what broken says, counting effects.
 type rig struct {
 	conn    *broker.Conn
+	env     *service.Env
 	q       *Queue
 	broken  sync.Map // event id -> true: rejected permanently
 	effects sync.Map // event id -> *atomic.Int64
+	stop    func()   // stops the consumer (once started)
 }
 
 func newRig(t *testing.T) *rig {
@@ -40,13 +46,24 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &service.Env{Config: cfg, Conn: r.conn, Log: slog.New(slog.DiscardHandler)}
+	r.env = &service.Env{Config: cfg, Conn: r.conn, Log: slog.New(slog.DiscardHandler)}
+	r.start(t)
+	t.Cleanup(func() { r.stop() })
+	if r.q, err = New(context.Background(), r.conn.JS, config.DLQ{SLO: time.Minute, Freshness: map[string]time.Duration{"default": 72 * time.Hour, "meeting.booked": 24 * time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// start runs the consumer until stop.
+func (r *rig) start(t *testing.T) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	up := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		env.Consume(ctx, stream.CRMWriter, func() { close(up) }, consumer.Options{Handle: func(ctx context.Context, ev consumer.Event) error {
+		r.env.Consume(ctx, stream.CRMWriter, func() { close(up) }, consumer.Options{Handle: func(ctx context.Context, ev consumer.Event) error {
 			if _, bad := r.broken.Load(ev.Envelope.ID); bad {
 				return retry.Permanently("hubspot", errors.New("HTTP 400: property exacto_event_id does not exist"))
 			}
@@ -55,12 +72,8 @@ func newRig(t *testing.T) *rig {
 			return nil
 		}})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	r.stop = sync.OnceFunc(func() { cancel(); <-done })
 	<-up
-	if r.q, err = New(context.Background(), r.conn.JS, config.DLQ{SLO: time.Minute, Freshness: map[string]time.Duration{"default": 72 * time.Hour, "meeting.booked": 24 * time.Hour}}); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 func (r *rig) effect(id string) int64 {
@@ -161,9 +174,10 @@ func TestReplayDiscardFreshness(t *testing.T) {
 	if err != nil || second.Result != guard.Completed {
 		t.Fatalf("second replay: %+v %v", second, err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if n := r.effect(reply); n != 1 {
-		t.Fatalf("%d effects after two replays", n)
+	// The second found the first's completed record and sent nothing: no delivery to
+	// wait for.
+	if n, sent := r.effect(reply), brokertest.Count(t, r.conn, stream.Replays); n != 1 || sent != 1 {
+		t.Fatalf("%d effects and %d replays sent after two replays", n, sent)
 	}
 	if l, _ = r.q.Get(ctx, l.Seq); l.Status != Replayed || len(l.Actions) != 2 || l.Actions[0].By != "ana" || l.Actions[1].Why != "to be sure" {
 		t.Fatalf("recorded: %+v", l)
@@ -331,5 +345,124 @@ func TestPreviewChangesNothing(t *testing.T) {
 	fl, _ = r.q.Get(ctx, fl.Seq)
 	if p := preview(fl, "again", false); p.Guard != guard.Completed || p.Send || p.Refused != nil {
 		t.Errorf("after the replay: %+v", p)
+	}
+}
+
+// Two replays sent before the consumer takes the first (it is stopped, so the second
+// finds no guard record and sends too) both reach the consumer; its effect-once guard
+// makes the effect once.
+func TestReplayTwiceInFlight(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	id := r.publish(t, 1, envelope.TypeReplyReceived, time.Now())
+	waitFor(t, "a dead letter", func() bool { return len(r.letters(t, Filter{})) == 1 })
+	l := r.letters(t, Filter{})[0]
+	r.stop()
+	r.broken.Delete(id)
+	for _, by := range []string{"ana", "ben"} {
+		l, _ = r.q.Get(ctx, l.Seq)
+		if a, err := r.q.Replay(ctx, l, by, "fixed", false); err != nil || a.Result != guard.DeadLetter {
+			t.Fatalf("replay by %s: %+v %v", by, a, err)
+		}
+	}
+	if n := brokertest.Count(t, r.conn, stream.Replays); n != 2 {
+		t.Fatalf("%d replays sent, want 2 in flight", n)
+	}
+	r.start(t)
+	var replays stream.Subscription
+	for _, s := range stream.Subscriptions {
+		if s.Durable == stream.CRMWriter {
+			replays = s.Replays()
+		}
+	}
+	waitFor(t, "both replays handled", func() bool {
+		c, err := r.conn.JS.Consumer(ctx, replays.StreamName(), replays.Durable)
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(ctx)
+		return err == nil && ci.Delivered.Consumer >= 2 && ci.NumPending == 0 && ci.NumAckPending == 0
+	})
+	if n := r.effect(id); n != 1 {
+		t.Fatalf("%d effects from two replays in flight", n)
+	}
+	if rec, _, _ := guard.Status(ctx, r.q.guards, stream.CRMWriter, id); rec.Status != guard.Completed {
+		t.Fatalf("guard after the replays: %+v", rec)
+	}
+}
+
+// syncLog collects log output across goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Watch feeds the gauges the DLQ alerts read (every consumer has an open-letters
+// series, at 0 when it has none) and logs an error while the oldest open letter is
+// past the SLO.
+func TestWatchGauges(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	r := newRig(t)
+	r.publish(t, 1, envelope.TypeReplyReceived, time.Now())
+	r.publish(t, 2, envelope.TypeReplyReceived, time.Now())
+	waitFor(t, "two dead letters", func() bool { return len(r.letters(t, Filter{})) == 2 })
+	r.q.now = func() time.Time { return time.Now().Add(20 * time.Minute) } // the rig's SLO is 1m
+	var logs syncLog
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.q.Watch(ctx, time.Hour, slog.New(slog.NewTextHandler(&logs, nil))) }()
+	waitFor(t, "the past-SLO log line", func() bool { return strings.Contains(logs.String(), "dead letters waiting past their SLO") })
+	cancel()
+	<-done
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "open=2") || !strings.Contains(l, "slo=1m0s") {
+		t.Errorf("log: %s", l)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	open := map[string]int64{}
+	var oldest, slo float64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch g := m.Data.(type) {
+			case metricdata.Gauge[int64]:
+				if m.Name == "exacto_dlq_open" {
+					for _, dp := range g.DataPoints {
+						c, _ := dp.Attributes.Value("consumer")
+						open[c.AsString()] = dp.Value
+					}
+				}
+			case metricdata.Gauge[float64]:
+				for _, dp := range g.DataPoints {
+					switch m.Name {
+					case "exacto_dlq_oldest_open_seconds":
+						oldest = dp.Value
+					case "exacto_dlq_slo_seconds":
+						slo = dp.Value
+					}
+				}
+			}
+		}
+	}
+	if len(open) != len(stream.Subscriptions) || open[stream.CRMWriter] != 2 || open[stream.Stopper] != 0 {
+		t.Errorf("exacto_dlq_open: %v", open)
+	}
+	if oldest < 20*60 || oldest > 30*60 || slo != 60 {
+		t.Errorf("exacto_dlq_oldest_open_seconds %v, exacto_dlq_slo_seconds %v", oldest, slo)
 	}
 }
