@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"net/http"
@@ -100,6 +101,9 @@ func TestConsoleInChromium(t *testing.T) {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if !bytes.HasPrefix(png, []byte("\x89PNG\r\n")) || len(png) < 1024 {
+			t.Fatalf("screenshot %s is not a page's PNG (%d bytes)", name, len(png))
 		}
 		path := filepath.Join(dir, name+".png")
 		if err := os.WriteFile(path, png, 0o644); err != nil {
