@@ -213,7 +213,7 @@ letters still open.`,
 	filters(replay)
 	replay.Flags().BoolVar(&matching, "matching", false, "replay every open dead letter the filters select")
 	replay.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing: say what the replay would do")
-	replay.Flags().BoolVar(&force, "force", false, "replay even past the freshness limit (needs --why)")
+	replay.Flags().BoolVar(&force, "force", false, "replay even past the freshness limit")
 	discard := &cobra.Command{
 		Use:   "discard ID --why TEXT",
 		Short: "Close a dead letter without replaying it",
