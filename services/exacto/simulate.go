@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +33,7 @@ import (
 )
 
 func simulateCmd() *cobra.Command {
-	var file, gateway, natsURL, sandboxURL string
+	var file, gateway, natsURL, sandboxURL, admin string
 	var drain time.Duration
 	cmd := &cobra.Command{
 		Use:   "simulate --scenario FILE",
@@ -48,9 +49,11 @@ invariant as HELD or BROKEN with the events or contacts that broke it:
      is not active)
   3. every replied contact has exactly one CRM note, the note of its reply, and no
      other contact has one
-  4. every unsubscribed or bounced contact is on the suppression list
-  5. nothing is stored twice: each delivered event is in the stream once
-  6. the live projections equal a rebuild from the stream
+  4. every reply's note has an owner, or the reply is counted as without one
+     (exacto_replies_without_owner_total, read from the admin address's /metrics)
+  5. every unsubscribed or bounced contact is on the suppression list
+  6. nothing is stored twice: each delivered event is in the stream once
+  7. the live projections equal a rebuild from the stream
 
 The exit code is 0 when every invariant held, 1 otherwise.`,
 		Example: "  exacto simulate --scenario deployments/scenarios/noisy-campaign.yaml",
@@ -69,7 +72,7 @@ The exit code is 0 when every invariant held, 1 otherwise.`,
 				sc.Secret = configuredSecret(strings.TrimRight(gateway, "/") + "/hooks/" + sc.Endpoint + "/" + sc.PathToken)
 			}
 			sim := &simulation{sc: sc, gateway: strings.TrimRight(gateway, "/"), sandbox: strings.TrimRight(sandboxURL, "/"),
-				js: js, out: cmd.OutOrStdout(), drain: drain}
+				admin: strings.TrimRight(admin, "/"), js: js, out: cmd.OutOrStdout(), drain: drain}
 			return sim.run(cmd.Context())
 		},
 	}
@@ -77,6 +80,7 @@ The exit code is 0 when every invariant held, 1 otherwise.`,
 	cmd.Flags().StringVar(&gateway, "gateway", "http://127.0.0.1:8080", "gateway of the deployment")
 	cmd.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
 	cmd.Flags().StringVar(&sandboxURL, "sandbox", "http://127.0.0.1:8082", "sandbox of the platforms")
+	cmd.Flags().StringVar(&admin, "admin", "http://127.0.0.1:8081", "admin address of the deployment (its /metrics count replies without an owner)")
 	cmd.Flags().DurationVar(&drain, "drain-timeout", 2*time.Minute, "how long to wait for the consumers to drain")
 	cmd.MarkFlagRequired("scenario")
 	return cmd
@@ -315,12 +319,14 @@ func (sc *scenario) deliveries(r *rand.Rand) []*delivery {
 }
 
 type simulation struct {
-	sc               *scenario
-	gateway, sandbox string
-	js               jetstream.JetStream
-	out              io.Writer
-	drain            time.Duration
-	client           http.Client
+	sc                      *scenario
+	gateway, sandbox, admin string
+	// unowned are the replied contacts whose note has no owner (checkNotes).
+	unowned []string
+	js      jetstream.JetStream
+	out     io.Writer
+	drain   time.Duration
+	client  http.Client
 }
 
 func (s *simulation) run(ctx context.Context) error {
@@ -354,6 +360,7 @@ func (s *simulation) run(ctx context.Context) error {
 		fmt.Fprintf(s.out, "fault: the next %d requests to %s time out after their commit\n", t.Count, t.Route)
 	}
 
+	unownedBefore, unownedErr := s.unownedCount(ctx)
 	began := time.Now()
 	outageAt := -1
 	if o := sc.Faults.Outage; o != nil {
@@ -393,6 +400,7 @@ func (s *simulation) run(ctx context.Context) error {
 		s.checkDelivered(ds),
 		s.checkStopped(ctx),
 		s.checkNotes(ctx, ds),
+		s.checkOwners(ctx, unownedBefore, unownedErr),
 		s.checkSuppressed(ctx),
 		s.checkStoredOnce(ctx, ds),
 		s.checkProjections(ctx),
@@ -640,9 +648,68 @@ func (s *simulation) checkNotes(ctx context.Context, ds []*delivery) result {
 			res.broken = append(res.broken, fmt.Sprintf("%s: %d notes without a reply", e, st.Notes))
 		case replied && (st.Notes != 1 || len(replies[i]) != 1 || st.NoteIDs[replies[i][0]] != 1):
 			res.broken = append(res.broken, fmt.Sprintf("%s: %d notes, %v by reply envelope", e, st.Notes, st.NoteIDs))
+		case replied && st.NoteOwners[replies[i][0]] == "":
+			s.unowned = append(s.unowned, e)
 		}
 	}
 	return res
+}
+
+// checkOwners: a reply's note without an owner (no routing rule matched) must be
+// counted, so that nobody's reply goes unanswered unseen.
+func (s *simulation) checkOwners(ctx context.Context, before float64, beforeErr error) result {
+	res := result{name: "every reply's note has an owner, or the reply is counted as without one"}
+	if len(s.unowned) == 0 {
+		return res
+	}
+	after, err := s.unownedCount(ctx)
+	if err = errors.Join(beforeErr, err); err != nil {
+		res.broken = append(res.broken, fmt.Sprintf("%d replies without an owner, and their count could not be read: %v", len(s.unowned), err))
+		return res
+	}
+	if counted := int(after - before); counted < len(s.unowned) {
+		res.broken = append(res.broken, fmt.Sprintf("%d replies without an owner, %d counted in exacto_replies_without_owner_total", len(s.unowned), counted))
+		res.broken = append(res.broken, s.unowned...)
+	} else {
+		fmt.Fprintf(s.out, "note: %d replies without an owner (no routing rule matched), each counted\n", len(s.unowned))
+	}
+	return res
+}
+
+// unownedCount sums the tenant's exacto_replies_without_owner_total at the admin address.
+func (s *simulation) unownedCount(ctx context.Context) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.admin+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s/metrics: %d", s.admin, resp.StatusCode)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	tenant := `tenant="` + s.sc.Tenant + `"`
+	for line := range strings.Lines(string(data)) {
+		if !strings.HasPrefix(line, "exacto_replies_without_owner_total{") || !strings.Contains(line, tenant) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s/metrics: %q", s.admin, strings.TrimSpace(line))
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 func anyActive(leads []sandbox.InstantlyLead) bool {

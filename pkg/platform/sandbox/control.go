@@ -82,6 +82,8 @@ type ControlStateAnswer struct {
 	Leads       []InstantlyLead `json:"leads"`       // the Instantly leads of the address
 	Notes       int             `json:"notes"`       // HubSpot notes associated with the address's contacts
 	NoteIDs     map[string]int  `json:"note_ids,omitempty"`
+	// NoteOwners is the hubspot_owner_id of the notes asked for ("" for none).
+	NoteOwners map[string]string `json:"note_owners,omitempty"`
 }
 
 // routesOf resolves a route or a dependency name to route names.
@@ -192,7 +194,7 @@ func (s *Server) ctlState(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if want := r.URL.Query()["note"]; len(want) > 0 {
-		a.NoteIDs = map[string]int{}
+		a.NoteIDs, a.NoteOwners = map[string]int{}, map[string]string{}
 		for _, id := range want {
 			a.NoteIDs[id] = 0
 		}
@@ -200,6 +202,7 @@ func (s *Server) ctlState(w http.ResponseWriter, r *http.Request) {
 			if id := n.Properties[NoteExternalIDProperty]; id != "" {
 				if _, ok := a.NoteIDs[id]; ok {
 					a.NoteIDs[id]++
+					a.NoteOwners[id] = n.Properties["hubspot_owner_id"]
 				}
 			}
 		}
