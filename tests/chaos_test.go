@@ -181,6 +181,10 @@ func (p *pipeline) invariants(consumers ...string) (unfinished int) {
 		settled(p.t, p.conn.JS, c)
 	}
 	stored := p.storedSubjects()
+	guards, err := p.conn.JS.KeyValue(context.Background(), stream.Guards)
+	if err != nil {
+		p.t.Fatal(err)
+	}
 	checked := 0
 	defer func() {
 		p.t.Logf("%d stored events: %d (event, consumer) pairs checked, %d unfinished", len(stored), checked, unfinished)
@@ -196,7 +200,11 @@ func (p *pipeline) invariants(consumers ...string) (unfinished int) {
 				continue
 			}
 			checked++
-			if rec := p.status(c, id); rec.Status != guard.Completed && rec.Status != guard.DeadLetter {
+			rec, _, err := guard.Status(context.Background(), guards, c, id)
+			if err != nil {
+				p.t.Fatal(err)
+			}
+			if rec.Status != guard.Completed && rec.Status != guard.DeadLetter {
 				open = append(open, fmt.Sprintf("%s (%s): %q", id, subject, rec.Status))
 			}
 		}
