@@ -16,8 +16,11 @@ build:
 run: build
 	./$(BIN) up
 
+# Test artifacts (the console's screenshots) go to TEST_OUTPUT.
+TEST_OUTPUT ?= $(CURDIR)/.exacto/test-output
+
 test: fmt-check vet lint $(NATSCLI)
-	EXACTO_TEST_NATS_CLI=$(CURDIR)/$(NATSCLI) $(GO) test -count=1 -timeout 20m $(PKGS)
+	EXACTO_TEST_OUTPUT=$(TEST_OUTPUT) EXACTO_TEST_NATS_CLI=$(CURDIR)/$(NATSCLI) $(GO) test -count=1 -timeout 20m $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
