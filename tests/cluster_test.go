@@ -275,19 +275,21 @@ func (l *load) check(t *testing.T, scenario string, ids map[string]int, faultAt 
 	if len(ids) != l.sent {
 		t.Errorf("the stream holds %d distinct events, %d were sent", len(ids), l.sent)
 	}
-	// The fault landed under load: 200s in the second before it and after it.
+	// The fault landed under load: 200s in the second before it, and the load went on
+	// to be served after it (a crashed leader's followers wait out an election timeout
+	// of several seconds first).
 	before, after := 0, 0
 	at := faultAt.Sub(l.began)
 	for _, ok := range l.oks {
 		switch {
 		case ok >= at-time.Second && ok < at:
 			before++
-		case ok >= at && ok < at+time.Second:
+		case ok >= at:
 			after++
 		}
 	}
 	if before == 0 || after == 0 {
-		t.Errorf("the fault did not land under load: %d 200s in the second before it, %d in the second after", before, after)
+		t.Errorf("the fault did not land under load: %d 200s in the second before it, %d after it", before, after)
 	}
 	lat := slices.Clone(l.lat)
 	slices.Sort(lat)
