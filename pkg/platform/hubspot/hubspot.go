@@ -13,6 +13,8 @@
 //	POST  /crm/v3/objects/contacts          create
 //	PATCH /crm/v3/objects/contacts/{id}     update
 //	GET   /crm/v3/objects/contacts/{id}     read
+//	POST  /crm/v3/objects/deals/search      a contact's deals (associations.contact)
+//	POST  /crm/v3/objects/meetings/search   a contact's meetings (associations.contact)
 //
 // Auth is a private app token: "Authorization: Bearer <token>".
 package hubspot
@@ -280,11 +282,7 @@ func noteFrom(o Object) Note {
 		OwnerID:    o.Properties["hubspot_owner_id"],
 		ExternalID: o.Properties[ExternalIDProperty],
 	}
-	if t, err := time.Parse(time.RFC3339Nano, o.Properties["hs_timestamp"]); err == nil {
-		n.Timestamp = t
-	} else if ms, err := strconv.ParseInt(o.Properties["hs_timestamp"], 10, 64); err == nil {
-		n.Timestamp = time.UnixMilli(ms).UTC()
-	}
+	n.Timestamp = parseTime(o.Properties["hs_timestamp"])
 	return n
 }
 
@@ -375,10 +373,7 @@ func (c *Client) UpdateNote(ctx context.Context, id string, props map[string]str
 // search pages them. It searches notes with the documented associations.contact
 // pseudo-property ("search through associations"), so one call per page.
 func (c *Client) NotesOfContact(ctx context.Context, contactID string) ([]Note, error) {
-	if contactID == "" {
-		return nil, errors.New("hubspot: empty contact id")
-	}
-	objs, err := c.Search(ctx, "notes", []Filter{{PropertyName: "associations.contact", Operator: "EQ", Value: contactID}}, noteProps, 200)
+	objs, err := c.objectsOfContact(ctx, "notes", contactID, noteProps)
 	if err != nil {
 		return nil, err
 	}
@@ -388,6 +383,95 @@ func (c *Client) NotesOfContact(ctx context.Context, contactID string) ([]Note, 
 		out[i].ContactID = contactID
 	}
 	return out, nil
+}
+
+// objectsOfContact returns every objectType record associated with contact id: one
+// search with the associations.contact pseudo-property, 200 a page.
+func (c *Client) objectsOfContact(ctx context.Context, objectType, contactID string, props []string) ([]Object, error) {
+	if contactID == "" {
+		return nil, errors.New("hubspot: empty contact id")
+	}
+	return c.Search(ctx, objectType, []Filter{{PropertyName: "associations.contact", Operator: "EQ", Value: contactID}}, props, 200)
+}
+
+// Deal is a HubSpot deal (the default properties the deals search returns).
+type Deal struct {
+	ID       string
+	Name     string // dealname
+	Stage    string // dealstage
+	Pipeline string
+	Amount   string
+	Created  time.Time // createdate
+}
+
+var dealProps = []string{"dealname", "dealstage", "pipeline", "amount", "closedate", "createdate"}
+
+// DealsOfContact returns every deal associated with contact id.
+func (c *Client) DealsOfContact(ctx context.Context, contactID string) ([]Deal, error) {
+	objs, err := c.objectsOfContact(ctx, "deals", contactID, dealProps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Deal, len(objs))
+	for i, o := range objs {
+		p := o.Properties
+		out[i] = Deal{ID: o.ID, Name: p["dealname"], Stage: p["dealstage"], Pipeline: p["pipeline"], Amount: p["amount"],
+			Created: parseTime(p["createdate"])}
+	}
+	return out, nil
+}
+
+// Meeting outcomes (hs_meeting_outcome's internal values).
+const (
+	MeetingScheduled   = "SCHEDULED"
+	MeetingCompleted   = "COMPLETED"
+	MeetingRescheduled = "RESCHEDULED"
+	MeetingNoShow      = "NO_SHOW"
+	MeetingCanceled    = "CANCELED"
+)
+
+// Meeting is a HubSpot meeting engagement.
+type Meeting struct {
+	ID      string
+	Title   string    // hs_meeting_title
+	Start   time.Time // hs_meeting_start_time
+	End     time.Time // hs_meeting_end_time
+	Outcome string    // hs_meeting_outcome
+	At      time.Time // hs_timestamp
+}
+
+// Held reports whether the meeting stands: neither cancelled nor moved to another.
+func (m Meeting) Held() bool {
+	return !strings.EqualFold(m.Outcome, MeetingCanceled) && !strings.EqualFold(m.Outcome, MeetingRescheduled)
+}
+
+var meetingProps = []string{"hs_meeting_title", "hs_meeting_start_time", "hs_meeting_end_time", "hs_meeting_outcome", "hs_timestamp"}
+
+// MeetingsOfContact returns every meeting associated with contact id.
+func (c *Client) MeetingsOfContact(ctx context.Context, contactID string) ([]Meeting, error) {
+	objs, err := c.objectsOfContact(ctx, "meetings", contactID, meetingProps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Meeting, len(objs))
+	for i, o := range objs {
+		p := o.Properties
+		out[i] = Meeting{ID: o.ID, Title: p["hs_meeting_title"], Start: parseTime(p["hs_meeting_start_time"]),
+			End: parseTime(p["hs_meeting_end_time"]), Outcome: p["hs_meeting_outcome"], At: parseTime(p["hs_timestamp"])}
+	}
+	return out, nil
+}
+
+// parseTime reads a HubSpot datetime property: ISO 8601, or Unix milliseconds; zero
+// if it is neither.
+func parseTime(v string) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC()
+	}
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.UnixMilli(ms).UTC()
+	}
+	return time.Time{}
 }
 
 // ContactsByEmail returns every contact whose email is email (HubSpot's EQ on a

@@ -9,6 +9,8 @@
 //	POST /api/v2/leads/list                     list leads (campaign, contacts filters;
 //	                                            starting_after / next_starting_after pages)
 //	GET  /api/v2/leads/{id}                     get lead
+//	GET  /api/v2/campaigns                      list campaigns (limit, starting_after /
+//	                                            next_starting_after pages; numeric status)
 //
 // Auth: "Authorization: Bearer <API v2 key>". Instantly has no idempotency
 // key, so every write here is chosen to be naturally repeatable: setting the
@@ -21,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -118,25 +121,79 @@ func (c *Client) CampaignLeads(ctx context.Context, campaignID string) ([]Lead, 
 		Limit         int    `json:"limit"`
 		StartingAfter string `json:"starting_after,omitempty"`
 	}{Campaign: campaignID, Limit: 100}
-	var all []Lead
-	for range maxLeadPages {
-		var resp struct {
-			Items []Lead `json:"items"`
-			Next  string `json:"next_starting_after"`
-		}
-		if err := c.h.Do(ctx, http.MethodPost, "/api/v2/leads/list", nil, req, &resp); err != nil {
+	return listAll("lead list", maxLeadPages, func(after string, page *listPage[Lead]) error {
+		req.StartingAfter = after
+		return c.h.Do(ctx, http.MethodPost, "/api/v2/leads/list", nil, req, page)
+	})
+}
+
+// listPage is one page of an Instantly listing.
+type listPage[T any] struct {
+	Items []T    `json:"items"`
+	Next  string `json:"next_starting_after"`
+}
+
+// listAll pages through an Instantly listing: fetch reads the page after the cursor
+// ("" first, then each page's next_starting_after) until a page has no cursor or no
+// items, at most pages times.
+func listAll[T any](what string, pages int, fetch func(after string, page *listPage[T]) error) ([]T, error) {
+	var all []T
+	after := ""
+	for range pages {
+		var page listPage[T]
+		if err := fetch(after, &page); err != nil {
 			return nil, err
 		}
-		all = append(all, resp.Items...)
-		if resp.Next == "" || len(resp.Items) == 0 {
+		all = append(all, page.Items...)
+		if page.Next == "" || len(page.Items) == 0 {
 			return all, nil
 		}
-		if resp.Next == req.StartingAfter {
-			return nil, &platform.Error{Dependency: "instantly", Msg: "lead list cursor did not advance"}
+		if page.Next == after {
+			return nil, &platform.Error{Dependency: "instantly", Msg: what + " cursor did not advance"}
 		}
-		req.StartingAfter = resp.Next
+		after = page.Next
 	}
-	return nil, &platform.Error{Dependency: "instantly", Msg: "lead list exceeded the page bound"}
+	return nil, &platform.Error{Dependency: "instantly", Msg: what + " exceeded the page bound"}
+}
+
+// Campaign status values (the v2 campaign schema's status).
+const (
+	CampaignDraft               = 0
+	CampaignActive              = 1
+	CampaignPaused              = 2
+	CampaignCompleted           = 3
+	CampaignRunningSubsequences = 4
+	CampaignAccountSuspended    = -99
+	CampaignAccountsUnhealthy   = -1
+	CampaignBounceProtect       = -2
+)
+
+// Campaign is an Instantly campaign, as the campaign listing gives it (the fields the
+// reconciler reads).
+type Campaign struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Status int    `json:"status"`
+}
+
+// Active reports whether the campaign is sending: active, or running its subsequences.
+func (c Campaign) Active() bool {
+	return c.Status == CampaignActive || c.Status == CampaignRunningSubsequences
+}
+
+// maxCampaignPages bounds the campaign listing (100 campaigns a page).
+const maxCampaignPages = 100
+
+// Campaigns lists every campaign of the workspace, page by page (limit 100, following
+// next_starting_after until Instantly gives none).
+func (c *Client) Campaigns(ctx context.Context) ([]Campaign, error) {
+	return listAll("campaign list", maxCampaignPages, func(after string, page *listPage[Campaign]) error {
+		q := url.Values{"limit": {"100"}}
+		if after != "" {
+			q.Set("starting_after", after)
+		}
+		return c.h.Do(ctx, http.MethodGet, "/api/v2/campaigns", q, nil, page)
+	})
 }
 
 // LastReply is when Instantly last saw the lead reply (zero if never or unknown).

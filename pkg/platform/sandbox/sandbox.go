@@ -74,6 +74,7 @@ type Server struct {
 	hubspot  hubspotState
 	inst     instantlyState
 	smart    smartleadState
+	listing  listingState // campaigns, deals and meetings (listing.go)
 	stopping chan struct{}
 }
 
@@ -137,6 +138,7 @@ func Listen(opts Options) (*Server, error) {
 	s.mountInstantly(mux)
 	s.mountSmartlead(mux)
 	s.mountControl(mux)
+	s.mountListings(mux)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil

@@ -9,6 +9,7 @@
 //	POST /api/v1/leads/{lead_id}/unsubscribe        all campaigns
 //	GET  /api/v1/leads/?email=…                     lead by email
 //	GET  /api/v1/campaigns/{campaign_id}/leads      offset/limit pages
+//	GET  /api/v1/campaigns                          every campaign, one answer (no pages)
 //
 // Auth: the api_key query parameter on every request (kept out of error
 // messages by platform.HTTP). Rate limit: 10 requests per 2 seconds.
@@ -203,6 +204,39 @@ func (c *Client) campaignLeads(ctx context.Context, campaignID int64, each func(
 		}
 	}
 	return &platform.Error{Dependency: "smartlead", Msg: "campaign lead scan exceeded " + strconv.Itoa(maxPages) + " pages"}
+}
+
+// Campaign is a Smartlead campaign, as the campaign listing gives it (the fields the
+// reconciler reads).
+type Campaign struct {
+	ID     int64  `json:"id"`
+	Name   string `json:"name"`
+	Status string `json:"status"` // DRAFTED, ACTIVE, PAUSED, STOPPED, COMPLETED, ARCHIVED
+}
+
+// Active reports whether the campaign is sending.
+func (c Campaign) Active() bool { return strings.EqualFold(c.Status, "ACTIVE") }
+
+// Campaigns lists every campaign of the account. Smartlead's reference documents the
+// answer as a bare array of campaigns (its example) and also as {"campaigns": [...]}
+// (its field list): both are read.
+func (c *Client) Campaigns(ctx context.Context) ([]Campaign, error) {
+	var raw json.RawMessage
+	if err := c.h.Do(ctx, http.MethodGet, "/api/v1/campaigns", nil, nil, &raw); err != nil {
+		return nil, err
+	}
+	var list []Campaign
+	if err := json.Unmarshal(raw, &list); err == nil {
+		return list, nil
+	}
+	var wrapped struct {
+		Campaigns []Campaign `json:"campaigns"`
+		Data      []Campaign `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &wrapped); err != nil {
+		return nil, &platform.Error{Dependency: "smartlead", Msg: "decode campaign list: " + err.Error()}
+	}
+	return append(wrapped.Campaigns, wrapped.Data...), nil
 }
 
 // DefaultLimit is Smartlead's documented rate, 10 requests per 2 seconds.
