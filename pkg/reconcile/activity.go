@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 
-	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/platform/hubspot"
 )
 
@@ -28,18 +27,12 @@ func duplicateActivity(ctx context.Context, p *Pass) ([]Finding, error) {
 		return nil, err
 	}
 	var out []Finding
-	for _, c := range cs {
-		for _, ext := range c.External[contacts.CRMContactID] {
-			crm, id, _ := strings.Cut(ext, ":")
-			if crm != "hubspot" || id == "" {
-				continue
-			}
-			notes, err := p.Clients.HubSpot.NotesOfContact(ctx, id)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, duplicateNotes(p, emailOf(c), id, notes)...)
+	for _, t := range hubspotTargets(cs) {
+		notes, err := p.Clients.HubSpot.NotesOfContact(ctx, t.id)
+		if err != nil {
+			return out, err
 		}
+		out = append(out, duplicateNotes(p, emailOf(t.c), t.id, notes)...)
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -95,8 +96,46 @@ func (p *Pass) platformOf(ctx context.Context, sh projection.Shard) string {
 	return "instantly"
 }
 
+// sourceCampaign is one campaign as its platform lists it.
+type sourceCampaign struct {
+	Provider, ID, Name string
+	Active             bool
+}
+
+// sourceCampaigns lists the tenant's campaigns at each platform, once per pass. A
+// platform whose listing fails is left out and its error kept: missedCampaigns
+// reports it, and the leads of the campaigns the projection knows are still compared.
+func (p *Pass) sourceCampaigns(ctx context.Context) ([]sourceCampaign, error) {
+	if p.sLoaded {
+		return p.sources, p.sourceErr
+	}
+	var out []sourceCampaign
+	var errs []error
+	if p.Clients.Instantly != nil {
+		cs, err := p.Clients.Instantly.Campaigns(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("instantly campaign listing: %w", err))
+		}
+		for _, c := range cs {
+			out = append(out, sourceCampaign{Provider: "instantly", ID: c.ID, Name: c.Name, Active: c.Active()})
+		}
+	}
+	if p.Clients.Smartlead != nil {
+		cs, err := p.Clients.Smartlead.Campaigns(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("smartlead campaign listing: %w", err))
+		}
+		for _, c := range cs {
+			out = append(out, sourceCampaign{Provider: "smartlead", ID: strconv.FormatInt(c.ID, 10), Name: c.Name, Active: c.Active()})
+		}
+	}
+	p.sources, p.sourceErr, p.sLoaded = out, errors.Join(errs...), true
+	return out, p.sourceErr
+}
+
 // platformLeads lists every lead of the tenant's campaigns at their platforms, once
-// per pass.
+// per pass: the campaigns the projection knows, and the campaigns active at a
+// platform that it does not know (p.unknown, every webhook of them lost).
 func (p *Pass) platformLeads(ctx context.Context) ([]lead, error) {
 	if p.loaded {
 		return p.leads, nil
@@ -104,6 +143,18 @@ func (p *Pass) platformLeads(ctx context.Context) ([]lead, error) {
 	camps, err := p.campaigns(ctx)
 	if err != nil {
 		return nil, err
+	}
+	known := map[string]bool{}
+	for _, c := range camps {
+		known[c.ID] = true
+	}
+	srcs, _ := p.sourceCampaigns(ctx) // its error is the missed_campaign check's
+	p.unknown = nil
+	for _, sc := range srcs {
+		if sc.Active && !known[sc.ID] {
+			p.unknown = append(p.unknown, sc)
+			camps = append(camps, campaign{Provider: sc.Provider, ID: sc.ID})
+		}
 	}
 	var out []lead
 	for _, c := range camps {

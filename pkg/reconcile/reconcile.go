@@ -14,19 +14,28 @@
 //   - active_but_suppressed: the contact is on the suppression list and a lead of it is
 //     still active at the platform. Repaired at once the same way (an event of the
 //     suppression's kind for that lead and campaign, which the stopper acts on).
+//   - missed_campaign: a campaign active at Instantly or Smartlead (their campaign
+//     listings) that the campaigns projection does not know: every webhook of it was
+//     lost. Reported with its count of leads; its leads are compared like every
+//     campaign's by the checks here. A listing that fails is the check's error.
 //   - missed_reply / missed_meeting / missed_opportunity: the platform counts a reply
-//     (or shows a meeting or won interest status) the projection lacks. Reported
-//     ("open"); a missed reply carries its proposed reply.received event, which is
-//     published only when an operator approves it (Queue.Decide) and only while fresh
-//     (config dlq.freshness for reply.received): a follow-up to a stale reply is worse
-//     than none.
+//     (or shows a meeting or won interest status) the projection lacks, or HubSpot
+//     holds a deal or a meeting on a contact Exacto knows that the projection lacks
+//     (provider hubspot; at most MaxCRMContacts contacts a pass). Reported ("open");
+//     a missed reply carries its proposed reply.received event, a HubSpot deal or
+//     meeting its opportunity.created or meeting.booked, published only when an
+//     operator approves it (Queue.Decide) and only while fresh (config dlq.freshness
+//     of the type): a follow-up to a stale reply is worse than none.
 //   - duplicate_activity: two HubSpot notes for one reply: a note on the contact without
 //     our exacto_event_id that repeats our note's reply text, or a second note naming
 //     our event id in its body. Reported, never deleted.
 //   - duplicate_contact: two HubSpot contacts with one e-mail (case ignored), or two
 //     projection contacts with one e-mail key. Reported, never merged.
 //   - impossible_state: a contact whose lifecycle holds discrepancies (a transition the
-//     lifecycle table forbids), reported with the discrepancy's why.
+//     lifecycle table forbids), reported with the discrepancy's why; or, across
+//     systems, a contact the projection shows replied or stopped in a campaign whose
+//     lead is still active at the platform (not suppressed), reported with the stop
+//     as the proposed repair.
 //
 // Nothing is ever deleted or merged at a platform or the CRM, and no outreach is sent: a
 // repair is an event on the stream (so the history stays whole and a replay rebuilds
@@ -73,6 +82,7 @@ const (
 	MissedReply         = "missed_reply"
 	MissedMeeting       = "missed_meeting"
 	MissedOpportunity   = "missed_opportunity"
+	MissedCampaign      = "missed_campaign"
 	DuplicateActivity   = "duplicate_activity"
 	DuplicateContact    = "duplicate_contact"
 	ImpossibleState     = "impossible_state"
@@ -101,7 +111,7 @@ var duplicateActivities, _ = otel.Meter("exacto/reconcile").Int64Counter("exacto
 // ZeroMetrics shows tenant's finding counters at 0 until a pass finds something, so
 // that rate() and absence alerts work from the start.
 func ZeroMetrics(ctx context.Context, tenant string) {
-	for _, k := range []string{MissedUnsubscribe, ActiveButSuppressed, MissedReply, MissedMeeting, MissedOpportunity, DuplicateActivity, DuplicateContact, ImpossibleState} {
+	for _, k := range []string{MissedUnsubscribe, ActiveButSuppressed, MissedCampaign, MissedReply, MissedMeeting, MissedOpportunity, DuplicateActivity, DuplicateContact, ImpossibleState} {
 		findings.Add(ctx, 0, metric.WithAttributes(attribute.String("kind", k), attribute.String("tenant", tenant)))
 	}
 	duplicateActivities.Add(ctx, 0, metric.WithAttributes(attribute.String("tenant", tenant)))
@@ -169,10 +179,18 @@ type Pass struct {
 	DryRun      bool
 	Now         func() time.Time
 
-	leads    []lead // the platforms' leads of the tenant's campaigns (loaded once)
-	loaded   bool
-	contacts []projection.Contact
-	cLoaded  bool
+	// MaxCRMContacts bounds how many contacts one pass reads at HubSpot for their deals
+	// and meetings (DefaultMaxCRMContacts when 0).
+	MaxCRMContacts int
+
+	leads     []lead // the platforms' leads of the tenant's campaigns (loaded once)
+	loaded    bool
+	unknown   []sourceCampaign // active at a platform, unknown to the projection
+	sources   []sourceCampaign // the platforms' campaign listings (loaded once)
+	sourceErr error
+	sLoaded   bool
+	contacts  []projection.Contact
+	cLoaded   bool
 }
 
 func (p *Pass) now() time.Time {
@@ -192,7 +210,9 @@ type Check struct {
 var Checks = []Check{
 	{MissedUnsubscribe, missedUnsubscribe},
 	{ActiveButSuppressed, activeButSuppressed},
+	{MissedCampaign, missedCampaigns},
 	{MissedReply, missedOutcomes},
+	{"hubspot_outcomes", crmOutcomes},
 	{DuplicateActivity, duplicateActivity},
 	{DuplicateContact, duplicateContact},
 	{ImpossibleState, impossibleState},

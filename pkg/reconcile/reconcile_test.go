@@ -48,6 +48,12 @@ func metricReader() *sdkmetric.ManualReader {
 // counted is exacto_reconcile_findings for kind and tenant.
 func counted(t *testing.T, kind string) int64 {
 	t.Helper()
+	return countedBy(t, kind, "")
+}
+
+// countedBy is exacto_reconcile_findings for kind, tenant and provider ("" any).
+func countedBy(t *testing.T, kind, provider string) int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := metricReader().Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -59,7 +65,8 @@ func counted(t *testing.T, kind string) int64 {
 				for _, dp := range sum.DataPoints {
 					k, _ := dp.Attributes.Value("kind")
 					tn, _ := dp.Attributes.Value("tenant")
-					if k.AsString() == kind && tn.AsString() == tenant {
+					pr, _ := dp.Attributes.Value("provider")
+					if k.AsString() == kind && tn.AsString() == tenant && (provider == "" || pr.AsString() == provider) {
 						n += dp.Value
 					}
 				}
@@ -314,14 +321,19 @@ func TestMissedReplyProposedAndDecided(t *testing.T) {
 		t.Fatal("a decided finding was decided again")
 	}
 	// The published reply is in the projection now: no missed reply for it, and the
-	// decision stays.
+	// decision stays. No stopper ran here, so the lead that replied is still active at
+	// Instantly: an impossible state across systems, open for review.
 	rep = f.run(false)
 	if rep.ByKind[MissedReply] != 1 {
 		t.Fatalf("after approval: %+v", rep.Findings)
 	}
+	if fd := only(t, rep, ImpossibleState); fd.Provider != "instantly" || fd.Contact != "di@northwind.example" ||
+		!strings.Contains(fd.Found, "replied") || !strings.Contains(fd.Repair, "stop the lead at instantly") || fd.Applied {
+		t.Fatalf("impossible state %+v", fd)
+	}
 	open, _ := f.deps.Queue.List(ctx, Filter{Tenant: tenant, Status: StatusOpen})
 	approved, _ := f.deps.Queue.List(ctx, Filter{Tenant: tenant, Status: StatusApproved})
-	if len(open) != 2 || len(approved) != 1 {
+	if len(open) != 3 || len(approved) != 1 {
 		t.Fatalf("open %d approved %d", len(open), len(approved))
 	}
 }

@@ -12,7 +12,8 @@ var timeZero time.Time
 
 // activeButSuppressed: the contact is on the suppression list and one of its leads is
 // still active at the platform. The safe policy applies at once: an event of the
-// suppression's kind for that lead and campaign, which the stopper stops.
+// suppression's kind for that lead and campaign, which the stopper stops. An active
+// lead of a contact not suppressed is stillActive's to judge.
 func activeButSuppressed(ctx context.Context, p *Pass) ([]Finding, error) {
 	leads, err := p.platformLeads(ctx)
 	if err != nil {
@@ -28,6 +29,13 @@ func activeButSuppressed(ctx context.Context, p *Pass) ([]Finding, error) {
 			return out, err
 		}
 		if !suppressed {
+			f, ok, err := stillActive(ctx, p, l)
+			if err != nil {
+				return out, err
+			}
+			if ok {
+				out = append(out, f)
+			}
 			continue
 		}
 		object := l.ID + "@" + l.Campaign

@@ -1,0 +1,141 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/lifecycle"
+	"exacto.dev/pkg/platform/hubspot"
+	"exacto.dev/pkg/projection"
+)
+
+// DefaultMaxCRMContacts is how many contacts one pass reads at HubSpot for their deals
+// and meetings when Pass.MaxCRMContacts is 0: two searches each (200 records a page),
+// so at most 400 searches a pass, 80 s at HubSpot's 5 searches a second.
+const DefaultMaxCRMContacts = 200
+
+// crmOutcomes: a deal or a meeting in HubSpot, associated with a contact Exacto knows,
+// that the projection lacks (its webhook was lost, or it was made where no webhook
+// reaches us). Only contacts with a HubSpot contact id recorded (the crmwriter wrote
+// them) are read, at most MaxCRMContacts a pass (see crmWindow). Reported for review
+// (missed_opportunity, missed_meeting, provider hubspot) with the event each proposes:
+// opportunity.created for the deal, meeting.booked for the meeting, published on
+// approval while fresh (Queue.Decide).
+//
+// A deal is missed when the projection names no opportunity of its id. A meeting
+// (neither cancelled nor rescheduled) is missed when the projection names no meeting
+// of its id and holds fewer meetings than HubSpot shows: a booking made through
+// another tool (Calendly) reaches HubSpot as a meeting of another id.
+func crmOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
+	if p.Clients.HubSpot == nil {
+		return nil, nil
+	}
+	cs, err := p.projectionContacts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ts := hubspotTargets(cs)
+	slices.SortFunc(ts, func(a, b hubspotTarget) int { return cmp.Compare(a.id, b.id) })
+	start, n := p.crmWindow(len(ts))
+	var out []Finding
+	for i := range n {
+		t := ts[(start+i)%len(ts)]
+		deals, err := p.Clients.HubSpot.DealsOfContact(ctx, t.id)
+		if err != nil {
+			return out, err
+		}
+		meetings, err := p.Clients.HubSpot.MeetingsOfContact(ctx, t.id)
+		if err != nil {
+			return out, err
+		}
+		opps, held := named(t.c, func(v lifecycle.View) []string { return v.Opportunities }), named(t.c, func(v lifecycle.View) []string { return v.Meetings })
+		email := emailOf(t.c)
+		for _, d := range deals {
+			if slices.Contains(opps, d.ID) {
+				continue
+			}
+			f := newFinding(p, MissedOpportunity, "hubspot", "deal/"+d.ID)
+			f.Contact = email
+			f.Where = "hubspot deal " + d.ID + " (" + d.Name + ", stage " + d.Stage + ") on contact " + t.id
+			f.Found = "HubSpot has the deal on the contact; the projection has no opportunity " + d.ID
+			data := envelope.Data{Contact: &envelope.Contact{Email: email, ExternalID: t.id},
+				Opportunity: &envelope.Opportunity{ID: d.ID, Name: d.Name, Stage: d.Stage, Amount: d.Amount}}
+			out = append(out, propose(p, f, "deal/"+d.ID, envelope.TypeOpportunityCreated, data, d, d.Created))
+		}
+		live := slices.DeleteFunc(slices.Clone(meetings), func(m hubspot.Meeting) bool { return !m.Held() })
+		for _, m := range live {
+			if slices.Contains(held, m.ID) || len(held) >= len(live) {
+				continue
+			}
+			f := newFinding(p, MissedMeeting, "hubspot", "meeting/"+m.ID)
+			f.Contact = email
+			f.Where = "hubspot meeting " + m.ID + " (" + m.Title + ") on contact " + t.id
+			f.Found = "HubSpot has the meeting on the contact (outcome " + cmp.Or(m.Outcome, "none") + "); the projection has no meeting " + m.ID
+			data := envelope.Data{Contact: &envelope.Contact{Email: email, ExternalID: t.id},
+				Meeting: &envelope.Meeting{ID: m.ID, Start: m.Start, End: m.End}}
+			out = append(out, propose(p, f, "meeting/"+m.ID, envelope.TypeMeetingBooked, data, m, cmp.Or(m.At, m.Start)))
+		}
+	}
+	return out, nil
+}
+
+// propose gives f the event about object that an approval publishes, and says so in
+// its repair.
+func propose(p *Pass, f Finding, object, typ string, data envelope.Data, raw any, at time.Time) Finding {
+	ev := event(p, f.Kind, f.Provider, typ, object, data, raw, at)
+	f.Proposed = &ev
+	f.Repair = "publish " + typ + " " + ev.ID + " after review, if still fresh (dlq.freshness)"
+	return f
+}
+
+// named is every id pick gives of the contact's views: its own and each campaign's.
+func named(c projection.Contact, pick func(lifecycle.View) []string) []string {
+	out := slices.Clone(pick(c.View()))
+	for id := range c.Campaigns {
+		out = append(out, pick(c.InCampaign(id))...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// crmWindow is which of n contacts this pass reads: all when n is within the bound,
+// else MaxCRMContacts of them from a start that moves by the bound every hour of the
+// pass's time, so that hourly passes cover every contact in turn (logged).
+func (p *Pass) crmWindow(n int) (start, count int) {
+	limit := p.MaxCRMContacts
+	if limit <= 0 {
+		limit = DefaultMaxCRMContacts
+	}
+	if n <= limit {
+		return 0, n
+	}
+	start = int((p.now().Unix()/3600)%int64(n)) * limit % n
+	p.Log.Warn("reconcile: HubSpot deals and meetings read for part of the contacts this pass",
+		"tenant", p.Tenant, "contacts", n, "read", limit, "from", start)
+	return start, limit
+}
+
+// hubspotTarget is a projection contact and one HubSpot contact id recorded for it.
+type hubspotTarget struct {
+	c  projection.Contact
+	id string
+}
+
+// hubspotTargets are the HubSpot contacts recorded for cs (by the crmwriter), in cs's
+// order.
+func hubspotTargets(cs []projection.Contact) []hubspotTarget {
+	var ts []hubspotTarget
+	for _, c := range cs {
+		for _, ext := range c.External[contacts.CRMContactID] {
+			if crm, id, _ := strings.Cut(ext, ":"); crm == "hubspot" && id != "" {
+				ts = append(ts, hubspotTarget{c, id})
+			}
+		}
+	}
+	return ts
+}

@@ -1,0 +1,39 @@
+package reconcile
+
+import (
+	"context"
+	"slices"
+
+	"exacto.dev/pkg/lifecycle"
+)
+
+// stillActive: an impossible state across systems. The projection shows the contact
+// replied in the lead's campaign, or its sequence there stopped or completed, while
+// the platform still has the lead active: the stopper's stop did not hold, or someone
+// resumed the lead by hand. Reported for review with the stop as the proposed repair
+// (Exacto stops nothing on a guess: the reply may be an old one the person answered
+// since). Called by activeButSuppressed for each active lead of a contact that is not
+// suppressed (a suppressed one is stopped at once); ok is false when the projection
+// agrees.
+func stillActive(ctx context.Context, p *Pass, l lead) (f Finding, ok bool, err error) {
+	c, known, err := p.Reader.ContactByEmail(ctx, p.Tenant, l.Email)
+	if err != nil || !known {
+		return f, false, err
+	}
+	v := c.InCampaign(l.Campaign)
+	why := ""
+	switch {
+	case v.Replied:
+		why = "replied"
+	case slices.Contains(v.Reached, lifecycle.Completed):
+		why = "stopped (its sequence stopped or completed)"
+	default:
+		return f, false, nil
+	}
+	f = newFinding(p, ImpossibleState, l.Provider, "active/"+l.ID+"@"+l.Campaign)
+	f.Contact, f.Campaign, f.Where = l.Email, l.Campaign, l.where()
+	f.Found = "the projection shows the contact " + why + " in this campaign (status " + string(v.Status) +
+		"); " + l.Provider + " still has the lead active"
+	f.Repair = "review: stop the lead at " + l.Provider + " (the stop did not hold, or the lead was resumed by hand)"
+	return f, true, nil
+}
