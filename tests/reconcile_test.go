@@ -28,8 +28,14 @@ var (
 	reconcileMetrics     *sdkmetric.ManualReader
 )
 
-// reconcileFindings is exacto_reconcile_findings of kind in tenant acme.
+// reconcileFindings is exacto_reconcile_findings of kind in tenant acme from instantly.
 func reconcileFindings(t *testing.T, kind string) int64 {
+	t.Helper()
+	return reconcileFindingsBy(t, kind, "instantly")
+}
+
+// reconcileFindingsBy is exacto_reconcile_findings of kind in tenant acme from provider.
+func reconcileFindingsBy(t *testing.T, kind, provider string) int64 {
 	t.Helper()
 	reconcileMetricsOnce.Do(func() {
 		reconcileMetrics = sdkmetric.NewManualReader()
@@ -47,7 +53,7 @@ func reconcileFindings(t *testing.T, kind string) int64 {
 					k, _ := dp.Attributes.Value("kind")
 					tn, _ := dp.Attributes.Value("tenant")
 					pr, _ := dp.Attributes.Value("provider")
-					if k.AsString() == kind && tn.AsString() == "acme" && pr.AsString() == "instantly" {
+					if k.AsString() == kind && tn.AsString() == "acme" && pr.AsString() == provider {
 						n += dp.Value
 					}
 				}
@@ -204,5 +210,93 @@ func TestReconcileDuplicateActivity(t *testing.T) {
 	}
 	if again := p.reconcilePass(false); again.New != 0 || len(p.diffQueue()) != len(queued) {
 		t.Fatalf("second pass: %+v", again)
+	}
+}
+
+// Every webhook of two campaigns was lost: an Instantly campaign and a Smartlead one
+// (the tenant has no Smartlead endpoint at all). Both are active at their platforms:
+// each is reported as missed_campaign for review, and their leads are compared like any
+// campaign's. The Smartlead lead is BLOCKED: an opt-out, so it is suppressed and stopped
+// at once (Smartlead's global unsubscribe) through the published lead.unsubscribed. A
+// second pass adds nothing.
+func TestReconcileMissedCampaignAndBlockedLead(t *testing.T) {
+	t.Parallel()
+	reconcileFindings(t, reconcile.MissedCampaign)
+	p := startPipeline(t)
+	p.start(stream.Projector, projector.Run)
+	p.start(stream.Stopper, stopper.Run)
+	p.start(stream.Suppressor, suppressor.Run)
+	const lostCampaign = "5d2c1b0a-7e6f-4a3b-9c8d-1e2f3a4b5c6d"
+	p.sb.AddInstantlyCampaign(lostCampaign, "Lost webhooks", 1)
+	p.sb.AddInstantlyLead(lostCampaign, "nia@northwind.example")
+	p.sb.AddInstantlyLead(lostCampaign, "oli@northwind.example")
+	p.sb.AddSmartleadCampaign(8181, "Smartlead Q1", "ACTIVE")
+	const email = "pam@contoso.example"
+	lid := p.sb.AddSmartleadLead(8181, email)
+	p.sb.UpdateSmartleadLead(8181, lid, func(l *sandbox.SmartleadLead) { l.Status = "BLOCKED" })
+	counted := map[string]int64{}
+	for _, k := range []string{"instantly", "smartlead"} {
+		counted[k] = reconcileFindingsBy(t, reconcile.MissedCampaign, k)
+	}
+	unsubs := reconcileFindingsBy(t, reconcile.MissedUnsubscribe, "smartlead")
+
+	rep := p.reconcilePass(false)
+	if rep.ByKind[reconcile.MissedCampaign] != 2 || rep.ByKind[reconcile.MissedUnsubscribe] != 1 || len(rep.Findings) != 3 || rep.Applied != 1 {
+		t.Fatalf("pass: %+v", rep)
+	}
+	var unsub reconcile.Finding
+	for _, f := range rep.Findings {
+		switch f.Kind {
+		case reconcile.MissedCampaign:
+			n := map[string]string{"instantly": "with 2 lead(s)", "smartlead": "with 1 lead(s)"}[f.Provider]
+			if f.Applied || f.Status != reconcile.StatusOpen || n == "" || !strings.Contains(f.Found, n) {
+				t.Fatalf("missed campaign %+v", f)
+			}
+		case reconcile.MissedUnsubscribe:
+			unsub = f
+		}
+	}
+	if unsub.Provider != "smartlead" || !unsub.Applied || unsub.Contact != email || !strings.Contains(unsub.Found, "unsubscribed") {
+		t.Fatalf("missed unsubscribe %+v", unsub)
+	}
+	queued := p.diffQueue()
+	if len(queued) != 3 {
+		t.Fatalf("diff queue %+v", queued)
+	}
+	for _, f := range queued {
+		if f.Repair == "" || f.Where == "" {
+			t.Fatalf("queued without its repair: %+v", f)
+		}
+	}
+	// Suppressed and stopped at once.
+	p.completedIn(30*time.Second, unsub.Event, stream.Suppressor, stream.Stopper, stream.Projector)
+	kv, _ := p.conn.JS.KeyValue(context.Background(), stream.Suppression)
+	if e, ok, err := suppression.New(kv).Lookup(context.Background(), "acme", "email:"+email); err != nil || !ok || e.EventID != unsub.Event {
+		t.Fatalf("suppression %+v %v %v", e, ok, err)
+	}
+	if !p.sb.SmartleadUnsubscribedAll(lid) {
+		t.Fatal("the stopper did not unsubscribe the blocked lead at Smartlead")
+	}
+	for k, before := range counted {
+		if n := reconcileFindingsBy(t, reconcile.MissedCampaign, k) - before; n != 1 {
+			t.Fatalf("missed_campaign %s counted %d", k, n)
+		}
+	}
+	if n := reconcileFindingsBy(t, reconcile.MissedUnsubscribe, "smartlead") - unsubs; n != 1 {
+		t.Fatalf("missed_unsubscribe smartlead counted %d", n)
+	}
+
+	// A second pass: the Smartlead campaign is known now (the repair named it), the
+	// Instantly one is still missed; nothing new found, published or counted.
+	events := brokertest.Count(t, p.conn, stream.Events)
+	again := p.reconcilePass(false)
+	if again.New != 0 || again.Applied != 0 || again.ByKind[reconcile.MissedCampaign] != 1 {
+		t.Fatalf("second pass: %+v", again)
+	}
+	if n := brokertest.Count(t, p.conn, stream.Events); n != events || len(p.diffQueue()) != 3 {
+		t.Fatalf("second pass: %d events (was %d), %d findings", n, events, len(p.diffQueue()))
+	}
+	if n := reconcileFindingsBy(t, reconcile.MissedCampaign, "instantly") - counted["instantly"]; n != 1 {
+		t.Fatalf("missed_campaign counted %d after two passes", n)
 	}
 }
