@@ -16,7 +16,10 @@
 //     updated in place with the label, confidence, action and evidence, and gets the
 //     owner of a routing rule that matches the label. Still one activity per reply.
 //     If that note is not there yet (the classification overtook its reply, or
-//     HubSpot's search index lags), the attempt fails transiently and is retried.
+//     HubSpot's search index lags), the attempt fails transiently and is retried. The
+//     classification of a reply that names no e-mail (a WhatsApp, Instagram or
+//     Messenger message, whose contact is a phone or a page-scoped id) completes
+//     without effect: that reply gets no note.
 //   - meeting.booked, opportunity.created: one note each, keyed by the event id, on
 //     the contact named by e-mail (the meeting's invitee, else the event's contact).
 //     An event that names no e-mail completes without effect and is logged: there is
@@ -240,6 +243,12 @@ func (w *writer) classified(ctx context.Context, ev consumer.Event, hs *hubspot.
 	cl, key := env.Data.Classification, env.Data.Cause
 	if cl == nil || cl.Label == "" || key == "" {
 		return Written{}, retry.Permanently(stream.CRMWriter, errors.New("reply.classified without a label or the reply's id (cause)"))
+	}
+	if c := env.Data.Contact; c == nil || c.Email == "" {
+		// A chat message (a phone, no e-mail) or a reply without an e-mail: its reply
+		// has no note (see reply), so waiting for one would only end in a dead letter.
+		w.o.Log.InfoContext(ctx, "crmwriter: classification of a reply without an e-mail, no note to update", "id", env.ID, "cause", key, "channel", env.Channel)
+		return Written{}, nil
 	}
 	var (
 		note  hubspot.Note

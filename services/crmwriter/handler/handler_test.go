@@ -709,3 +709,24 @@ func TestKnownContactByID(t *testing.T) {
 		t.Fatalf("%d contacts after a stale id, want the new one created", len(cs))
 	}
 }
+
+// The classification of a WhatsApp message (a phone, no e-mail: its message has no
+// note) completes at once without a HubSpot call, instead of waiting for a note that
+// will never come.
+func TestClassifiedChatMessageNeedsNoNote(t *testing.T) {
+	f := setup(t)
+	f.run(t)
+	msg := reply(6, "")
+	msg.Type, msg.Provider, msg.Channel = envelope.TypeMessageReceived, "meta", "whatsapp"
+	msg.Data.Contact = &envelope.Contact{Phone: "+5511999990000"}
+	cl := classified(msg, "interested")
+	f.publish(t, cl)
+	f.waitDone(t, cl.ID)
+	if rec := f.status(t, cl.ID); rec.Attempts != 1 {
+		t.Fatalf("attempts %d, want 1", rec.Attempts)
+	}
+	if n := f.sb.TotalRequests(); n != 0 || len(f.sb.Notes()) != 0 {
+		t.Fatalf("%d HubSpot calls, %d notes", n, len(f.sb.Notes()))
+	}
+	noDeadLetters(t, f.conn)
+}
