@@ -155,11 +155,29 @@ func Example(spec Spec, event, secret, url string, now time.Time) (*http.Request
 
 // Envelope wraps a normalised event into the stored envelope.
 func (e Event) Envelope(spec Spec, tenant, endpoint, authMethod string, received time.Time, payloadSHA256 string) envelope.Envelope {
+	if c := e.Data.Contact; c != nil && c.Email == "" && c.Phone == "" && c.ExternalID == "" {
+		e.Data.Contact = nil // names no one: no contact (the raw payload keeps what it had)
+	}
+	if o := e.Data.Opportunity; o != nil && o.ID == "" {
+		e.Data.Opportunity = nil // an opportunity without an id cannot be told apart
+	}
+	if m := e.Data.Meeting; m != nil && m.ID == "" {
+		e.Data.Meeting = nil // nor a meeting
+	}
+	typ := e.Type
+	if !envelope.Complete(typ, e.Data) {
+		// A mapped type without what it requires (a click or a reply naming no one) is
+		// no such event to act on: kept whole, as unmapped, never half an event.
+		typ = envelope.TypeUnmapped
+	}
+	if typ == envelope.TypeUnmapped && e.Data.ProviderType == "" {
+		e.Data.ProviderType = "unknown" // the payload named no type we could read
+	}
 	return envelope.Envelope{
 		SpecVersion:     "1.0",
 		ID:              envelope.ID(tenant, spec.Name, e.Key),
 		Source:          envelope.Source(tenant, endpoint),
-		Type:            e.Type,
+		Type:            typ,
 		Subject:         e.Subject,
 		Time:            e.Time.UTC(),
 		DataContentType: "application/json",

@@ -113,5 +113,8 @@ func FuzzEvents(f *testing.F) {
 		if err == nil && (len(evs) != 1 || evs[0].Key == "" || evs[0].Time.IsZero()) {
 			t.Fatalf("accepted without identity or time: %+v", evs)
 		}
+		if err == nil {
+			providertest.CheckFuzzed(t, Spec, evs)
+		}
 	})
 }

@@ -363,6 +363,7 @@ func FuzzEvents(f *testing.F) {
 					t.Fatalf("bad event: %+v", ev)
 				}
 			}
+			providertest.CheckFuzzed(t, Spec, evs)
 		}
 	})
 }

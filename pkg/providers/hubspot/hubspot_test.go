@@ -409,5 +409,8 @@ func FuzzEvents(f *testing.F) {
 				t.Fatalf("bad event %+v", ev)
 			}
 		}
+		if err == nil {
+			providertest.CheckFuzzed(t, Spec, evs)
+		}
 	})
 }

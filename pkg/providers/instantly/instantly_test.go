@@ -274,5 +274,8 @@ func FuzzEvents(f *testing.F) {
 		if len(evs) != 1 || evs[0].Key == "" || evs[0].Time.IsZero() {
 			t.Fatalf("bad events: %+v", evs)
 		}
+		if err == nil {
+			providertest.CheckFuzzed(t, Spec, evs)
+		}
 	})
 }

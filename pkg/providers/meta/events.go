@@ -422,7 +422,7 @@ func channel(object, product string) string {
 	case object == "page":
 		return "messenger"
 	}
-	return object
+	return "" // another object (Meta's other webhooks) is on no messaging channel
 }
 
 // messagingKind names a messaging item by its payload field (reaction, postback…).

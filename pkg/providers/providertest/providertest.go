@@ -240,6 +240,20 @@ func CheckEvents(t testing.TB, spec providers.Spec, evs []providers.Event) {
 	}
 }
 
+// CheckFuzzed checks what a provider accepted from a fuzzed body as the gateway would
+// store it: each event has a canonical type, an identity key, a time the schemas
+// accept and a raw payload that is JSON, and its envelope matches schemas/. (Unlike
+// CheckEvents, two events of one delivery may share an id: a body may repeat one.)
+func CheckFuzzed(t testing.TB, spec providers.Spec, evs []providers.Event) {
+	t.Helper()
+	for _, ev := range evs {
+		if !known(ev.Type) || ev.Key == "" || ev.Time.IsZero() || !json.Valid(ev.Data.Raw) {
+			t.Fatalf("accepted a bad event: type %q key %q time %v raw %q", ev.Type, ev.Key, ev.Time, ev.Data.Raw)
+		}
+		ValidateEnvelope(t, ev.Envelope(spec, "acme", "ep-1", spec.Auth(true), Now, "0000000000000000000000000000000000000000000000000000000000000000"))
+	}
+}
+
 func known(typ string) bool {
 	for _, t := range envelope.Types {
 		if t == typ {

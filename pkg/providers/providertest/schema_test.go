@@ -195,6 +195,7 @@ func TestCompleteAgreesWithSchemas(t *testing.T) {
 		for name, d := range variants {
 			d.ProviderType, d.Raw = "provider.type", raw
 			env := ev(typ, d)
+			env.Type = typ // as a provider maps it, before the builder's fallback to unmapped
 			b, err := json.Marshal(env)
 			if err != nil {
 				t.Fatal(err)
@@ -219,4 +220,26 @@ func TestValidateEnvelopeOfEvent(t *testing.T) {
 func ev(typ string, d envelope.Data) envelope.Envelope {
 	e := providers.Event{Type: typ, ProviderType: d.ProviderType, Key: "k", Time: Now, Data: d}
 	return e.Envelope(providers.Spec{Name: "instantly", AuthMethod: "header_secret"}, "acme", "ep-1", "path_token", Now, strings.Repeat("0", 64))
+}
+
+// The envelope builder stores a mapped type without what it requires as unmapped (raw
+// kept), and drops a contact that identifies no one: what is stored always matches
+// schemas/.
+func TestEnvelopeNeverHalfAnEvent(t *testing.T) {
+	raw := json.RawMessage(`{"event_type":"EMAIL_REPLY","reply_message":null}`)
+	reply := ev(envelope.TypeReplyReceived, envelope.Data{ProviderType: "EMAIL_REPLY", Message: &envelope.Message{}, Raw: raw})
+	if reply.Type != envelope.TypeUnmapped || string(reply.Data.Raw) != string(raw) {
+		t.Fatalf("a reply naming no one stored as %q", reply.Type)
+	}
+	ValidateEnvelope(t, reply)
+	status := ev(envelope.TypeMessageStatus, envelope.Data{ProviderType: "delivered", Contact: &envelope.Contact{Name: "no id"},
+		Message: &envelope.Message{From: "page"}, Status: "delivered", Raw: raw})
+	if status.Type != envelope.TypeMessageStatus || status.Data.Contact != nil {
+		t.Fatalf("receipt stored as %q with contact %+v", status.Type, status.Data.Contact)
+	}
+	ValidateEnvelope(t, status)
+	opened := ev(envelope.TypeEmailOpened, envelope.Data{ProviderType: "email_opened", Contact: &envelope.Contact{Email: "a@example.com"}, Raw: raw})
+	if opened.Type != envelope.TypeEmailOpened || opened.Data.Contact == nil {
+		t.Fatalf("a complete event changed: %+v", opened)
+	}
 }

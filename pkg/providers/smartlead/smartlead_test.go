@@ -370,6 +370,9 @@ func FuzzEvents(f *testing.F) {
 		if json.Unmarshal(evs[0].Data.Raw, &raw) == nil && raw["secret_key"] != nil && string(raw["secret_key"]) != `"REDACTED"` {
 			t.Fatalf("raw keeps the secret_key: %s", evs[0].Data.Raw)
 		}
+		if err == nil {
+			providertest.CheckFuzzed(t, Spec, evs)
+		}
 	})
 }
 

@@ -146,5 +146,8 @@ func FuzzEvents(f *testing.F) {
 		if err == nil && (len(evs) != 1 || evs[0].Key != "msg_1") {
 			t.Fatalf("identity lost: %+v", evs)
 		}
+		if err == nil {
+			providertest.CheckFuzzed(t, Spec, evs)
+		}
 	})
 }

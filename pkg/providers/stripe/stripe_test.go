@@ -138,5 +138,8 @@ func FuzzEvents(f *testing.F) {
 		if err == nil && (len(evs) != 1 || evs[0].Key == "") {
 			t.Fatalf("accepted without identity: %+v", evs)
 		}
+		if err == nil {
+			providertest.CheckFuzzed(t, Spec, evs)
+		}
 	})
 }
