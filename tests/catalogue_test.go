@@ -22,12 +22,9 @@ import (
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
-	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
-	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
-	"exacto.dev/pkg/projection"
 	"exacto.dev/pkg/providers/calendly"
 	"exacto.dev/pkg/providers/hubspot"
 	"exacto.dev/pkg/providers/instantly"
@@ -642,7 +639,8 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 
 // catThroughConsumers runs every consumer service over what the catalogue stored: each
 // stored event ends completed or dead-lettered (with its reason) in every consumer that
-// takes it, no service stops on any of it, and the projections equal a rebuild.
+// takes it (unfinishedIn), no service stops on any of it, and the projections equal a
+// rebuild.
 func catThroughConsumers(t *testing.T, e *catEnv) {
 	sb := sandbox.Start(t)
 	env := &service.Env{Config: e.cfg, Conn: e.conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(e.cfg, sb.URL)}
@@ -661,56 +659,8 @@ func catThroughConsumers(t *testing.T, e *catEnv) {
 	for name := range parts {
 		settledWithin(t, e.conn.JS, name, 3*time.Minute)
 	}
-	kv, err := e.conn.JS.KeyValue(ctx, stream.Guards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := e.conn.JS.Stream(ctx, stream.Events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	handled := map[string]int{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := m.Header.Get("Nats-Msg-Id")
-		for _, sub := range stream.Subscriptions {
-			if sub.Durable == stream.Projector || !sub.Takes(m.Subject) {
-				continue // the projector keeps no guard: its check is the rebuild below
-			}
-			rec, ok, err := guard.Status(ctx, kv, sub.Durable, id)
-			if err != nil || !ok || (rec.Status != guard.Completed && rec.Status != guard.DeadLetter) {
-				t.Errorf("%s in %s: %+v (found %v, %v)", m.Subject, sub.Durable, rec, ok, err)
-			}
-			if rec.Status == guard.DeadLetter && rec.LastError == "" {
-				t.Errorf("%s dead-lettered in %s without a reason", id, sub.Durable)
-			}
-			handled[sub.Durable]++
-		}
-	}
-	t.Logf("handled by each consumer (besides the projector, which takes all %d): %v", info.State.Msgs, handled)
-	live, err := projection.Open(ctx, e.conn.JS, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, _ := contacts.Open(ctx, e.conn.JS)
-	rebuilt := projection.Memories()
-	if _, err := projection.Replay(ctx, e.conn.JS, rebuilt, projection.ReplayOptions{Dir: dir}); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range projection.Names {
-		a, _ := rebuilt.Of(name)
-		b, _ := live.Of(name)
-		if d, err := projection.Diff(ctx, name, a, b); err != nil || !d.Equal() {
-			t.Errorf("%s: live differs from a rebuild: %+v %v", name, d, err)
-		}
-	}
+	unfinishedIn(t, e.conn.JS, stream.Classifier, stream.Stopper, stream.CRMWriter, stream.Suppressor, stream.Projector)
+	equalsRebuild(t, e.conn.JS)
 }
 
 // catCheckBody checks the answer's body: a 200 reports what was stored; an error is a

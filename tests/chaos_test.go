@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,50 +123,82 @@ func p99(l []time.Duration) time.Duration {
 }
 
 // equalsRebuild checks the live projections against a rebuild from the stream.
-func (p *pipeline) equalsRebuild() {
-	p.t.Helper()
+func (p *pipeline) equalsRebuild() { equalsRebuild(p.t, p.conn.JS) }
+
+// equalsRebuild checks the live projections on js against a rebuild from its stream.
+func equalsRebuild(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
 	ctx := context.Background()
-	live, err := projection.Open(ctx, p.conn.JS, "", 1)
+	live, err := projection.Open(ctx, js, "", 1)
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
-	dir, _ := contacts.Open(ctx, p.conn.JS)
+	dir, _ := contacts.Open(ctx, js)
 	rebuilt := projection.Memories()
-	if _, err := projection.Replay(ctx, p.conn.JS, rebuilt, projection.ReplayOptions{Dir: dir}); err != nil {
-		p.t.Fatal(err)
+	if _, err := projection.Replay(ctx, js, rebuilt, projection.ReplayOptions{Dir: dir}); err != nil {
+		t.Fatal(err)
 	}
 	for _, name := range projection.Names {
 		a, _ := rebuilt.Of(name)
 		b, _ := live.Of(name)
 		if d, err := projection.Diff(ctx, name, a, b); err != nil || !d.Equal() {
-			p.t.Errorf("%s: live differs from a rebuild: %+v %v", name, d, err)
+			t.Errorf("%s: live differs from a rebuild: %+v %v", name, d, err)
 		}
 	}
 }
 
 // storedSubjects reads every envelope of EXACTO_EVENTS: its id, and the subject it was
 // stored on.
-func (p *pipeline) storedSubjects() map[string]string {
-	p.t.Helper()
+func storedSubjects(t *testing.T, js jetstream.JetStream) map[string]string {
+	t.Helper()
 	out := map[string]string{}
-	eachMsg(p.t, p.conn.JS, stream.Events, func(msg jetstream.Msg) {
+	eachMsg(t, js, stream.Events, func(msg jetstream.Msg) {
 		out[msg.Headers().Get(jetstream.MsgIDHeader)] = msg.Subject()
 	})
 	return out
 }
 
-// subjectMatches reports whether subject is in NATS filter ("*" one token, ">" the rest).
-func subjectMatches(subject, filter string) bool {
-	s, f := strings.Split(subject, "."), strings.Split(filter, ".")
-	for i, tok := range f {
-		switch {
-		case tok == ">":
-			return len(s) > i
-		case i >= len(s) || (tok != "*" && tok != s[i]):
-			return false
-		}
+// unfinishedIn checks that every stored event each consumer takes is completed, or
+// dead-lettered with its reason, in that consumer's guard; it returns how many are not.
+func unfinishedIn(t *testing.T, js jetstream.JetStream, consumers ...string) (unfinished int) {
+	t.Helper()
+	stored := storedSubjects(t, js)
+	guards, err := js.KeyValue(context.Background(), stream.Guards)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return len(s) == len(f)
+	checked := 0
+	defer func() {
+		t.Logf("%d stored events: %d (event, consumer) pairs checked, %d unfinished", len(stored), checked, unfinished)
+	}()
+	for _, c := range consumers {
+		sub, ok := stream.SubscriptionOf(c)
+		if !ok {
+			t.Fatalf("no consumer %s", c)
+		}
+		var open []string
+		for id, subject := range stored {
+			if !sub.Takes(subject) {
+				continue
+			}
+			checked++
+			rec, _, err := guard.Status(context.Background(), guards, c, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case rec.Status == guard.DeadLetter && rec.LastError == "":
+				t.Errorf("%s: %s dead-lettered without a reason", c, id)
+			case rec.Status != guard.Completed && rec.Status != guard.DeadLetter:
+				open = append(open, fmt.Sprintf("%s (%s): %q", id, subject, rec.Status))
+			}
+		}
+		if len(open) > 0 {
+			t.Errorf("%s: %d stored events neither completed nor dead-lettered, first %v", c, len(open), open[:min(5, len(open))])
+		}
+		unfinished += len(open)
+	}
+	return unfinished
 }
 
 // invariants checks what every scenario must end with, for the consumers it ran: every
@@ -180,39 +211,7 @@ func (p *pipeline) invariants(consumers ...string) (unfinished int) {
 	for _, c := range consumers {
 		settled(p.t, p.conn.JS, c)
 	}
-	stored := p.storedSubjects()
-	guards, err := p.conn.JS.KeyValue(context.Background(), stream.Guards)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	checked := 0
-	defer func() {
-		p.t.Logf("%d stored events: %d (event, consumer) pairs checked, %d unfinished", len(stored), checked, unfinished)
-	}()
-	for _, c := range consumers {
-		sub, ok := stream.SubscriptionOf(c)
-		if !ok {
-			p.t.Fatalf("no consumer %s", c)
-		}
-		var open []string
-		for id, subject := range stored {
-			if !slices.ContainsFunc(sub.Subjects, func(f string) bool { return subjectMatches(subject, f) }) {
-				continue
-			}
-			checked++
-			rec, _, err := guard.Status(context.Background(), guards, c, id)
-			if err != nil {
-				p.t.Fatal(err)
-			}
-			if rec.Status != guard.Completed && rec.Status != guard.DeadLetter {
-				open = append(open, fmt.Sprintf("%s (%s): %q", id, subject, rec.Status))
-			}
-		}
-		if len(open) > 0 {
-			p.t.Errorf("%s: %d stored events neither completed nor dead-lettered, first %v", c, len(open), open[:min(5, len(open))])
-		}
-		unfinished += len(open)
-	}
+	unfinished = unfinishedIn(p.t, p.conn.JS, consumers...)
 	if slices.Contains(consumers, stream.CRMWriter) {
 		without := 0
 		for _, note := range p.sb.Notes() {
