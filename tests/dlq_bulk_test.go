@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/dlq/dlqtest"
 	"exacto.dev/pkg/envelope"
@@ -122,58 +123,10 @@ func TestDeadLetterBulkReplayCancel(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	url := conn.Embedded.ClientURL()
 	const n = 150
-	now := time.Now()
-	for i := range n {
-		dlqtest.Store(t, conn.JS, now, dlqtest.Letter{Name: fmt.Sprint("bulk-", i), Consumer: stream.CRMWriter, Tenant: "demo",
-			Provider: "instantly", Type: envelope.TypeReplyReceived, Class: "permanent", Age: time.Minute})
-	}
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const fSetPipeSize = 1031 // F_SETPIPE_SZ: a page, the least a pipe holds
-	if _, _, errno := syscall.Syscall(syscall.SYS_FCNTL, stdoutW.Fd(), fSetPipeSize, 4096); errno != 0 {
-		t.Fatalf("F_SETPIPE_SZ: %v", errno)
-	}
-	cmd := exec.Command(exactoBin, "dlq", "replay", "--matching", "--consumer", "crmwriter", "--by", "ana", "--why", "bulk", "--nats-url", url)
-	cmd.Stdout = stdoutW
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stdoutW.Close()
-	defer stdoutR.Close()
-	// The first line, byte by byte: the pipe keeps the rest, and fills.
-	var first []byte
-	for b := make([]byte, 1); len(first) == 0 || first[len(first)-1] != '\n'; {
-		if _, err := stdoutR.Read(b); err != nil {
-			t.Fatalf("before the first progress line: %v (%q)", err, first)
-		}
-		first = append(first, b[0])
-	}
-	if !strings.HasPrefix(string(first), fmt.Sprintf("[1/%d] dead letter ", n)) {
+	storeReplyLetters(t, conn, "bulk", n)
+	first, out := interruptAfterFirstLine(t, "dlq", "replay", "--matching", "--consumer", "crmwriter", "--by", "ana", "--why", "bulk", "--nats-url", url)
+	if !strings.HasPrefix(first, fmt.Sprintf("[1/%d] dead letter ", n)) {
 		t.Fatalf("first line %q", first)
-	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	note, err := bufio.NewReader(stderr).ReadString('\n')
-	if err != nil || note != "interrupted: stopping after the dead letter in hand\n" {
-		t.Fatalf("after SIGINT, stderr: %q %v", note, err)
-	}
-	rest, err := io.ReadAll(stdoutR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tail, _ := io.ReadAll(stderr)
-	werr := cmd.Wait()
-	out := string(first) + string(rest)
-	var exit *exec.ExitError
-	if !errors.As(werr, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(tail), "interrupted:") {
-		t.Fatalf("exit: %v, stderr %q, want status 1 saying it was interrupted", werr, tail)
 	}
 	done := len(progress(t, out, n))
 	if done == 0 || done >= n || !strings.Contains(out, fmt.Sprintf("\nstopped after %d of %d\n%d replayed, 0 refused, of %d matching\n", done, n, done, n)) {
@@ -228,5 +181,69 @@ func TestDeadLetterFilterFlags(t *testing.T) {
 		if len(c.Want) == 0 && !strings.Contains(out, "no dead letters") {
 			t.Errorf("%v: %s", args, out)
 		}
+	}
+}
+
+// interruptAfterFirstLine runs exacto with args, its stdout a one-page pipe the test
+// stops reading after the first line (so the child cannot get far ahead), sends it
+// SIGINT, and checks that it says it stops after the dead letter in hand and exits with
+// status 1. It returns the first line and the whole stdout.
+func interruptAfterFirstLine(t *testing.T, args ...string) (first, out string) {
+	t.Helper()
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdoutR.Close()
+	const fSetPipeSize = 1031 // F_SETPIPE_SZ: a page, the least a pipe holds
+	if _, _, errno := syscall.Syscall(syscall.SYS_FCNTL, stdoutW.Fd(), fSetPipeSize, 4096); errno != 0 {
+		t.Fatalf("F_SETPIPE_SZ: %v", errno)
+	}
+	cmd := exec.Command(exactoBin, args...)
+	cmd.Stdout = stdoutW
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdoutW.Close()
+	// The first line, byte by byte: the pipe keeps the rest, and fills.
+	var line []byte
+	for b := make([]byte, 1); len(line) == 0 || line[len(line)-1] != '\n'; {
+		if _, err := stdoutR.Read(b); err != nil {
+			t.Fatalf("before the first line: %v (%q)", err, line)
+		}
+		line = append(line, b[0])
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	note, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil || note != "interrupted: stopping after the dead letter in hand\n" {
+		t.Fatalf("after SIGINT, stderr: %q %v", note, err)
+	}
+	rest, err := io.ReadAll(stdoutR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, _ := io.ReadAll(stderr)
+	werr := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(werr, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(tail), "interrupted:") {
+		t.Fatalf("exit: %v, stderr %q, want status 1 saying it was interrupted", werr, tail)
+	}
+	return string(line), string(line) + string(rest)
+}
+
+// storeReplyLetters stores n fresh permanent dead letters of the crmwriter, named
+// prefix-0…prefix-(n-1).
+func storeReplyLetters(t *testing.T, conn *broker.Conn, prefix string, n int) {
+	t.Helper()
+	now := time.Now()
+	for i := range n {
+		dlqtest.Store(t, conn.JS, now, dlqtest.Letter{Name: fmt.Sprint(prefix+"-", i), Consumer: stream.CRMWriter, Tenant: "demo",
+			Provider: "instantly", Type: envelope.TypeReplyReceived, Class: "permanent", Age: time.Minute})
 	}
 }

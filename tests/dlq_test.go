@@ -59,8 +59,12 @@ func TestDeadLetterWorkflow(t *testing.T) {
 		!strings.Contains(out, "crmwriter guard: dead_letter") || !strings.Contains(out, "replay: would be sent back to crmwriter") {
 		t.Fatalf("dry run: %v\n%s", err, out)
 	}
+	// A dry run records nothing, so it needs no why: its verdict is the letter's own.
+	if out, err := dlq("replay", ids[fresh], "--dry-run"); err != nil || !strings.Contains(out, "replay: would be sent back to crmwriter") {
+		t.Fatalf("dry run without a why: %v\n%s", err, out)
+	}
 	if out, err := dlq("replay", ids[old], "--dry-run"); err != nil || !strings.Contains(out, "freshness: stale: the reply.received event is") ||
-		!strings.Contains(out, "replay: would be refused:") {
+		!regexp.MustCompile(`replay: would be refused: stale: the reply.received event is 1[12]\dh\d+m0s old; its freshness limit is 72h0m0s`).MatchString(out) {
 		t.Fatalf("dry run of the stale one: %v\n%s", err, out)
 	}
 	// Every replay needs a why: refused before anything is done.
@@ -97,9 +101,10 @@ func TestDeadLetterWorkflow(t *testing.T) {
 	if len(p.notesFor(old)) != 0 {
 		t.Fatal("a refused replay wrote a note")
 	}
-	// Bulk: a dry run counts; a discard needs a why and is recorded.
-	if out, _ := dlq("replay", "--matching", "--consumer", "crmwriter", "--dry-run", "--why", "bulk"); !strings.Contains(out, "2 dead letters match; 1 fresh enough to replay, 1 stale; 1 would be sent back (dry run: nothing replayed)") {
-		t.Fatalf("dry run:\n%s", out)
+	// Bulk: a dry run counts (no why needed); a discard needs a why and is recorded.
+	if out, err := dlq("replay", "--matching", "--consumer", "crmwriter", "--dry-run"); err != nil ||
+		!strings.Contains(out, "2 dead letters match; 1 fresh enough to replay, 1 stale; 1 would be sent back (dry run: nothing replayed)") {
+		t.Fatalf("dry run: %v\n%s", err, out)
 	}
 	if out, err := dlq("discard", ids[spare]); err == nil || !strings.Contains(out, "--why is required") {
 		t.Fatalf("discard without a why:\n%s", out)
@@ -115,5 +120,33 @@ func TestDeadLetterWorkflow(t *testing.T) {
 	}
 	if out, err := dlq("show", "nine"); err == nil || !strings.Contains(out, "not a dead letter id") {
 		t.Fatalf("a bad id: %v\n%s", err, out)
+	}
+}
+
+// Ctrl-C stops a bulk dry run between two dead letters, as it stops a bulk replay:
+// SIGINT once the first verdict is out (the child's stdout is a one-page pipe the test
+// stops reading, so it cannot get far ahead). It prints that it stops, "stopped after
+// i of n" and the counts of the letters judged, exits with status 1, and changes
+// nothing.
+func TestDeadLetterDryRunCancel(t *testing.T) {
+	t.Parallel()
+	conn := brokertest.Start(t, "")
+	url := conn.Embedded.ClientURL()
+	const n = 150
+	storeReplyLetters(t, conn, "dry", n)
+	first, out := interruptAfterFirstLine(t, "dlq", "replay", "--matching", "--consumer", "crmwriter", "--dry-run", "--nats-url", url)
+	if !strings.HasPrefix(first, fmt.Sprintf("[1/%d] dead letter ", n)) || !strings.Contains(first, "would be sent back to crmwriter") {
+		t.Fatalf("first line %q", first)
+	}
+	judged := len(progress(t, out, n))
+	if judged == 0 || judged >= n || !strings.Contains(out, fmt.Sprintf("\nstopped after %d of %d\n%d dead letters match; of the %d judged, %d fresh enough to replay, 0 stale; %d would be sent back (dry run: nothing replayed)\n",
+		judged, n, n, judged, judged, judged)) {
+		t.Fatalf("after the interrupt (%d verdicts):\n%s", judged, out)
+	}
+	if sent := brokertest.Count(t, conn, stream.Replays); sent != 0 {
+		t.Fatalf("a dry run sent %d replays", sent)
+	}
+	if list, err := runDLQ(url, "list", "--consumer", "crmwriter"); err != nil || strings.Count(list, "crmwriter") != n {
+		t.Fatalf("open after the dry run: %v\n%s", err, list)
 	}
 }

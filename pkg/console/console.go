@@ -36,6 +36,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -230,20 +231,28 @@ type who struct {
 	shared  bool
 }
 
-// maxName bounds the name an operator of the shared token gives.
+// maxName bounds the name an operator of the shared token gives, in characters.
 const maxName = 64
 
 // decider is who a decision posted by u is recorded as: a console user's name, or for
 // the shared token the name the form gives (field "by"), marked as given by the token.
+// It refuses a decision without who or why (the form's "why"), by dlq.NeedWhoWhy, as
+// every replay, discard and diff decision needs both.
 func decider(r *http.Request, u who) (string, error) {
-	if !u.shared {
-		return u.name, nil
+	by := u.name
+	if u.shared {
+		by = strings.TrimSpace(r.PostForm.Get("by"))
 	}
-	by := strings.TrimSpace(r.PostForm.Get("by"))
-	switch {
-	case by == "":
-		return "", errors.New("who decides is required: signed in with the shared console token, give your name")
-	case len(by) > maxName || strings.ContainsFunc(by, unicode.IsControl):
+	if err := dlq.NeedWhoWhy(by, r.PostForm.Get("why")); err != nil {
+		if u.shared && errors.Is(err, dlq.ErrNoWho) {
+			return "", fmt.Errorf("%w: signed in with the shared console token, give your name", err)
+		}
+		return "", err
+	}
+	if !u.shared {
+		return by, nil
+	}
+	if utf8.RuneCountInString(by) > maxName || strings.ContainsFunc(by, unicode.IsControl) {
 		return "", fmt.Errorf("a name is at most %d characters, with no control character", maxName)
 	}
 	return by + " (console token)", nil

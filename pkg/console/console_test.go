@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/dlq"
 	"exacto.dev/pkg/dlq/dlqtest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
@@ -414,7 +416,7 @@ func TestCSRFAndReplay(t *testing.T) {
 	for _, why := range []string{"", "   "} {
 		code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {why}, "csrf": {tok}}, auth)
 		_, body, _ := f.get(h.Get("Location"), auth)
-		if code != http.StatusSeeOther || !strings.Contains(body, "replay refused: dlq: a why is required") || !strings.Contains(body, `id="letter-status">open`) ||
+		if code != http.StatusSeeOther || !strings.Contains(body, "replay refused: a why is required") || !strings.Contains(body, `id="letter-status">open`) ||
 			!strings.Contains(body, "No action yet.") {
 			t.Errorf("replay with why %q: %d\n%s", why, code, body)
 		}
@@ -494,7 +496,7 @@ func TestSessionCSRF(t *testing.T) {
 	if !strings.Contains(page, `<input name="by" id="replay-by" size="16" required>`) {
 		t.Errorf("the shared token's replay form does not ask who:\n%s", page)
 	}
-	for _, by := range []string{"", "  ", strings.Repeat("b", 65), "ben\nadmin"} {
+	for _, by := range []string{"", "  ", strings.Repeat("b", 65), strings.Repeat("é", 65), "ben\nadmin"} {
 		code, _, h := f.post("/console/dlq/"+seq+"/replay", url.Values{"why": {"fixed"}, "by": {by}, "csrf": {tok}}, withCookie)
 		if _, body, _ := f.get(h.Get("Location"), withCookie); code != 303 || !strings.Contains(body, "replay refused: ") || !strings.Contains(body, "No action yet.") {
 			t.Errorf("replay by %q: %d\n%s", by, code, body)
@@ -754,5 +756,38 @@ func TestApproveProposedRepair(t *testing.T) {
 	}
 	if code, _, _ := f.post("/console/diffs/acme/fd_stale", url.Values{"decision": {"maybe"}, "why": {"x"}, "csrf": {tok}}, auth); code != http.StatusBadRequest {
 		t.Errorf("decision maybe: %d", code)
+	}
+}
+
+// decider takes who and why through dlq.NeedWhoWhy; the shared token's name is bounded
+// in characters, not bytes: 64 two-byte letters pass, 65 do not.
+func TestDecider(t *testing.T) {
+	form := func(by, why string) *http.Request {
+		return &http.Request{PostForm: url.Values{"by": {by}, "why": {why}}}
+	}
+	token, ana := who{name: "console", shared: true}, who{name: "ana"}
+	for _, c := range []struct {
+		u       who
+		by, why string
+		want    string
+		err     error
+	}{
+		{ana, "", "fixed", "ana", nil},
+		{ana, "", " ", "", dlq.ErrNoWhy},
+		{token, "ben", "fixed", "ben (console token)", nil},
+		{token, " ", "fixed", "", dlq.ErrNoWho},
+		{token, "ben", "", "", dlq.ErrNoWhy},
+		{token, strings.Repeat("é", 40), "fixed", strings.Repeat("é", 40) + " (console token)", nil},
+		{token, strings.Repeat("é", 64), "fixed", strings.Repeat("é", 64) + " (console token)", nil},
+	} {
+		got, err := decider(form(c.by, c.why), c.u)
+		if got != c.want || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+			t.Errorf("decider(by %q, why %q, shared %v) = %q, %v; want %q, %v", c.by, c.why, c.u.shared, got, err, c.want, c.err)
+		}
+	}
+	for _, by := range []string{strings.Repeat("é", 65), strings.Repeat("b", 65), "ben\tadmin"} {
+		if got, err := decider(form(by, "fixed"), token); err == nil || !strings.Contains(err.Error(), "at most 64 characters") {
+			t.Errorf("decider(by %q) = %q, %v; want refused", by, got, err)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -69,9 +68,6 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request, u who) {
 	why := strings.TrimSpace(r.PostForm.Get("why"))
 	dest := Prefix + "diffs?"
 	by, err := decider(r, u)
-	if err == nil && why == "" {
-		err = errors.New("a why is required (recorded with who decides)")
-	}
 	if err != nil {
 		http.Redirect(w, r, dest+url.Values{"err": {"decision refused: " + err.Error()}}.Encode(), http.StatusSeeOther)
 		return

@@ -261,11 +261,12 @@ func (q *Queue) record(ctx context.Context, l Letter, a Action) error {
 	return errors.New("dlq: the letter's history keeps changing; try again")
 }
 
-// ErrNoWho and ErrNoWhy refuse a replay or a discard that does not say who decides it
-// and why: both are recorded with every action.
+// ErrNoWho and ErrNoWhy refuse a replay or a discard (or, in the console, a diff
+// decision) that does not say who decides it and why: both are recorded with every
+// action. NeedWhoWhy returns them.
 var (
-	ErrNoWho = errors.New("dlq: who decides is required (recorded with the action)")
-	ErrNoWhy = errors.New("dlq: a why is required (recorded with the action)")
+	ErrNoWho = errors.New("who decides is required (recorded with the action)")
+	ErrNoWhy = errors.New("a why is required (recorded with the action)")
 )
 
 // ErrStale refuses a replay past the event type's freshness limit.
@@ -284,16 +285,25 @@ func (q *Queue) Fresh(l Letter) error {
 	return nil
 }
 
-// check says why a replay of l by by, for why, would be refused now (nil: it would go
-// ahead), and returns its envelope.
-func (q *Queue) check(l Letter, by, why string, force bool) (envelope.Envelope, error) {
-	var env envelope.Envelope
+// NeedWhoWhy refuses a decision that does not say who takes it (ErrNoWho) and why
+// (ErrNoWhy); blanks count as missing. Every replay and discard, here, in the CLI and
+// in the console, is checked by it.
+func NeedWhoWhy(by, why string) error {
 	switch {
 	case strings.TrimSpace(by) == "":
-		return env, ErrNoWho
+		return ErrNoWho
 	case strings.TrimSpace(why) == "":
-		return env, ErrNoWhy
-	case l.Status == Discarded:
+		return ErrNoWhy
+	}
+	return nil
+}
+
+// judge says why a replay of l would be refused now, whoever asks (nil: it would go
+// ahead), and returns its envelope: a discarded letter, a stale event (unless force)
+// or no envelope. Who and why are NeedWhoWhy's.
+func (q *Queue) judge(l Letter, force bool) (envelope.Envelope, error) {
+	var env envelope.Envelope
+	if l.Status == Discarded {
 		return env, fmt.Errorf("dead letter %d was discarded: not replayed", l.Seq)
 	}
 	if err := q.Fresh(l); err != nil && !force {
@@ -314,21 +324,23 @@ type Preview struct {
 	Stale error
 	// Guard is the consumer's guard status of the event ("" when it has no record).
 	Guard string
-	// Refused says why the replay would be refused (nil: it would go ahead).
+	// Refused says why the replay would be refused (nil: it would go ahead, given a
+	// who and a why: a preview asks for neither).
 	Refused error
 	// Send: the event would be sent back (its guard holds a dead letter, or nothing);
 	// otherwise the consumer already has it and a replay records only the action.
 	Send bool
 }
 
-// Preview judges a replay of l by by, for why (force as Replay's), without replaying,
-// resetting a guard or recording anything.
-func (q *Queue) Preview(ctx context.Context, l Letter, by, why string, force bool) (Preview, error) {
+// Preview judges a replay of l (force as Replay's) without replaying, resetting a
+// guard or recording anything. It changes nothing, so it needs no who or why: its
+// verdict is the discarded, freshness and envelope checks a replay makes.
+func (q *Queue) Preview(ctx context.Context, l Letter, force bool) (Preview, error) {
 	p := Preview{Limit: q.cfg.Fresh(l.Type), Stale: q.Fresh(l)}
 	if at := l.EventTime(); !at.IsZero() {
 		p.Age = q.now().Sub(at)
 	}
-	_, p.Refused = q.check(l, by, why, force)
+	_, p.Refused = q.judge(l, force)
 	rec, ok, err := guard.Status(ctx, q.guards, l.Consumer, l.EventID)
 	if err != nil {
 		return p, err
@@ -343,7 +355,10 @@ func (q *Queue) Preview(ctx context.Context, l Letter, by, why string, force boo
 // Replay sends l back to its consumer; by and why are required and recorded. A stale
 // event is refused unless force.
 func (q *Queue) Replay(ctx context.Context, l Letter, by, why string, force bool) (Action, error) {
-	env, err := q.check(l, by, why, force)
+	if err := NeedWhoWhy(by, why); err != nil {
+		return Action{}, err
+	}
+	env, err := q.judge(l, force)
 	if err != nil {
 		return Action{}, err
 	}
@@ -366,11 +381,8 @@ func (q *Queue) Replay(ctx context.Context, l Letter, by, why string, force bool
 
 // Discard closes l without replaying it; by and why are recorded.
 func (q *Queue) Discard(ctx context.Context, l Letter, by, why string) (Action, error) {
-	switch {
-	case strings.TrimSpace(by) == "":
-		return Action{}, ErrNoWho
-	case strings.TrimSpace(why) == "":
-		return Action{}, ErrNoWhy
+	if err := NeedWhoWhy(by, why); err != nil {
+		return Action{}, err
 	}
 	if l.Status == Discarded {
 		return Action{}, fmt.Errorf("dead letter %d is already discarded", l.Seq)

@@ -298,26 +298,23 @@ func TestPreviewChangesNothing(t *testing.T) {
 	r.broken.Delete(fresh)
 	r.broken.Delete(stale)
 
-	preview := func(l Letter, why string, force bool) Preview {
+	preview := func(l Letter, force bool) Preview {
 		t.Helper()
-		p, err := r.q.Preview(ctx, l, "ana", why, force)
+		p, err := r.q.Preview(ctx, l, force)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	if p := preview(fl, "fixed", false); p.Stale != nil || p.Refused != nil || p.Guard != guard.DeadLetter || !p.Send ||
+	if p := preview(fl, false); p.Stale != nil || p.Refused != nil || p.Guard != guard.DeadLetter || !p.Send ||
 		p.Limit != 72*time.Hour || p.Age < 2*time.Hour || p.Age > 3*time.Hour {
 		t.Errorf("fresh: %+v", p)
 	}
-	if p := preview(sl, "fixed", false); !errors.Is(p.Stale, ErrStale) || !errors.Is(p.Refused, ErrStale) || p.Send || p.Limit != 24*time.Hour {
+	if p := preview(sl, false); !errors.Is(p.Stale, ErrStale) || !errors.Is(p.Refused, ErrStale) || p.Send || p.Limit != 24*time.Hour {
 		t.Errorf("stale: %+v", p)
 	}
-	if p := preview(sl, "fixed", true); !errors.Is(p.Stale, ErrStale) || p.Refused != nil || !p.Send {
+	if p := preview(sl, true); !errors.Is(p.Stale, ErrStale) || p.Refused != nil || !p.Send {
 		t.Errorf("stale, forced: %+v", p)
-	}
-	if p := preview(fl, "", false); !errors.Is(p.Refused, ErrNoWhy) || p.Send {
-		t.Errorf("without a why: %+v", p)
 	}
 	for _, l := range []Letter{fl, sl} {
 		if rec, _, _ := guard.Status(ctx, r.q.guards, l.Consumer, l.EventID); rec.Status != guard.DeadLetter {
@@ -343,7 +340,7 @@ func TestPreviewChangesNothing(t *testing.T) {
 		return rec.Status == guard.Completed
 	})
 	fl, _ = r.q.Get(ctx, fl.Seq)
-	if p := preview(fl, "again", false); p.Guard != guard.Completed || p.Send || p.Refused != nil {
+	if p := preview(fl, false); p.Guard != guard.Completed || p.Send || p.Refused != nil {
 		t.Errorf("after the replay: %+v", p)
 	}
 }
@@ -464,5 +461,18 @@ func TestWatchGauges(t *testing.T) {
 	}
 	if oldest < 20*60 || oldest > 30*60 || slo != 60 {
 		t.Errorf("exacto_dlq_oldest_open_seconds %v, exacto_dlq_slo_seconds %v", oldest, slo)
+	}
+}
+
+// NeedWhoWhy is the one who-and-why check: blanks are missing, who is asked first.
+func TestNeedWhoWhy(t *testing.T) {
+	for _, c := range []struct {
+		by, why string
+		want    error
+	}{{"ana", "fixed", nil}, {"", "fixed", ErrNoWho}, {" \t", "fixed", ErrNoWho}, {"", "", ErrNoWho},
+		{"ana", "", ErrNoWhy}, {"ana", "  ", ErrNoWhy}} {
+		if err := NeedWhoWhy(c.by, c.why); err != c.want {
+			t.Errorf("NeedWhoWhy(%q, %q) = %v, want %v", c.by, c.why, err, c.want)
+		}
 	}
 }

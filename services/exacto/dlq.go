@@ -114,16 +114,17 @@ guard: replaying twice makes the effect once. Every replay is recorded with --by
 --why (a why is required). An event older than its type's freshness limit (config
 dlq.freshness) is refused with its reason; --force sends it anyway.
 
---dry-run changes nothing: with one ID it prints the freshness verdict, the consumer's
-guard status and what a replay would do; with --matching it prints that verdict for
-each dead letter the filters select, then the counts.
+--dry-run changes nothing, so it needs no --why: with one ID it prints the freshness
+verdict, the consumer's guard status and what a replay would do; with --matching it
+prints that verdict for each dead letter the filters select, then the counts.
 
 With --matching, every open dead letter the filters select is replayed, one line of
 progress each ("[i/n] ..."), then "R replayed, F refused, of N matching". A stale
 letter is refused with its reason and the others go on (exit status 0). Ctrl-C (or
 SIGTERM) stops after the dead letter in hand: the command prints "stopped after i of
 n" and the counts, and exits with status 1; the same command again goes on with the
-letters still open.`,
+letters still open; a --dry-run stops the same way. With one ID, Ctrl-C (or SIGTERM)
+lets the replay in hand finish, then exits with status 1.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if matching != (len(args) == 0) {
 				return errors.New("give one dead letter ID, or --matching with filters")
@@ -131,11 +132,14 @@ letters still open.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := needWhy(why, dryRun); err != nil {
-				return err
+			if !dryRun { // a dry run records nothing and needs no why
+				if err := needWhoWhy(by, why); err != nil {
+					return err
+				}
 			}
-			// The queue's calls run on ctx, which Ctrl-C does not cancel: a replay in
-			// hand is finished, never left half done; a bulk replay stops between two.
+			// The queue's calls run on ctx, which Ctrl-C does not cancel; Ctrl-C is caught
+			// around every replay, so a replay in hand is finished, never left half done
+			// (then the command exits 1); a bulk replay or dry run stops between two.
 			ctx := cmd.Context()
 			q, closeConn, err := open(ctx)
 			if err != nil {
@@ -149,18 +153,23 @@ letters still open.`,
 					return err
 				}
 				if dryRun {
-					p, err := q.Preview(ctx, l, by, why, force)
+					p, err := q.Preview(ctx, l, force)
 					if err != nil {
 						return err
 					}
 					printPreview(out, l, p)
 					return nil
 				}
+				interrupted := onInterrupt(cmd.ErrOrStderr(), "interrupted: finishing the replay in hand")
+				defer interrupted.stop()
 				a, err := q.Replay(ctx, l, by, why, force)
 				if err != nil {
 					return fmt.Errorf("dead letter %d not replayed: %w", l.Seq, err)
 				}
 				fmt.Fprintln(out, replayed(l, a))
+				if interrupted.happened() {
+					return fmt.Errorf("interrupted: dead letter %d was replayed before stopping", l.Seq)
+				}
 				return nil
 			}
 			interrupted := onInterrupt(cmd.ErrOrStderr(), "interrupted: stopping after the dead letter in hand")
@@ -170,12 +179,17 @@ letters still open.`,
 				return err
 			}
 			if dryRun {
-				fresh, send := 0, 0
+				judged, fresh, send := 0, 0, 0
 				for i, l := range letters {
-					p, err := q.Preview(ctx, l, by, why, force)
+					if interrupted.happened() {
+						fmt.Fprintf(out, "stopped after %d of %d\n", i, len(letters))
+						break
+					}
+					p, err := q.Preview(ctx, l, force)
 					if err != nil {
 						return err
 					}
+					judged++
 					if p.Stale == nil {
 						fresh++
 					}
@@ -183,6 +197,11 @@ letters still open.`,
 						send++
 					}
 					fmt.Fprintf(out, "[%d/%d] dead letter %d (%s, %s, event %s): %s\n", i+1, len(letters), l.Seq, l.Consumer, l.Type, l.EventID, verdict(l, p))
+				}
+				if judged < len(letters) {
+					fmt.Fprintf(out, "%d dead letters match; of the %d judged, %d fresh enough to replay, %d stale; %d would be sent back (dry run: nothing replayed)\n",
+						len(letters), judged, fresh, judged-fresh, send)
+					return fmt.Errorf("interrupted: %d of %d dead letters not judged (dry run: nothing replayed)", len(letters)-judged, len(letters))
 				}
 				fmt.Fprintf(out, "%d dead letters match; %d fresh enough to replay, %d stale; %d would be sent back (dry run: nothing replayed)\n",
 					len(letters), fresh, len(letters)-fresh, send)
@@ -219,7 +238,7 @@ letters still open.`,
 		Short: "Close a dead letter without replaying it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := needWhy(why, false); err != nil {
+			if err := needWhoWhy(by, why); err != nil {
 				return err
 			}
 			q, l, closeConn, err := letter(cmd.Context(), args[0])
@@ -250,12 +269,17 @@ letters still open.`,
 	return cmd
 }
 
-// needWhy refuses an action without a why (a dry run records nothing and needs none).
-func needWhy(why string, dryRun bool) error {
-	if strings.TrimSpace(why) == "" && !dryRun {
-		return errors.New("--why is required: every replay and discard is recorded with who (--by) and why")
+// needWhoWhy refuses a replay or discard without who (--by) or why (--why):
+// dlq.NeedWhoWhy's check, its error naming the flag.
+func needWhoWhy(by, why string) error {
+	err := dlq.NeedWhoWhy(by, why)
+	switch {
+	case errors.Is(err, dlq.ErrNoWho):
+		return fmt.Errorf("--by is required: %w", err)
+	case errors.Is(err, dlq.ErrNoWhy):
+		return fmt.Errorf("--why is required: %w", err)
 	}
-	return nil
+	return err
 }
 
 // interrupt reports whether Ctrl-C or SIGTERM came since onInterrupt.
