@@ -3,6 +3,8 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -302,5 +304,103 @@ func TestMissedOpportunityFromInstantly(t *testing.T) {
 	}
 	if again := f.run(false); again.New != 0 || again.ByKind[MissedOpportunity] != 1 {
 		t.Fatalf("second pass %+v", again)
+	}
+}
+
+// A tenant with more HubSpot contacts than the bound is read a window a pass, from a
+// cursor each pass moves by the bound (wrapping at the last contact): successive
+// passes cover every contact exactly once per cycle, whatever their time (all at one
+// instant here). A dry run reads the next window and moves nothing; the cursor is no
+// finding in the diff queue.
+func TestCRMCursorCoversEveryContact(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	byID := map[string]string{}
+	for _, e := range []string{"a@northwind.example", "b@northwind.example", "c@northwind.example", "d@northwind.example", "e@northwind.example"} {
+		cid := f.hubspotContact(e)
+		f.sb.AddDealFor(cid, map[string]string{"dealname": e})
+		byID[cid] = e
+	}
+	order := slices.Sorted(maps.Keys(byID))
+	at := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	pass := func(dryRun bool) []string {
+		t.Helper()
+		p := f.deps.Pass(tenant, f.clients(), nil, dryRun)
+		p.MaxCRMContacts, p.Now = 2, func() time.Time { return at }
+		rep, err := Run(ctx, p, f.deps.Queue)
+		if err != nil || rep.Err() != nil {
+			t.Fatal(err, rep.Err())
+		}
+		var read []string
+		for _, fd := range rep.Findings {
+			if fd.Kind == MissedOpportunity {
+				read = append(read, fd.Contact)
+			}
+		}
+		slices.Sort(read)
+		return read
+	}
+	var got []string
+	for i := range 5 {
+		if i == 2 {
+			dry, next := pass(true), pass(false)
+			if !slices.Equal(dry, next) {
+				t.Fatalf("a dry run read %v, the next pass %v: the dry run moved the cursor", dry, next)
+			}
+			got = append(got, next...)
+			continue
+		}
+		got = append(got, pass(false)...)
+	}
+	count := map[string]int{}
+	for i := 0; i < len(got); i += 2 {
+		want := []string{byID[order[i%5]], byID[order[(i+1)%5]]}
+		slices.Sort(want)
+		if !slices.Equal(got[i:i+2], want) {
+			t.Fatalf("pass %d read %v, want %v (all: %v)", i/2+1, got[i:i+2], want, got)
+		}
+		count[got[i]]++
+		count[got[i+1]]++
+	}
+	for _, e := range byID {
+		if count[e] != 2 {
+			t.Fatalf("%s read %d times in 5 passes of 2 over 5 contacts: %v", e, count[e], got)
+		}
+	}
+	if all, _ := f.deps.Queue.List(ctx, Filter{Tenant: tenant}); len(all) != 5 {
+		t.Fatalf("%d in the diff queue, want the 5 findings", len(all))
+	}
+}
+
+// One campaign id at two platforms: the projection knows the one at one platform,
+// the other's is still a campaign it does not know, reported and its leads compared.
+func TestSameCampaignIDAtTwoPlatforms(t *testing.T) {
+	for _, known := range []string{"smartlead", "instantly"} {
+		t.Run(known, func(t *testing.T) {
+			f := newFixture(t)
+			f.sb.AddInstantlyCampaign("4242", "Instantly 4242", instantly.CampaignActive)
+			f.sb.AddSmartleadCampaign(4242, "Smartlead 4242", "ACTIVE")
+			missed := "instantly"
+			if known == "smartlead" {
+				f.sb.AddSmartleadLead(4242, "sam@contoso.example")
+				f.project("smartlead", envelope.TypeEmailSent, "sam@contoso.example", "4242", "sl-1", time.Now().Add(-time.Hour))
+				gone := f.sb.AddInstantlyLead("4242", "cai@northwind.example")
+				f.sb.UpdateInstantlyLead(gone, func(l *sandbox.InstantlyLead) { l.Status = sandbox.InstantlyUnsubscribed })
+			} else {
+				missed = "smartlead"
+				f.sb.AddInstantlyLead("4242", "ana@northwind.example")
+				f.project("instantly", envelope.TypeEmailSent, "ana@northwind.example", "4242", "em-1", time.Now().Add(-time.Hour))
+				blocked := f.sb.AddSmartleadLead(4242, "eve@contoso.example")
+				f.sb.UpdateSmartleadLead(4242, blocked, func(l *sandbox.SmartleadLead) { l.Status = "BLOCKED" })
+			}
+			rep := f.run(false)
+			mc, mu := only(t, rep, MissedCampaign), only(t, rep, MissedUnsubscribe)
+			if mc.Provider != missed || mc.Campaign != "4242" || !strings.Contains(mc.Found, "with 1 lead(s)") {
+				t.Fatalf("missed campaign %+v", mc)
+			}
+			if mu.Provider != missed || mu.Campaign != "4242" || len(f.published) != 1 || f.published[0].Provider != missed {
+				t.Fatalf("missed unsubscribe %+v, published %+v", mu, f.published)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -40,18 +41,21 @@ func crmOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
 		return nil, err
 	}
 	ts := hubspotTargets(cs)
-	slices.SortFunc(ts, func(a, b hubspotTarget) int { return cmp.Compare(a.id, b.id) })
-	start, n := p.crmWindow(len(ts))
+	slices.SortFunc(ts, func(a, b hubspotTarget) int { return cmp.Compare(a.key(), b.key()) })
+	start, n, err := p.crmWindow(ctx, ts)
+	if err != nil {
+		return nil, err
+	}
 	var out []Finding
 	for i := range n {
 		t := ts[(start+i)%len(ts)]
 		deals, err := p.Clients.HubSpot.DealsOfContact(ctx, t.id)
 		if err != nil {
-			return out, err
+			return out, p.crmAdvance(ctx, ts, start, n, i, err)
 		}
 		meetings, err := p.Clients.HubSpot.MeetingsOfContact(ctx, t.id)
 		if err != nil {
-			return out, err
+			return out, p.crmAdvance(ctx, ts, start, n, i, err)
 		}
 		opps, held := named(t.c, func(v lifecycle.View) []string { return v.Opportunities }), named(t.c, func(v lifecycle.View) []string { return v.Meetings })
 		email := emailOf(t.c)
@@ -81,7 +85,7 @@ func crmOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
 			out = append(out, propose(p, f, "meeting/"+m.ID, envelope.TypeMeetingBooked, data, m, cmp.Or(m.At, m.Start)))
 		}
 	}
-	return out, nil
+	return out, p.crmAdvance(ctx, ts, start, n, n, nil)
 }
 
 // propose gives f the event about object that an approval publishes, and says so in
@@ -103,21 +107,52 @@ func named(c projection.Contact, pick func(lifecycle.View) []string) []string {
 	return slices.Compact(out)
 }
 
-// crmWindow is which of n contacts this pass reads: all when n is within the bound,
-// else MaxCRMContacts of them from a start that moves by the bound every hour of the
-// pass's time, so that hourly passes cover every contact in turn (logged).
-func (p *Pass) crmWindow(n int) (start, count int) {
+// crmWindow is which of ts (sorted by key) this pass reads: all when they are within
+// the bound, else MaxCRMContacts of them, from the first one after the tenant's cursor
+// (the key of the last one a pass read, kept in the diff bucket: Queue.crmCursor),
+// wrapping past the last to the first. Each pass thus reads the next window whatever
+// its time or interval, and every n contacts read cover every contact once; a contact
+// added or removed between passes moves no other one. Logged.
+func (p *Pass) crmWindow(ctx context.Context, ts []hubspotTarget) (start, count int, err error) {
 	limit := p.MaxCRMContacts
 	if limit <= 0 {
 		limit = DefaultMaxCRMContacts
 	}
-	if n <= limit {
-		return 0, n
+	if len(ts) <= limit {
+		return 0, len(ts), nil
 	}
-	start = int((p.now().Unix()/3600)%int64(n)) * limit % n
+	after := ""
+	if p.queue != nil {
+		if after, err = p.queue.crmCursor(ctx, p.Tenant); err != nil {
+			return 0, 0, err
+		}
+	}
+	if after != "" {
+		start, _ = slices.BinarySearchFunc(ts, after, func(t hubspotTarget, key string) int {
+			if cmp.Compare(t.key(), key) <= 0 {
+				return -1
+			}
+			return 1
+		})
+		start %= len(ts)
+	}
 	p.Log.Warn("reconcile: HubSpot deals and meetings read for part of the contacts this pass",
-		"tenant", p.Tenant, "contacts", n, "read", limit, "from", start)
-	return start, limit
+		"tenant", p.Tenant, "contacts", len(ts), "read", limit, "from", ts[start].key(), "after", after)
+	return start, limit, nil
+}
+
+// crmAdvance moves the tenant's cursor past the read contacts of the window (start,
+// count) of ts that the pass read entirely: all of it, or those before the one whose
+// search failed (which the next pass reads first). A dry run moves nothing, nor does
+// a pass whose contacts are all within the bound. It returns err, or the cursor's.
+func (p *Pass) crmAdvance(ctx context.Context, ts []hubspotTarget, start, count, read int, err error) error {
+	if p.DryRun || p.queue == nil || read == 0 || count == len(ts) {
+		return err
+	}
+	if werr := p.queue.setCRMCursor(ctx, p.Tenant, ts[(start+read-1)%len(ts)].key(), p.now()); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
 }
 
 // hubspotTarget is a projection contact and one HubSpot contact id recorded for it.
@@ -125,6 +160,10 @@ type hubspotTarget struct {
 	c  projection.Contact
 	id string
 }
+
+// key orders the targets and names the cursor's place: the HubSpot id, then the
+// contact's (one HubSpot contact may be recorded for two projection contacts).
+func (t hubspotTarget) key() string { return t.id + "/" + t.c.ContactID }
 
 // hubspotTargets are the HubSpot contacts recorded for cs (by the crmwriter), in cs's
 // order.

@@ -144,14 +144,14 @@ func (p *Pass) platformLeads(ctx context.Context) ([]lead, error) {
 	if err != nil {
 		return nil, err
 	}
-	known := map[string]bool{}
+	known := map[campaign]bool{} // by platform and id: two platforms may use one id
 	for _, c := range camps {
-		known[c.ID] = true
+		known[c] = true
 	}
 	srcs, _ := p.sourceCampaigns(ctx) // its error is the missed_campaign check's
 	p.unknown = nil
 	for _, sc := range srcs {
-		if sc.Active && !known[sc.ID] {
+		if sc.Active && !known[campaign{Provider: sc.Provider, ID: sc.ID}] {
 			p.unknown = append(p.unknown, sc)
 			camps = append(camps, campaign{Provider: sc.Provider, ID: sc.ID})
 		}

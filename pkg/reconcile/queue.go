@@ -14,7 +14,8 @@ import (
 )
 
 // Queue is the diff queue: every finding, keyed <tenant>.<finding id> in KV
-// EXACTO_DIFFS, for the console and `exacto reconcile`.
+// EXACTO_DIFFS, for the console and `exacto reconcile`; and each tenant's HubSpot
+// cursor (<tenant>.cursor.hubspot, see crmWindow), which List skips.
 type Queue struct {
 	kv jetstream.KeyValue
 	// Publish stores an approved repair's event; Fresh is how old an event of a type
@@ -44,6 +45,46 @@ func (q *Queue) now() time.Time {
 }
 
 func queueKey(tenant, id string) string { return tenant + "." + id }
+
+// crmCursorID is the key, after the tenant's, of the tenant's HubSpot cursor in the
+// diff bucket: not a finding (finding ids are fd_…), so List skips it.
+const crmCursorID = "cursor.hubspot"
+
+// crmCursor is where the tenant's HubSpot reads resume: the key of the last contact a
+// pass read (crmWindow); "" before the first.
+func (q *Queue) crmCursor(ctx context.Context, tenant string) (string, error) {
+	e, err := q.kv.Get(ctx, queueKey(tenant, crmCursorID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("diff queue: HubSpot cursor: %w", err)
+	}
+	var c crmCursor
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return "", fmt.Errorf("diff queue %s: %w", e.Key(), err)
+	}
+	return c.After, nil
+}
+
+// crmCursor is the stored cursor.
+type crmCursor struct {
+	After string    `json:"after"`
+	At    time.Time `json:"at"`
+}
+
+// setCRMCursor moves the tenant's HubSpot cursor to after (one writer: a tenant's
+// passes do not overlap).
+func (q *Queue) setCRMCursor(ctx context.Context, tenant, after string, at time.Time) error {
+	data, err := json.Marshal(crmCursor{After: after, At: at})
+	if err != nil {
+		return err
+	}
+	if _, err := q.kv.Put(ctx, queueKey(tenant, crmCursorID), data); err != nil {
+		return fmt.Errorf("diff queue: HubSpot cursor: %w", err)
+	}
+	return nil
+}
 
 // Get returns tenant's finding id; ok is false if the queue has none.
 func (q *Queue) Get(ctx context.Context, tenant, id string) (Finding, bool, error) {
@@ -128,6 +169,9 @@ func (q *Queue) List(ctx context.Context, f Filter) ([]Finding, error) {
 	var out []Finding
 	for key := range lister.Keys() {
 		tenant, id, _ := strings.Cut(key, ".")
+		if id == crmCursorID {
+			continue
+		}
 		fd, ok, err := q.Get(ctx, tenant, id)
 		if err != nil {
 			return nil, err

@@ -50,8 +50,13 @@
 // publishes nothing new. Each new finding is counted once in exacto_reconcile_findings
 // (kind, tenant, provider).
 //
+// A tenant with more HubSpot contacts than MaxCRMContacts is read a window a pass: each
+// pass resumes after the last contact the previous one read (a cursor kept in the diff
+// bucket, key <tenant>.cursor.hubspot), so passes cover every contact in turn whatever
+// their interval.
+//
 // A dry run reads everything and returns the findings with what it would do, publishing
-// nothing and writing nothing to the diff queue.
+// nothing and writing nothing to the diff queue (nor moving the HubSpot cursor).
 package reconcile
 
 import (
@@ -191,6 +196,8 @@ type Pass struct {
 	sLoaded   bool
 	contacts  []projection.Contact
 	cLoaded   bool
+	byEmail   map[string][]int // contacts' indexes by normalised e-mail (built once)
+	queue     *Queue           // the pass's diff queue (Run), which keeps the HubSpot cursor
 }
 
 func (p *Pass) now() time.Time {
@@ -236,6 +243,7 @@ func Run(ctx context.Context, p *Pass, q *Queue) (Report, error) {
 	if p.Log == nil {
 		p.Log = slog.New(slog.DiscardHandler)
 	}
+	p.queue = q
 	rep := Report{Tenant: p.Tenant, DryRun: p.DryRun, ByKind: map[string]int{}}
 	for _, c := range Checks {
 		fs, err := c.Run(ctx, p)

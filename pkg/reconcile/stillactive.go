@@ -3,8 +3,11 @@ package reconcile
 import (
 	"context"
 	"slices"
+	"strings"
 
+	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/lifecycle"
+	"exacto.dev/pkg/projection"
 )
 
 // stillActive: an impossible state across systems. The projection shows the contact
@@ -14,9 +17,10 @@ import (
 // (Exacto stops nothing on a guess: the reply may be an old one the person answered
 // since). Called by activeButSuppressed for each active lead of a contact that is not
 // suppressed (a suppressed one is stopped at once); ok is false when the projection
-// agrees.
+// agrees. The contact is looked up in the pass's projection contacts, indexed by
+// e-mail once (contactByEmail), not read again for each lead.
 func stillActive(ctx context.Context, p *Pass, l lead) (f Finding, ok bool, err error) {
-	c, known, err := p.Reader.ContactByEmail(ctx, p.Tenant, l.Email)
+	c, known, err := p.contactByEmail(ctx, l.Email)
 	if err != nil || !known {
 		return f, false, err
 	}
@@ -36,4 +40,35 @@ func stillActive(ctx context.Context, p *Pass, l lead) (f Finding, ok bool, err 
 		"); " + l.Provider + " still has the lead active"
 	f.Repair = "review: stop the lead at " + l.Provider + " (the stop did not hold, or the lead was resumed by hand)"
 	return f, true, nil
+}
+
+// contactByEmail is the projection contact of the normalised email, from the pass's
+// projection contacts, which it indexes by their e-mail keys on first use. An e-mail no
+// contact holds is unknown; one two contacts hold (a duplicate_contact) is left to
+// Reader.ContactByEmail, which picks the one the directory names.
+func (p *Pass) contactByEmail(ctx context.Context, email string) (projection.Contact, bool, error) {
+	cs, err := p.projectionContacts(ctx)
+	if err != nil {
+		return projection.Contact{}, false, err
+	}
+	if p.byEmail == nil {
+		p.byEmail = map[string][]int{}
+		for i, c := range cs {
+			for _, k := range c.Keys {
+				if e, ok := strings.CutPrefix(k, "email:"); ok {
+					if e = contacts.NormalizeEmail(e); e != "" && !slices.Contains(p.byEmail[e], i) {
+						p.byEmail[e] = append(p.byEmail[e], i)
+					}
+				}
+			}
+		}
+	}
+	switch is := p.byEmail[email]; len(is) {
+	case 0:
+		return projection.Contact{}, false, nil
+	case 1:
+		return cs[is[0]], true, nil
+	default:
+		return p.Reader.ContactByEmail(ctx, p.Tenant, email)
+	}
 }
