@@ -15,6 +15,13 @@ import (
 	"exacto.dev/pkg/stream"
 )
 
+// A replay whose pulls come back empty while the stream still holds events to apply
+// pulls again, waiting retryWait for them, and fails after stallAfter without progress.
+var (
+	stallAfter = 30 * time.Second
+	retryWait  = time.Second
+)
+
 // Progress is how far a replay is.
 type Progress struct {
 	First, End  uint64 // the stream sequences the replay starts from and ends at
@@ -47,7 +54,9 @@ type ReplayOptions struct {
 // when it began into s, and returns how far it got. Cancelling ctx stops it between two
 // events: Progress.LastSeq says where a resumed replay starts (LastSeq+1); the merge is
 // idempotent, so resuming from an earlier point is harmless too. When nothing is stored
-// at or after the start, it returns at once with Total 0.
+// at or after the start, it returns at once with Total 0. An empty pull ends it only when
+// the stream confirms that no event is left up to that last one; while one is, it pulls
+// again, and fails after stallAfter (30 s) without an event delivered.
 func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptions) (Progress, error) {
 	st, err := js.Stream(ctx, stream.Events)
 	if err != nil {
@@ -108,12 +117,19 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 	if o.Dir != nil {
 		ids = &memo{dir: o.Dir, seen: map[string]contacts.Record{}}
 	}
+	progressAt := time.Now() // when the replay last applied an event (or began)
+	wait := false            // the last pull came back empty while the stream still holds events to apply
 	for p.LastSeq < last {
 		if ctx.Err() != nil {
 			report()
 			return p, ctx.Err()
 		}
-		batch, err := c.FetchNoWait(500)
+		var batch jetstream.MessageBatch
+		if wait {
+			batch, err = c.Fetch(500, jetstream.FetchMaxWait(retryWait))
+		} else {
+			batch, err = c.FetchNoWait(500)
+		}
 		if err != nil {
 			return p, err
 		}
@@ -140,8 +156,27 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return p, err
 		}
-		if n == 0 { // nothing more is stored: the rest up to the end we fixed was deleted
-			p.LastSeq = last
+		if n > 0 {
+			progressAt, wait = time.Now(), false
+		} else if p.LastSeq < last {
+			// An empty pull proves nothing (an ordered consumer reset, a reconnect, a leader
+			// change, a slow server): the stream says whether an event is still stored up to
+			// the end we fixed. If none is, the rest was deleted: done. If one is, pull again,
+			// waiting for it, but give up, with an error, after stallAfter without progress.
+			next, err := nextStored(ctx, st, p.LastSeq+1)
+			if err != nil {
+				return p, fmt.Errorf("after seq %d: %w", p.LastSeq, err)
+			}
+			switch {
+			case next == 0 || next > last:
+				p.LastSeq = last
+			case time.Since(progressAt) >= stallAfter:
+				report()
+				return p, fmt.Errorf("replay stalled: no event delivered for %s though the stream holds seq %d (applied up to seq %d of %d)",
+					stallAfter, next, p.LastSeq, last)
+			default:
+				wait = true
+			}
 		}
 		if time.Since(lastReport) >= every {
 			report()
@@ -154,30 +189,36 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 
 // FirstSince returns the sequence of the first event stored at or after t, or 0 when
 // none is: JetStream finds it from its own store times, as a consumer delivering by
-// start time would start.
+// start time would start. Nothing is pulled (an empty pull would prove nothing): the
+// consumer's starting point and the stream answer.
 func FirstSince(ctx context.Context, st jetstream.Stream, t time.Time) (uint64, error) {
 	c, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: "events.>", AckPolicy: jetstream.AckNonePolicy,
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t, MemoryStorage: true, InactiveThreshold: time.Minute})
 	if err != nil {
 		return 0, fmt.Errorf("events since %s: %w", t.Format(time.RFC3339Nano), err)
 	}
-	defer st.DeleteConsumer(context.WithoutCancel(ctx), c.CachedInfo().Name)
-	batch, err := c.FetchNoWait(1)
+	info := c.CachedInfo()
+	defer st.DeleteConsumer(context.WithoutCancel(ctx), info.Name)
+	// A consumer that delivered nothing yet reports the sequence before the one it starts
+	// at: the first stored at or after t (the last one plus one when none is).
+	seq, err := nextStored(ctx, st, info.Delivered.Stream+1)
+	if err != nil {
+		return 0, fmt.Errorf("events since %s: %w", t.Format(time.RFC3339Nano), err)
+	}
+	return seq, nil
+}
+
+// nextStored returns the sequence of the first event the stream still stores at or after
+// seq, or 0 when none is.
+func nextStored(ctx context.Context, st jetstream.Stream, seq uint64) (uint64, error) {
+	msg, err := st.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject("events.>"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}
-	var seq uint64
-	for msg := range batch.Messages() {
-		md, err := msg.Metadata()
-		if err != nil {
-			return 0, err
-		}
-		seq = md.Sequence.Stream
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-		return 0, err
-	}
-	return seq, nil
+	return msg.Sequence, nil
 }
 
 // memo resolves contacts through the directory once per contact during a replay: the

@@ -114,6 +114,9 @@ func TestInterleavedProjectorsKeepBothEvents(t *testing.T) {
 				}
 			}
 			p := &pausing{Store: live.Contacts, key: key, read: make(chan struct{}), resume: make(chan struct{})}
+			// Whatever ends the test (a t.Fatal below too), the paused projector resumes.
+			resume := sync.OnceFunc(func() { close(p.resume) })
+			t.Cleanup(resume)
 			stores := live
 			stores.Contacts = p
 			first, second := pair[0], pair[1]
@@ -122,11 +125,15 @@ func TestInterleavedProjectorsKeepBothEvents(t *testing.T) {
 				_, err := Apply(context.WithValue(ctx, paused{}, true), stores, nil, first)
 				done <- err
 			}()
-			<-p.read
+			select {
+			case <-p.read:
+			case err := <-done:
+				t.Fatalf("existing %v, %s paused: the projector ended before its read: %v", existing, first.Type, err)
+			}
 			if _, err := Apply(ctx, stores, nil, second); err != nil {
 				t.Fatal(err)
 			}
-			close(p.resume)
+			resume()
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}

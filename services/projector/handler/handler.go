@@ -8,8 +8,9 @@
 // projection uses a deterministic tie-break and the projector asks the source of truth
 // (the sending platform, or HubSpot for HubSpot's events, through its client) what the
 // contact's state is, logs what it found beside the pair (exacto_projector_undecided)
-// and counts the answer (exacto_projector_source_answers): an effect that depends on
-// that order reads the platform, never the tie-break.
+// and counts the answer (exacto_projector_source_answers), once per event however many
+// pairs it left undecided: an effect that depends on that order reads the platform,
+// never the tie-break.
 package handler
 
 import (
@@ -69,11 +70,17 @@ func New(o Options) consumer.Handler {
 			o.Log.Warn("lifecycle discrepancy", "contact_id", res.Contact.ContactID, "event", d.Event, "type", d.Type,
 				"would_be", d.Target, "state", d.State, "against", d.Against, "rule", d.Rule, "why", d.Why)
 		}
+		if len(res.Undecided) == 0 {
+			return nil
+		}
+		// Every pair the event left undecided is about the same contact at the same
+		// source: one question (platform searches are rate-limited and paced), one answer
+		// counted, logged beside each pair.
+		a := askSource(ctx, ev, o.Platforms, env)
+		sourceAnswers.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", env.Tenant), attribute.String("platform", a.platform),
+			attribute.String("answer", a.outcome)))
 		for _, u := range res.Undecided {
 			undecided.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", env.Tenant), attribute.String("provider", env.Provider)))
-			a := askSource(ctx, ev, o.Platforms, env)
-			sourceAnswers.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", env.Tenant), attribute.String("platform", a.platform),
-				attribute.String("answer", a.outcome)))
 			o.Log.Warn("events cannot be ordered; asking the source", "contact_id", res.Contact.ContactID, "a", u.A, "b", u.B, "why", u.Why,
 				"source", a.String(), "answer", a.outcome)
 		}

@@ -106,6 +106,44 @@ func TestUndecidedAsksTheSourceAndDiscrepanciesAreLogged(t *testing.T) {
 	}
 }
 
+// An event that leaves two pairs undecided (a send at the same second as an unsubscribe
+// and a bounce) asks the source once, counts one answer, and logs both pairs with it.
+func TestOneEventTwoUndecidedPairsOneQuestion(t *testing.T) {
+	metrics()
+	ctx := context.Background()
+	sb := sandbox.Start(t)
+	sb.AddInstantlyLead("camp-1", "ana@northwind.example")
+	f := newFixture(t, func(string) (accounts.Clients, bool) {
+		return accounts.Clients{Instantly: instantly.New(instantly.Config{BaseURL: sb.URL, APIKey: sandbox.InstantlyKey})}, true
+	})
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, env := range []envelope.Envelope{event("ev_unsub", envelope.TypeLeadUnsubscribed, at), event("ev_bounce", envelope.TypeEmailBounced, at)} {
+		if err := f.h(ctx, consumer.Event{Envelope: env}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requests := sb.Requests(sandbox.RouteInstantlyLeadList)
+	answers := counted(t, "exacto_projector_source_answers", "platform")["instantly"]
+	pairs := counted(t, "exacto_projector_undecided", "provider")["instantly"]
+	logged := strings.Count(f.logs.String(), "asking the source")
+	if err := f.h(ctx, consumer.Event{Envelope: event("ev_sent", envelope.TypeEmailSent, at)}); err != nil {
+		t.Fatal(err)
+	}
+	if d := counted(t, "exacto_projector_undecided", "provider")["instantly"] - pairs; d != 2 {
+		t.Fatalf("the send left %d pairs undecided, want 2 (unsubscribe, bounce):\n%s", d, f.logs.String())
+	}
+	if n := sb.Requests(sandbox.RouteInstantlyLeadList) - requests; n != 1 {
+		t.Fatalf("%d lookups at Instantly for one event with two undecided pairs, want 1", n)
+	}
+	if d := counted(t, "exacto_projector_source_answers", "platform")["instantly"] - answers; d != 1 {
+		t.Fatalf("exacto_projector_source_answers{instantly} went up by %d, want 1", d)
+	}
+	l := f.logs.String()
+	if n := strings.Count(l, "asking the source") - logged; n != 2 || strings.Count(l, `instantly: \"campaign camp-1 status`) < 2 {
+		t.Fatalf("%d pairs logged with the answer, want 2:\n%s", n, l)
+	}
+}
+
 // metrics installs one reader for the process: the counters bind to the first global
 // meter provider, so a second one (go test -count=2) would see nothing.
 var metrics = sync.OnceValue(func() *sdkmetric.ManualReader {

@@ -1,0 +1,210 @@
+package projection
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker"
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/stream"
+)
+
+// emptyPulls is a JetStream whose replay consumers answer their first `empty` pulls (all of
+// them when empty < 0) with nothing, as a pull does across an ordered consumer reset, a
+// reconnect or a leader change while events are still stored.
+type emptyPulls struct {
+	jetstream.JetStream
+	empty int64
+	pulls *atomic.Int64
+}
+
+func (j emptyPulls) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	st, err := j.JetStream.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return emptyPullsStream{Stream: st, j: j}, nil
+}
+
+type emptyPullsStream struct {
+	jetstream.Stream
+	j emptyPulls
+}
+
+func (s emptyPullsStream) OrderedConsumer(ctx context.Context, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
+	c, err := s.Stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return emptyPullsConsumer{Consumer: c, j: s.j}, nil
+}
+
+type emptyPullsConsumer struct {
+	jetstream.Consumer
+	j emptyPulls
+}
+
+func (c emptyPullsConsumer) empty() bool {
+	n := c.j.pulls.Add(1)
+	return c.j.empty < 0 || n <= c.j.empty
+}
+
+func (c emptyPullsConsumer) FetchNoWait(batch int) (jetstream.MessageBatch, error) {
+	if c.empty() {
+		return emptyBatch(), nil
+	}
+	return c.Consumer.FetchNoWait(batch)
+}
+
+func (c emptyPullsConsumer) Fetch(batch int, opts ...jetstream.FetchOpt) (jetstream.MessageBatch, error) {
+	if c.empty() {
+		time.Sleep(10 * time.Millisecond) // as a pull waiting in vain would
+		return emptyBatch(), nil
+	}
+	return c.Consumer.Fetch(batch, opts...)
+}
+
+type noMsgs struct{ msgs chan jetstream.Msg }
+
+func (b noMsgs) Messages() <-chan jetstream.Msg { return b.msgs }
+func (b noMsgs) Error() error                   { return jetstream.ErrNoMessages }
+
+func emptyBatch() jetstream.MessageBatch {
+	b := noMsgs{msgs: make(chan jetstream.Msg)}
+	close(b.msgs)
+	return b
+}
+
+// publish stores evs on EXACTO_EVENTS, a few milliseconds apart, and returns the stream.
+func publish(t *testing.T, conn *broker.Conn, evs []envelope.Envelope) jetstream.Stream {
+	t.Helper()
+	ctx := context.Background()
+	for _, env := range evs {
+		msg, err := stream.EventMessage(ctx, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.JS.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	st, err := conn.JS.Stream(ctx, stream.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func shorten(t *testing.T, stall, wait time.Duration) {
+	s, w := stallAfter, retryWait
+	stallAfter, retryWait = stall, wait
+	t.Cleanup(func() { stallAfter, retryWait = s, w })
+}
+
+// Pulls that come back empty while events are still stored do not end the replay: it
+// pulls again and applies every event, as one with no empty pull does.
+func TestReplayDoesNotEndAtAnEmptyPull(t *testing.T) {
+	shorten(t, 10*time.Second, 50*time.Millisecond)
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	evs := history()
+	publish(t, conn, evs)
+	pulls := &atomic.Int64{}
+	got := Memories()
+	p, err := Replay(ctx, emptyPulls{JetStream: conn.JS, empty: 3, pulls: pulls}, got, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Done != uint64(len(evs)) || p.Total != p.Done || p.LastSeq != p.End || pulls.Load() <= 3 {
+		t.Fatalf("after 3 empty pulls: %+v (%d pulls), want all %d events", p, pulls.Load(), len(evs))
+	}
+	want := Memories()
+	for _, env := range evs {
+		if _, err := Apply(ctx, want, nil, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range Names {
+		a, _ := want.Of(name)
+		b, _ := got.Of(name)
+		if d, err := Diff(ctx, name, a, b); err != nil || !d.Equal() {
+			t.Fatalf("%s: %+v %v", name, d, err)
+		}
+	}
+}
+
+// A replay whose pulls never deliver the events the stream holds fails with an error
+// after stallAfter, rather than ending as if it were done, or hanging.
+func TestReplayFailsWhenStalled(t *testing.T) {
+	shorten(t, 300*time.Millisecond, 20*time.Millisecond)
+	conn := brokertest.Start(t, "")
+	publish(t, conn, history()[:3])
+	began := time.Now()
+	p, err := Replay(context.Background(), emptyPulls{JetStream: conn.JS, empty: -1, pulls: &atomic.Int64{}}, Memories(), ReplayOptions{})
+	if err == nil || !strings.Contains(err.Error(), "stalled") || p.Done != 0 || p.LastSeq != 0 {
+		t.Fatalf("stalled replay: %+v %v, want an error and nothing done", p, err)
+	}
+	if el := time.Since(began); el > 10*time.Second {
+		t.Fatalf("gave up after %s", el)
+	}
+}
+
+// Events deleted at the end of the stream: the empty pull after the last one stored ends
+// the replay, at the end it fixed.
+func TestReplayEndsWhereTheRestWasDeleted(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	evs := history()[:5]
+	st := publish(t, conn, evs)
+	for _, seq := range []uint64{4, 5} {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := Replay(ctx, conn.JS, Memories(), ReplayOptions{})
+	if err != nil || p.Done != 3 || p.LastSeq != p.End {
+		t.Fatalf("replay: %+v %v, want 3 events done, up to the end", p, err)
+	}
+}
+
+// FirstSince finds the first event stored at or after a time from the stream, deleted
+// events skipped, and 0 when none is.
+func TestFirstSince(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	st := publish(t, conn, history()[:4])
+	at := map[uint64]time.Time{}
+	for seq := uint64(1); seq <= 4; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at[seq] = m.Time
+	}
+	if err := st.DeleteMsg(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		t    time.Time
+		want uint64
+	}{
+		{at[1].Add(-time.Hour), 1},
+		{at[1], 1},
+		{at[1].Add(time.Nanosecond), 2},
+		{at[2], 2},
+		{at[3], 4}, // deleted
+		{at[4], 4},
+		{at[4].Add(time.Nanosecond), 0},
+	} {
+		if seq, err := FirstSince(ctx, st, c.t); err != nil || seq != c.want {
+			t.Errorf("since %s: %d %v, want %d", c.t.Format(time.RFC3339Nano), seq, err, c.want)
+		}
+	}
+}
