@@ -198,6 +198,9 @@ func unfinishedIn(t *testing.T, js jetstream.JetStream, consumers ...string) (un
 		}
 		unfinished += len(open)
 	}
+	if checked == 0 {
+		t.Errorf("none of the %d stored events is taken by %v: nothing was checked", len(stored), consumers)
+	}
 	return unfinished
 }
 

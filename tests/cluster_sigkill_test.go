@@ -96,16 +96,12 @@ var (
 	natsServerErr  error
 )
 
-// natsServer builds the stock nats-server of the version Exacto embeds, once.
+// natsServer builds the stock nats-server of the version Exacto embeds, once, beside
+// exactoBin (TestMain removes that directory).
 func natsServer(t *testing.T) string {
 	t.Helper()
 	natsServerOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "exacto-nats-server")
-		if err != nil {
-			natsServerErr = err
-			return
-		}
-		natsServerBin = filepath.Join(dir, "nats-server")
+		natsServerBin = filepath.Join(filepath.Dir(exactoBin), "nats-server")
 		out, err := exec.Command("go", "build", "-o", natsServerBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
 		if err != nil {
 			natsServerErr = fmt.Errorf("building nats-server: %v\n%s", err, out)

@@ -182,6 +182,7 @@ func TestRetryAfterPausesEveryConsumerOfTheProcess(t *testing.T) {
 	var others []time.Time
 	var limited atomic.Bool
 	limiting := make(chan struct{})
+	var paused sync.Once
 	run(t, conn, func(ctx context.Context, ev Event) error {
 		return ev.Call(ctx, "instantly", func(context.Context) error {
 			if limited.CompareAndSwap(false, true) {
@@ -198,7 +199,12 @@ func TestRetryAfterPausesEveryConsumerOfTheProcess(t *testing.T) {
 	other.Durable = "otherworker"
 	var fx effects
 	run(t, conn, func(ctx context.Context, ev Event) error {
-		<-limiting // the first consumer has had its 429 before this one calls
+		<-limiting         // the first consumer has had its 429 before this one calls…
+		paused.Do(func() { // …and its Event.Call has paused the dependency (once: it ends)
+			for pacer.Remaining("instantly") == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		})
 		return ev.Call(ctx, "instantly", func(context.Context) error {
 			mu.Lock()
 			others = append(others, time.Now())

@@ -25,7 +25,7 @@ func Pause(ctx context.Context, js jetstream.JetStream, durable string, until ti
 		return fmt.Errorf("pause %s: the server did not pause it (until %v is past?)", durable, until)
 	}
 	if _, err := js.PauseConsumer(ctx, stream.Replays, replays(durable), until); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("pause %s: %w", replays(durable), err)
+		return fmt.Errorf("pause %s: %w (%s is paused until %s; resume it or pause again)", replays(durable), err, durable, until.Format(time.RFC3339))
 	}
 	return nil
 }

@@ -212,8 +212,13 @@ func (s *Server) LastRequest(route string) time.Time {
 	return s.last[route]
 }
 
+// maxTimes bounds the arrival times kept per route: the sandbox also runs inside a
+// long-lived `exacto up`.
+const maxTimes = 100_000
+
 // RequestTimes is when each request to route arrived, in order (a fault set before
-// them applies to the first ones), so a test can see what came after a 429.
+// them applies to the first ones), so a test can see what came after a 429. Past
+// maxTimes requests to a route, it keeps the later ones.
 func (s *Server) RequestTimes(route string) []time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,6 +232,9 @@ func (s *Server) take(route string) *Fault {
 	now := time.Now()
 	s.counts[route]++
 	s.last[route] = now
+	if t := s.times[route]; len(t) == maxTimes {
+		s.times[route] = append(t[:0:0], t[maxTimes/2:]...)
+	}
 	s.times[route] = append(s.times[route], now)
 	af := s.faults[route]
 	if af == nil {
