@@ -145,6 +145,19 @@ func gateway(ctx context.Context, b *testing.B, conn *broker.Conn, extra string)
 	return gw.Handler()
 }
 
+// indexed waits until the index writer on js has caught up. Loads measured side by side
+// share this machine: the KV puts left from one load (an fsync each with sync always)
+// would otherwise compete with the next one.
+func indexed(ctx context.Context, b *testing.B, js jetstream.JetStream) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for backlog(ctx, js, stream.IndexConsumer) > 0 {
+		if time.Now().After(deadline) {
+			b.Fatalf("the index writer is still behind after 2 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // nats-server's own default flush interval, which Exacto's `nats.sync` can be set to.
 const defaultSync = "2m"
 
@@ -168,6 +181,7 @@ func BenchmarkGateway(b *testing.B) {
 		gwReqs := requests(b, n, gwURL)
 		bareReqs := requests(b, n, bareSrv.URL)
 		g := load(gwURL, gwReqs)
+		indexed(ctx, b, conn.JS)
 		base := load(bareSrv.URL, bareReqs)
 		gwSrv.Close()
 		bareSrv.Close()
@@ -191,7 +205,8 @@ const perMessage = "gateway: {group_commit: {max_events: 1}}\n"
 // on its own server, same load (EXACTO_BENCH_COMMIT_REQUESTS, default 4000, from 64
 // senders), EXACTO_BENCH_COMMIT_ROUNDS rounds (default 3) interleaved, median kept:
 // group commit with sync always (the default), one publish and fsync per event with sync
-// always, and one publish per event with nats-server's lazy default fsync.
+// always, and one publish per event with nats-server's lazy default fsync. Each load
+// starts on a quiet machine (every index writer caught up), its own index writer running.
 func BenchmarkGroupCommit(b *testing.B) {
 	n := envInt("EXACTO_BENCH_COMMIT_REQUESTS", 4000)
 	rounds := envInt("EXACTO_BENCH_COMMIT_ROUNDS", 3)
@@ -210,6 +225,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 	type target struct {
 		url  string
 		reqs []request
+		js   jetstream.JetStream
 	}
 	targets := make([]target, len(modes))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -226,11 +242,14 @@ func BenchmarkGroupCommit(b *testing.B) {
 		srv := httptest.NewServer(gateway(ctx, b, conn, m.config))
 		b.Cleanup(srv.Close)
 		url := srv.URL + "/hooks/meta/tok-bench-0123456789"
-		targets[i] = target{url, requests(b, n*rounds, url)}
+		targets[i] = target{url, requests(b, n*rounds, url), conn.JS}
 	}
 	results := make([][]result, len(modes))
 	for r := range rounds {
 		for i, t := range targets {
+			for _, o := range targets {
+				indexed(ctx, b, o.js)
+			}
 			res := load(t.url, t.reqs[r*n:(r+1)*n])
 			if res.failed > 0 {
 				b.Fatalf("%s: %d of %d webhooks not answered 200", modes[i].name, res.failed, n)
