@@ -208,11 +208,23 @@ func TestResumedReplayStaysEqual(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := sameProjections(ctx, whole, resumed); err != nil {
+		t.Fatalf("after a resume: %v", err)
+	}
+}
+
+// sameProjections says in which projection, if any, a and b first differ.
+func sameProjections(ctx context.Context, a, b Stores) error {
 	for _, name := range Names {
-		a, _ := whole.Of(name)
-		b, _ := resumed.Of(name)
-		if d, err := Diff(ctx, name, a, b); err != nil || !d.Equal() {
-			t.Fatalf("%s after a resume: %+v %v", name, d, err)
+		sa, _ := a.Of(name)
+		sb, _ := b.Of(name)
+		d, err := Diff(ctx, name, sa, sb)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if !d.Equal() {
+			return fmt.Errorf("%s differs: %+v", name, d)
 		}
 	}
+	return nil
 }
