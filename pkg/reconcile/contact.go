@@ -12,35 +12,29 @@ import (
 // records naming one e-mail; in HubSpot, more than one contact with the e-mail of a
 // contact Exacto wrote there (searched case-insensitively). Reported, never merged.
 func duplicateContact(ctx context.Context, p *Pass) ([]Finding, error) {
-	cs, err := p.projectionContacts(ctx)
+	cs, byEmail, err := p.contactsByEmail(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []Finding
-	byEmail := map[string][]string{}
 	var crmEmails []string
 	for _, c := range cs {
-		for _, k := range c.Keys {
-			if e, ok := strings.CutPrefix(k, "email:"); ok {
-				e = contacts.NormalizeEmail(e)
-				if !slices.Contains(byEmail[e], c.ContactID) {
-					byEmail[e] = append(byEmail[e], c.ContactID)
-				}
-			}
-		}
 		if e := emailOf(c); e != "" && hasHubSpot(c.External[contacts.CRMContactID]) && !slices.Contains(crmEmails, e) {
 			crmEmails = append(crmEmails, e)
 		}
 	}
 	emails := make([]string, 0, len(byEmail))
-	for e, ids := range byEmail {
-		if len(ids) > 1 {
+	for e, is := range byEmail {
+		if len(is) > 1 {
 			emails = append(emails, e)
 		}
 	}
 	slices.Sort(emails)
 	for _, e := range emails {
-		ids := byEmail[e]
+		var ids []string
+		for _, i := range byEmail[e] {
+			ids = append(ids, cs[i].ContactID)
+		}
 		slices.Sort(ids)
 		f := newFinding(p, DuplicateContact, "exacto", e)
 		f.Contact, f.Where = e, "projection contacts "+strings.Join(ids, ", ")

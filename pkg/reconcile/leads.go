@@ -232,6 +232,26 @@ func (p *Pass) projectionContacts(ctx context.Context) ([]projection.Contact, er
 	return out, nil
 }
 
+// contactsByEmail indexes the pass's projection contacts (their indexes in
+// projectionContacts) by the normalised e-mails of their keys, once per pass.
+func (p *Pass) contactsByEmail(ctx context.Context) ([]projection.Contact, map[string][]int, error) {
+	cs, err := p.projectionContacts(ctx)
+	if err != nil || p.byEmail != nil {
+		return cs, p.byEmail, err
+	}
+	p.byEmail = map[string][]int{}
+	for i, c := range cs {
+		for _, k := range c.Keys {
+			if e, ok := strings.CutPrefix(k, "email:"); ok {
+				if e = contacts.NormalizeEmail(e); !slices.Contains(p.byEmail[e], i) {
+					p.byEmail[e] = append(p.byEmail[e], i)
+				}
+			}
+		}
+	}
+	return cs, p.byEmail, nil
+}
+
 // emailOf is a contact record's first e-mail.
 func emailOf(c projection.Contact) string {
 	for _, k := range c.Keys {

@@ -3,9 +3,7 @@ package reconcile
 import (
 	"context"
 	"slices"
-	"strings"
 
-	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/lifecycle"
 	"exacto.dev/pkg/projection"
 )
@@ -43,27 +41,15 @@ func stillActive(ctx context.Context, p *Pass, l lead) (f Finding, ok bool, err 
 }
 
 // contactByEmail is the projection contact of the normalised email, from the pass's
-// projection contacts, which it indexes by their e-mail keys on first use. An e-mail no
-// contact holds is unknown; one two contacts hold (a duplicate_contact) is left to
+// projection contacts indexed by e-mail (contactsByEmail). An e-mail no contact holds
+// is unknown; one two contacts hold (a duplicate_contact) is left to
 // Reader.ContactByEmail, which picks the one the directory names.
 func (p *Pass) contactByEmail(ctx context.Context, email string) (projection.Contact, bool, error) {
-	cs, err := p.projectionContacts(ctx)
-	if err != nil {
+	cs, byEmail, err := p.contactsByEmail(ctx)
+	if err != nil || email == "" {
 		return projection.Contact{}, false, err
 	}
-	if p.byEmail == nil {
-		p.byEmail = map[string][]int{}
-		for i, c := range cs {
-			for _, k := range c.Keys {
-				if e, ok := strings.CutPrefix(k, "email:"); ok {
-					if e = contacts.NormalizeEmail(e); e != "" && !slices.Contains(p.byEmail[e], i) {
-						p.byEmail[e] = append(p.byEmail[e], i)
-					}
-				}
-			}
-		}
-	}
-	switch is := p.byEmail[email]; len(is) {
+	switch is := byEmail[email]; len(is) {
 	case 0:
 		return projection.Contact{}, false, nil
 	case 1:
