@@ -643,7 +643,7 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 // rebuild.
 func catThroughConsumers(t *testing.T, e *catEnv) {
 	sb := sandbox.Start(t)
-	env := &service.Env{Config: e.cfg, Conn: e.conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(e.cfg, sb.URL)}
+	env := &service.Env{Config: e.cfg, Conn: e.conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(e.cfg, sb.URL, accounts.Pacing{})}
 	parts := map[string]service.Run{stream.Classifier: classifier.Run, stream.Stopper: stopper.Run, stream.CRMWriter: crmwriter.Run,
 		stream.Suppressor: suppressor.Run, stream.Projector: projector.Run}
 	var wg sync.WaitGroup

@@ -37,6 +37,7 @@ func TestChaosCrashPoints(t *testing.T) {
 					Tenant: "demo", Provider: "instantly", Endpoint: "instantly", Time: time.Now(), ReceivedAt: time.Now(),
 					Data: envelope.Data{ProviderType: "reply_received", Contact: &envelope.Contact{Email: email},
 						Campaign: &envelope.Campaign{ID: campaign}, Message: &envelope.Message{ID: fmt.Sprint("m", i), Text: "Can you send pricing?"}}}
+				sb.AddInstantlyReply(campaign, email, env.Data.Message.ID, env.Data.Message.Text, false, env.Time) // Instantly holds it
 				msg, _ := stream.EventMessage(context.Background(), env)
 				if _, err := conn.JS.PublishMsg(context.Background(), msg); err != nil {
 					t.Fatal(err)

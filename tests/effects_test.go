@@ -11,6 +11,7 @@ import (
 	"exacto.dev/pkg/classify"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/platform/instantly"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/service"
@@ -49,8 +50,18 @@ func TestReplyEndToEnd(t *testing.T) {
 	if lead.Status == sandbox.InstantlyActive {
 		t.Fatalf("the lead is still active at Instantly: %+v", lead)
 	}
-	if n := p.sb.Requests(sandbox.RouteInstantlyInterest); n != 1 {
+	if n := len(p.sb.Stops("priya@northwind.example")); n != 1 {
 		t.Fatalf("%d stop calls at Instantly, want 1", n)
+	}
+	// The interested reply ends Interested at Instantly, never Not Interested.
+	eventually(t, 10*time.Second, "the lead labelled Interested", func() bool {
+		l, _ := p.sb.InstantlyLeadState(leadID)
+		return l.InterestStatus != nil && *l.InterestStatus == instantly.Interested
+	})
+	for _, st := range p.sb.Stops("priya@northwind.example") {
+		if st.Interest == nil || *st.Interest == instantly.NotInterested {
+			t.Fatalf("the stop labelled the lead %v", st.Interest)
+		}
 	}
 	if s := p.derived("sequence.stopped", id); len(s) != 1 {
 		t.Fatalf("%d sequence.stopped for one reply", len(s))
@@ -124,7 +135,7 @@ func TestFiveDeliveriesAcrossGatewayRestarts(t *testing.T) {
 func TestHubSpotTimeoutAfterCommit(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
-	p.sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{TimeoutAfterCommit: 30 * time.Second, Count: 1})
+	p.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{TimeoutAfterCommit: 30 * time.Second, Count: 1})
 	p.start(stream.CRMWriter, crmwriter.Run)
 	id := p.post(instantlyEvent("reply_received", "ana@northwind.example", campaign, "em-1", "Can you send pricing?", time.Now()))[0]
 	p.completedIn(60*time.Second, id, stream.CRMWriter)
@@ -137,7 +148,9 @@ func TestHubSpotTimeoutAfterCommit(t *testing.T) {
 }
 
 // hubspotRoutes are every HubSpot route of the sandbox.
-var hubspotRoutes = []string{sandbox.RouteHubSpotNoteCreate, sandbox.RouteHubSpotNoteSearch, sandbox.RouteHubSpotNoteUpdate,
+// (the property routes, asked once at the crmwriter's start, are left out).
+var hubspotRoutes = []string{sandbox.RouteHubSpotNoteRead, sandbox.RouteHubSpotNoteUpsert, sandbox.RouteHubSpotNoteAssociate,
+	sandbox.RouteHubSpotNoteSearch, sandbox.RouteHubSpotNoteUpdate,
 	sandbox.RouteHubSpotContactCreate, sandbox.RouteHubSpotContactSearch, sandbox.RouteHubSpotContactGet, sandbox.RouteHubSpotContactUpdate}
 
 func (p *pipeline) hubspotRequests() int {
@@ -153,9 +166,8 @@ func (p *pipeline) hubspotRequests() int {
 func TestHubSpotRetryAfter(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
-	for _, r := range hubspotRoutes {
-		p.sb.SetFault(r, sandbox.Fault{Status: 429, RetryAfter: 3 * time.Second, Count: 1})
-	}
+	// The first HubSpot request of a reply reads its contact by e-mail.
+	p.sb.SetFault(sandbox.RouteHubSpotContactGet, sandbox.Fault{Status: 429, RetryAfter: 3 * time.Second, Count: 1})
 	p.start(stream.CRMWriter, crmwriter.Run)
 	id := p.post(instantlyEvent("reply_received", "ana@northwind.example", campaign, "em-1", "Can you send pricing?", time.Now()))[0]
 	eventually(t, 20*time.Second, "a first HubSpot call", func() bool { return p.hubspotRequests() > 0 })
@@ -211,7 +223,7 @@ func TestHubSpotOutage(t *testing.T) {
 func TestHubSpotRejectsDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
-	p.sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{Status: 400, Count: 1})
+	p.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: 400, Count: 1})
 	p.start(stream.CRMWriter, crmwriter.Run)
 	id := p.post(instantlyEvent("reply_received", "ana@northwind.example", campaign, "em-1", "Can you send pricing?", time.Now()))[0]
 	eventually(t, 30*time.Second, "the reply dead-lettered", func() bool { return p.status(stream.CRMWriter, id).Status == guard.DeadLetter })
@@ -223,8 +235,8 @@ func TestHubSpotRejectsDeadLettersAtOnce(t *testing.T) {
 	if d["event_id"] != id || d["attempt_count"] != float64(1) || d["class"] != "permanent" || d["owner"] != "sdr-team" || !contains(fmt.Sprint(d["error"]), "400") {
 		t.Fatalf("dead letter: %v", d)
 	}
-	if n := p.sb.Requests(sandbox.RouteHubSpotNoteCreate); n != 1 {
-		t.Fatalf("%d note creates: a permanent error was retried", n)
+	if n := p.sb.Requests(sandbox.RouteHubSpotNoteUpsert); n != 1 {
+		t.Fatalf("%d note upserts: a permanent error was retried", n)
 	}
 }
 

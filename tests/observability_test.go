@@ -32,6 +32,7 @@ func TestObservabilityReplyTraceAndMetrics(t *testing.T) {
 	n.start()
 	hook := "http://" + n.http + "/hooks/instantly/demo-instantly-token"
 	body := `{"timestamp":"2026-12-02T10:00:00.000Z","event_type":"reply_received","workspace":"ws_1","campaign_id":"cmp_1","campaign_name":"Q4","lead_email":"ana.lima@example.com","email_account":"sam@outbound.example","step":1,"variant":1,"email_id":"em_obs_1","reply_subject":"Re: quick question","reply_text":"Yes, I'm interested. Can we talk next Tuesday?"}`
+	n.happened("instantly", body)
 	post := func(secret string) int {
 		req, _ := http.NewRequest(http.MethodPost, hook, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -435,7 +436,7 @@ func traceTree(t *testing.T, file, id string) string {
 			fmt.Fprintf(&b, " [%s]", e)
 		}
 		b.WriteString("\n")
-		if s.Name == "POST hubspot" && s.attr("url.path") == "/crm/v3/objects/notes" {
+		if s.Name == "POST hubspot" && s.attr("url.path") == "/crm/v3/objects/notes/batch/upsert" {
 			notePath = slices.Clone(path)
 		}
 		kids := children[s.SpanContext.SpanID]

@@ -63,7 +63,7 @@ func startPipeline(t *testing.T) *pipeline {
 	}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	p := &pipeline{t: t, conn: brokertest.Start(t, ""), sb: sandbox.Start(t)}
-	p.env = &service.Env{Config: cfg, Conn: p.conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(cfg, p.sb.URL)}
+	p.env = &service.Env{Config: cfg, Conn: p.conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(cfg, p.sb.URL, accounts.Pacing{})}
 	t.Cleanup(func() {
 		p.mu.Lock()
 		stops := append([]func(){p.stopGW}, p.stopParts...)
@@ -145,8 +145,33 @@ func instantlyEvent(typ, lead, campaign, emailID, text string, at time.Time) []b
 	return b
 }
 
-// post delivers body to the Instantly endpoint and returns the stored event ids.
+// happened tells the sandbox what each body says happened at Instantly, as Instantly
+// holds it before its webhook fires: the consumers confirm unsigned events there.
+func (p *pipeline) happened(bodies ...[]byte) {
+	p.t.Helper()
+	seen := map[string]bool{}
+	for _, b := range bodies {
+		if seen[string(b)] {
+			continue
+		}
+		seen[string(b)] = true
+		if err := p.sb.Happened("instantly", b); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+// post delivers body to the Instantly endpoint, after what it says happened at
+// Instantly, and returns the stored event ids.
 func (p *pipeline) post(body []byte) []string {
+	p.t.Helper()
+	p.happened(body)
+	return p.postForged(body)
+}
+
+// postForged delivers body as post does, but Instantly never saw what it says: a
+// forgery sent to the endpoint's URL.
+func (p *pipeline) postForged(body []byte) []string {
 	p.t.Helper()
 	p.mu.Lock()
 	url := p.gwURL + "/hooks/instantly/tok-instantly-0123456789"

@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/platform/sandbox"
 )
 
 // exactoBin is the binary built once for the tests that run it as a child process.
@@ -83,6 +87,21 @@ func (n *node) env() []string {
 		"EXACTO_CONFIG=",
 		"EXACTO_NATS_URL="+n.natsURL,
 	), n.extraEnv...)
+}
+
+// happened tells the sandbox `exacto up` serves what a webhook body of provider says
+// happened at the platform, as the platform holds it before its webhook fires.
+func (n *node) happened(provider, body string) {
+	n.t.Helper()
+	req, _ := json.Marshal(sandbox.ControlHappenedRequest{Provider: provider, Body: json.RawMessage(body)})
+	resp, err := http.Post("http://"+n.sandbox+sandbox.ControlHappened, "application/json", bytes.NewReader(req))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		n.t.Fatalf("sandbox: %s happened: %d", provider, resp.StatusCode)
+	}
 }
 
 // start runs `exacto up` and waits until /readyz answers 200.

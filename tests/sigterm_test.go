@@ -72,6 +72,9 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		} else {
 			h.body = instantlyEvent("lead_unsubscribed", h.email, campaign, fmt.Sprint("em-sigterm-", i), "", at)
 		}
+		if err := sb.Happened("instantly", h.body); err != nil { // Instantly holds it before its webhook fires
+			t.Fatal(err)
+		}
 		hooks = append(hooks, h)
 	}
 	kinds := map[string]int{}
@@ -153,11 +156,11 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	sentAtTerm := min(int(next.Load()), len(hooks))
-	stopsAtTerm, notesAtTerm := replyStops(), sb.Requests(sandbox.RouteHubSpotNoteCreate)
+	stopsAtTerm, notesAtTerm := replyStops(), sb.Requests(sandbox.RouteHubSpotNoteUpsert)
 	termAt := time.Now()
 	firstOut := n.out
 	exitIn, exitErr := sigterm(n, 60*time.Second)
-	stopsAtExit, notesAtExit := replyStops(), sb.Requests(sandbox.RouteHubSpotNoteCreate)
+	stopsAtExit, notesAtExit := replyStops(), sb.Requests(sandbox.RouteHubSpotNoteUpsert)
 	wg.Wait()
 	t.Logf("SIGTERM %v after the burst began (%d of %d webhooks sent): exited in %v (%v); reply stops %d at SIGTERM, %d at exit; notes %d at SIGTERM, %d at exit",
 		termAt.Sub(began).Round(time.Millisecond), sentAtTerm, len(hooks), exitIn.Round(time.Millisecond), exitErr, stopsAtTerm, stopsAtExit, notesAtTerm, notesAtExit)
@@ -333,8 +336,8 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	if len(suppressed) != unsubs {
 		t.Errorf("%d suppression entries, want %d", len(suppressed), unsubs)
 	}
-	if c := sb.Requests(sandbox.RouteHubSpotNoteCreate); c != replies {
-		t.Errorf("%d HubSpot note creates for %d replies", c, replies)
+	if c := sb.Requests(sandbox.RouteHubSpotNoteUpsert); c != replies {
+		t.Errorf("%d HubSpot note upserts for %d replies", c, replies)
 	}
 	if c := sb.Requests(sandbox.RouteHubSpotContactCreate); c != replies {
 		t.Errorf("%d HubSpot contact creates for %d replies", c, replies)
@@ -497,6 +500,7 @@ func TestSIGTERMWorkerAloneReadiness(t *testing.T) {
 			Tenant: "demo", Provider: "instantly", Endpoint: "instantly", Time: time.Now(), ReceivedAt: time.Now(),
 			Data: envelope.Data{ProviderType: "reply_received", Contact: &envelope.Contact{Email: email},
 				Campaign: &envelope.Campaign{ID: campaign}, Message: &envelope.Message{ID: fmt.Sprint("m-sigterm-", i), Text: "Can you send pricing?"}}}
+		sb.AddInstantlyReply(campaign, email, env.Data.Message.ID, env.Data.Message.Text, false, env.Time) // Instantly holds it
 		msg, _ := stream.EventMessage(context.Background(), env)
 		if _, err := conn.JS.PublishMsg(context.Background(), msg); err != nil {
 			t.Fatal(err)

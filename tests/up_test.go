@@ -313,6 +313,7 @@ func TestUpClassifiesAReplyAndSuppressesOnRequest(t *testing.T) {
 	n := newNode(t, "")
 	n.start()
 	body := `{"timestamp":"2026-12-02T10:00:00.000Z","event_type":"reply_received","workspace":"ws_1","campaign_id":"cmp_1","campaign_name":"Q4","lead_email":"Rosa.Diaz@example.com","email_account":"sam@outbound.example","step":2,"variant":1,"email_id":"em_77","reply_subject":"Re: quick question","reply_text":"Please remove me from your list. I do not want any more emails.\n\nOn Mon, Dec 1, 2026 Sam wrote:\n> Hi Rosa, quick question"}`
+	n.happened("instantly", body)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+n.http+"/hooks/instantly/demo-instantly-token", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Exacto-Secret", "demo-instantly-secret")

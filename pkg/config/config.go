@@ -21,6 +21,7 @@ import (
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/registry"
+	"exacto.dev/pkg/ratelimit"
 	"exacto.dev/pkg/stream"
 )
 
@@ -191,10 +192,15 @@ type Platforms struct {
 }
 
 // Platform is one API account: its key (for HubSpot, the private app's access token)
-// and, optionally, another base URL (a proxy, or a sandbox of one's own).
+// and, optionally, another base URL (a proxy, or a sandbox of one's own) and another
+// rate than the platform documents for the lowest tier ("190/10s" for a HubSpot
+// Professional app), as N/DURATION windows separated by commas.
 type Platform struct {
 	APIKey  Secret `yaml:"api_key"`
 	BaseURL string `yaml:"base_url"`
+	Rate    string `yaml:"rate"`
+	// Rates is Rate parsed (nil: the platform's documented rates).
+	Rates []ratelimit.Rate `yaml:"-"`
 }
 
 // Route gives replies matching every condition set on it to Owner (a HubSpot owner
@@ -221,6 +227,15 @@ func (c *Config) CRMOwner(tenant, provider, campaign, label string) string {
 		}
 	}
 	return ""
+}
+
+// TenantIDs lists the tenants' ids, in the config's order.
+func (c *Config) TenantIDs() []string {
+	ids := make([]string, len(c.Tenants))
+	for i, t := range c.Tenants {
+		ids[i] = t.ID
+	}
+	return ids
 }
 
 // Tenant returns the tenant with id.
@@ -627,6 +642,13 @@ func (c *Config) Validate() error {
 				if u, err := url.Parse(p.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 					fail(t.Line, "tenant %s: platforms.%s: base_url %q is not an absolute http(s) URL", t.ID, name, p.BaseURL)
 				}
+			}
+			if p.Rate != "" {
+				rates, err := ratelimit.Parse(p.Rate)
+				if err != nil {
+					fail(t.Line, "tenant %s: platforms.%s: %v", t.ID, name, err)
+				}
+				p.Rates = rates
 			}
 		}
 		if t.Reconcile.Every.Duration < 0 || (t.Reconcile.Every.Duration > 0 && t.Reconcile.Every.Duration < time.Minute) {

@@ -3,9 +3,12 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"exacto.dev/pkg/ratelimit"
 )
 
 func env(m map[string]string) func(string) string {
@@ -184,7 +187,7 @@ func TestOwners(t *testing.T) {
 
 const withPlatforms = `    platforms:
       instantly: {api_key: env:ACME_INSTANTLY_API_KEY}
-      hubspot: {api_key: env:ACME_HUBSPOT_TOKEN, base_url: "https://hubspot-proxy.example.com"}
+      hubspot: {api_key: env:ACME_HUBSPOT_TOKEN, base_url: "https://hubspot-proxy.example.com", rate: "190/10s"}
     routing:
       - {campaign: camp-1, label: interested, owner: "101"}
       - {provider: smartlead, owner: "202"}
@@ -208,6 +211,9 @@ func TestPlatformsAndRouting(t *testing.T) {
 	p := c.Tenants[0].Platforms
 	if p.Instantly == nil || p.Instantly.APIKey.Value != "inst-key-0123456789" || p.Smartlead != nil || p.HubSpot.BaseURL != "https://hubspot-proxy.example.com" {
 		t.Fatalf("platforms: %+v", p)
+	}
+	if want := []ratelimit.Rate{{N: 190, Per: 10 * time.Second}}; !slices.Equal(p.HubSpot.Rates, want) || p.Instantly.Rates != nil {
+		t.Fatalf("rates: hubspot %v (want %v), instantly %v (want the documented)", p.HubSpot.Rates, want, p.Instantly.Rates)
 	}
 	for _, tc := range []struct{ provider, campaign, label, want string }{
 		{"instantly", "camp-1", "interested", "101"},
@@ -234,6 +240,7 @@ func TestPlatformAndRoutingRefusals(t *testing.T) {
 		{"platform key not set", base, without(platformsEnv(), "ACME_INSTANTLY_API_KEY"), "platforms.instantly.api_key: environment variable ACME_INSTANTLY_API_KEY is not set"},
 		{"platform without key", strings.Replace(base, "{api_key: env:ACME_INSTANTLY_API_KEY}", "{base_url: \"https://x.example\"}", 1), platformsEnv(), "platforms.instantly: api_key is required"},
 		{"bad base url", strings.Replace(base, "https://hubspot-proxy.example.com", "hubspot-proxy", 1), platformsEnv(), "platforms.hubspot: base_url"},
+		{"bad rate", strings.Replace(base, "rate: \"190/10s\"", "rate: 190 per 10s", 1), platformsEnv(), "platforms.hubspot: rate \"190 per 10s\": want N/DURATION such as 60/1m"},
 		{"unknown platform", strings.Replace(base, "instantly: {api_key", "lemlist: {api_key", 1), platformsEnv(), "field lemlist not found"},
 		{"route without owner", strings.Replace(base, `{owner: "303"}`, `{label: unclear}`, 1), platformsEnv(), "routing[2]: owner is required"},
 		{"route with unknown label", strings.Replace(base, "label: interested", "label: keen", 1), platformsEnv(), `routing[0]: unknown label "keen"`},

@@ -40,6 +40,15 @@ var Types = []string{
 	TypeMessageStatus, TypeUnmapped,
 }
 
+// Authentication methods of an envelope (authmethod) that are not a provider's own.
+const (
+	// AuthDerived: a fact a worker established from another event (its cause).
+	AuthDerived = "derived"
+	// AuthSourceAPI: a fact read from the platform's own API (the reconciler's), over
+	// Exacto's own credentials: it needs no confirmation at the source, it is the source.
+	AuthSourceAPI = "source_api"
+)
+
 // Derived event types: facts the workers establish, published back onto the stream so
 // that it stays the one history and a replay rebuilds everything.
 const (
@@ -190,7 +199,7 @@ func Derive(from Envelope, worker, typ string, data Data, now time.Time) Envelop
 		Time: now.UTC(), DataContentType: "application/json", Data: data,
 		Tenant: from.Tenant, Provider: from.Provider, Endpoint: from.Endpoint,
 		ObjectID: from.ObjectID, Channel: from.Channel, ReceivedAt: now.UTC(),
-		PayloadSHA256: from.PayloadSHA256, Signed: from.Signed, AuthMethod: "derived",
+		PayloadSHA256: from.PayloadSHA256, Signed: from.Signed, AuthMethod: AuthDerived,
 	}
 }
 

@@ -2,6 +2,7 @@ package platform
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,8 +15,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/time/rate"
 
+	"exacto.dev/pkg/ratelimit"
 	"exacto.dev/pkg/telemetry"
 )
 
@@ -37,11 +38,17 @@ type HTTP struct {
 	Timeout    time.Duration            // per request; DefaultTimeout if 0
 	Auth       func(*http.Request)      // sets the credential
 	ErrMsg     func(body []byte) string // optional: pull a message out of an error body
-	// Limit, if set, paces requests to the provider's documented rate, so that a burst
-	// of events waits here instead of collecting 429s. It is per process: replicas
-	// still meet the 429 path (Retry-After pauses the dependency).
-	Limit *rate.Limiter
+	// RetryAfter, if set, reads a 429's wait from what the provider puts besides the
+	// Retry-After header (a body field, a reset time); 0 when it says nothing.
+	RetryAfter func(h http.Header, body []byte) time.Duration
+	// Limit, if set, paces requests to the provider's documented rate (pkg/ratelimit:
+	// shared by every process using the same account), so that a burst of events waits
+	// here instead of collecting 429s; a 429 holds it for the wait the provider asked.
+	Limit ratelimit.Limiter
 }
+
+// DefaultHold is how long a 429 that names no wait holds the account's limiter.
+const DefaultHold = time.Second
 
 // Do sends method path?query with in as the JSON body (nil for none) and
 // decodes a 2xx body into out (nil to discard). Non-2xx and transport
@@ -113,6 +120,9 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 		if msg := h.errMsg(data); msg != "" {
 			e.Msg = msg
 		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			h.hold(ctx, e, resp.Header, data)
+		}
 		return e
 	}
 	if rerr != nil {
@@ -126,6 +136,18 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 		return &Error{Dependency: h.Dependency, Status: resp.StatusCode, Msg: "decode response: " + err.Error()}
 	}
 	return nil
+}
+
+// hold makes every caller of the account wait what a 429 asked (Retry-After, else what
+// RetryAfter reads, else DefaultHold), and carries the wait on e for the consumer's
+// pacer. A failing hold only loses pacing: the error is still e.
+func (h *HTTP) hold(ctx context.Context, e *Error, header http.Header, body []byte) {
+	if e.RetryAfter == 0 && h.RetryAfter != nil {
+		e.RetryAfter = h.RetryAfter(header, body)
+	}
+	if h.Limit != nil {
+		_ = h.Limit.Hold(context.WithoutCancel(ctx), cmp.Or(e.RetryAfter, DefaultHold))
+	}
 }
 
 func (h *HTTP) errMsg(body []byte) string {

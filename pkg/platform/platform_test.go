@@ -2,6 +2,7 @@ package platform
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -13,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/time/rate"
-
+	"exacto.dev/pkg/ratelimit"
 	"exacto.dev/pkg/retry"
 )
 
@@ -160,7 +160,7 @@ func TestRateLimit(t *testing.T) {
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer srv.Close()
-	h := HTTP{Dependency: "dep", BaseURL: srv.URL, Limit: rate.NewLimiter(rate.Every(40*time.Millisecond), 1)}
+	h := HTTP{Dependency: "dep", BaseURL: srv.URL, Limit: ratelimit.NewLocal(ratelimit.Rate{N: 1, Per: 40 * time.Millisecond})}
 	began := time.Now()
 	for range 5 {
 		if err := h.Do(context.Background(), http.MethodGet, "/", nil, nil, nil); err != nil {
@@ -171,7 +171,7 @@ func TestRateLimit(t *testing.T) {
 	if d := time.Since(began); d < 160*time.Millisecond {
 		t.Fatalf("5 requests at one per 40 ms took %v", d)
 	}
-	slow := HTTP{Dependency: "dep", BaseURL: srv.URL, Timeout: 20 * time.Millisecond, Limit: rate.NewLimiter(rate.Every(time.Hour), 1)}
+	slow := HTTP{Dependency: "dep", BaseURL: srv.URL, Timeout: 20 * time.Millisecond, Limit: ratelimit.NewLocal(ratelimit.Rate{N: 1, Per: time.Hour})}
 	if err := slow.Do(context.Background(), http.MethodGet, "/", nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -179,5 +179,50 @@ func TestRateLimit(t *testing.T) {
 	err := slow.Do(context.Background(), http.MethodGet, "/", nil, nil, nil)
 	if !IsTransient(err) || hits.Load() != before {
 		t.Fatalf("a wait past the deadline: %v, %d requests sent", err, hits.Load()-before)
+	}
+}
+
+// A 429 holds the account's limiter for the wait it asked — Retry-After, else what the
+// client reads from the body — so the next call waits; the wait rides on the error too.
+func TestTooManyRequestsHoldsTheLimiter(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch hits.Add(1) {
+		case 1:
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case 2:
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(`{"wait_ms": 600}`))
+		}
+	}))
+	defer srv.Close()
+	h := HTTP{Dependency: "dep", BaseURL: srv.URL, Limit: ratelimit.NewLocal(ratelimit.Rate{N: 100, Per: time.Second}),
+		RetryAfter: func(_ http.Header, body []byte) time.Duration {
+			var b struct {
+				WaitMS int `json:"wait_ms"`
+			}
+			json.Unmarshal(body, &b)
+			return time.Duration(b.WaitMS) * time.Millisecond
+		}}
+	ctx := context.Background()
+	err := h.Do(ctx, http.MethodGet, "/", nil, nil, nil)
+	if !IsTransient(err) || RetryAfter(err) != time.Second {
+		t.Fatalf("first 429: %v (retry after %v)", err, RetryAfter(err))
+	}
+	held := time.Now()
+	err = h.Do(ctx, http.MethodGet, "/", nil, nil, nil)
+	if waited := time.Since(held); waited < 900*time.Millisecond {
+		t.Fatalf("the call after a 429 with Retry-After: 1 went %v later", waited)
+	}
+	if RetryAfter(err) != 600*time.Millisecond {
+		t.Fatalf("second 429: the body's wait was not read: %v", err)
+	}
+	held = time.Now()
+	if err := h.Do(ctx, http.MethodGet, "/", nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(held); waited < 500*time.Millisecond {
+		t.Fatalf("the call after a 429 asking 600 ms went %v later", waited)
 	}
 }

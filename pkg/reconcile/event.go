@@ -11,7 +11,8 @@ import (
 
 // event builds the envelope of a fact the reconciler established from provider's
 // API: source /tenants/<t>/workers/reconciler, endpoint "reconciler", AuthMethod
-// "derived" (the envelope schema's value for facts Exacto established itself), a
+// source_api (read from the platform over Exacto's own credentials: nothing to confirm
+// at the source, it is the source), a
 // deterministic id over kind, provider and object (so every pass builds the same
 // event), the time the platform gives for it (else now), and the platform's record as
 // it was read as the raw payload.
@@ -34,7 +35,7 @@ func event(p *Pass, kind, provider, typ, object string, data envelope.Data, raw 
 		Source: "/tenants/" + p.Tenant + "/workers/" + Worker, Type: typ, Time: at.UTC(),
 		DataContentType: "application/json", Data: data,
 		Tenant: p.Tenant, Provider: provider, Endpoint: Worker, ObjectID: object, Channel: channel(provider),
-		ReceivedAt: now, PayloadSHA256: hex.EncodeToString(sum[:]), Signed: false, AuthMethod: "derived",
+		ReceivedAt: now, PayloadSHA256: hex.EncodeToString(sum[:]), Signed: false, AuthMethod: envelope.AuthSourceAPI,
 	}
 }
 

@@ -86,6 +86,13 @@ func (q *Queue) setCRMCursor(ctx context.Context, tenant, after string, at time.
 	return nil
 }
 
+// Report records a finding made outside a reconciliation pass (an unsigned event its
+// source did not confirm, pkg/confirm): once, by its deterministic id. isNew reports
+// whether it was not there yet.
+func (q *Queue) Report(ctx context.Context, f *Finding) (isNew bool, err error) {
+	return q.record(ctx, f)
+}
+
 // Get returns tenant's finding id; ok is false if the queue has none.
 func (q *Queue) Get(ctx context.Context, tenant, id string) (Finding, bool, error) {
 	f, _, ok, err := q.get(ctx, tenant, id)

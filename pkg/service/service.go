@@ -124,7 +124,12 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		}
 		sandboxURL = sb.URL
 	}
-	ln, err := net.Listen("tcp", cfg.AdminAddr)
+	// Every process paces each platform account through one shared bucket.
+	limits, err := conn.JS.KeyValue(ctx, stream.RateLimits)
+	var ln net.Listener
+	if err == nil {
+		ln, err = net.Listen("tcp", cfg.AdminAddr)
+	}
 	if err != nil {
 		conn.Close()
 		if sb != nil {
@@ -133,7 +138,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	env := &Env{Config: cfg, Conn: conn, Log: log, AdminAddr: ln.Addr().String(),
-		Platforms: accounts.New(cfg, sandboxURL), Sandbox: sb, Breakers: consumer.NewBreakers(30*time.Second, 5), Pacer: retry.NewPacer(), telemetry: tel}
+		Platforms: accounts.New(cfg, sandboxURL, accounts.Pacing{Limits: limits}), Sandbox: sb, Breakers: consumer.NewBreakers(30*time.Second, 5), Pacer: retry.NewPacer(), telemetry: tel}
 	env.Admin = admin.Mux(tel.Metrics, map[string]admin.Check{
 		"jetstream": conn.Ready,
 		"started": func(context.Context) error {

@@ -35,6 +35,11 @@ const (
 	Guards = "EXACTO_GUARDS"
 	// ContactLocks serialises each consumer's work on one contact across replicas.
 	ContactLocks = "EXACTO_CONTACT_LOCKS"
+	// Confirmations keeps what the source said of each unsigned event (pkg/confirm).
+	Confirmations = "EXACTO_CONFIRMATIONS"
+	// RateLimits holds each platform account's recent calls, so every process paces
+	// that account as one (pkg/ratelimit).
+	RateLimits = "EXACTO_RATE_LIMITS"
 	// Suppression is the tenant-wide do-not-contact list (pkg/suppression).
 	Suppression = "EXACTO_SUPPRESSION"
 	// ContactIDs is each contact's internal ids and every external id (pkg/contacts).
@@ -139,6 +144,12 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		ProjectionBucket("suppression", "", o.Replicas),
 		// Locks are leases; the TTL only sweeps the ones a dead worker left behind.
 		{Bucket: ContactLocks, Description: "consumer.tenant.contact -> lease of the worker handling it", TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		// Memory: a lost verdict costs one more question to the source, never an effect
+		// (the source is asked again); a day outlives any consumer's retries.
+		{Bucket: Confirmations, Description: "tenant.event id -> what the source said of an unsigned event (pkg/confirm)", TTL: 24 * time.Hour, Storage: jetstream.MemoryStorage, Replicas: o.Replicas},
+		// Memory: pacing state is worth no fsync; lost, it costs one window of the
+		// platform's own 429s. The TTL sweeps accounts idle for longer than any window.
+		{Bucket: RateLimits, Description: "platform.account -> recent calls and hold (pkg/ratelimit)", TTL: 2 * time.Hour, Storage: jetstream.MemoryStorage, Replicas: o.Replicas},
 	}
 }
 
@@ -206,8 +217,9 @@ var Subscriptions = []Subscription{
 	{Durable: Classifier, Subjects: subjects("reply.received", "message.received"),
 		AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000},
 	// The stopper acts on any reply without waiting for its classification: a safety
-	// rule, so it must keep up even when the classifier is down.
-	{Durable: Stopper, Subjects: subjects("reply.received", "message.received", "lead.unsubscribed", "email.bounced", "email.complained"),
+	// rule, so it must keep up even when the classifier is down. The classification
+	// only raises the lead's label at the platform afterwards.
+	{Durable: Stopper, Subjects: subjects("reply.received", "message.received", "lead.unsubscribed", "email.bounced", "email.complained", "reply.classified"),
 		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},
 	{Durable: CRMWriter, Subjects: subjects("reply.received", "reply.classified", "meeting.booked", "opportunity.created"),
 		AckWait: 60 * time.Second, MaxDeliver: 10, BackoffBase: 2 * time.Second, BackoffMax: 10 * time.Minute, MaxAckPending: 500},
@@ -343,6 +355,38 @@ func Stored(ctx context.Context, index jetstream.KeyValue, id string) (bool, err
 		return false, nil
 	}
 	return false, fmt.Errorf("index lookup: %w", err)
+}
+
+// Load reads the stored event id through the index of stored events; found is false
+// when the index does not hold it (never stored, or older than the index's TTL).
+func Load(ctx context.Context, js jetstream.JetStream, id string) (env envelope.Envelope, found bool, err error) {
+	index, err := js.KeyValue(ctx, EventIndex)
+	if err != nil {
+		return env, false, err
+	}
+	e, err := index.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return env, false, nil
+	}
+	if err != nil {
+		return env, false, fmt.Errorf("index lookup: %w", err)
+	}
+	var seq uint64
+	if _, err := fmt.Sscan(string(e.Value()), &seq); err != nil {
+		return env, false, fmt.Errorf("index entry of %s: %w", id, err)
+	}
+	st, err := js.Stream(ctx, Events)
+	if err != nil {
+		return env, false, err
+	}
+	m, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		return env, false, fmt.Errorf("event %s at sequence %d: %w", id, seq, err)
+	}
+	if err := json.Unmarshal(m.Data, &env); err != nil {
+		return env, false, fmt.Errorf("event %s: %w", id, err)
+	}
+	return env, true, nil
 }
 
 // ProjectionBucket declares the bucket of projection name: the live one (into "") or a

@@ -13,6 +13,7 @@ import (
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/reconcile"
+	"exacto.dev/pkg/stream"
 )
 
 // reconcileCmd is `exacto reconcile`: one reconciliation pass now.
@@ -64,7 +65,12 @@ Platforms without credentials in the config are read at the sandbox of a running
 			if err != nil {
 				return err
 			}
-			platforms := accounts.New(cfg, sandboxURL)
+			limits, err := js.KeyValue(cmd.Context(), stream.RateLimits)
+			if err != nil {
+				return fmt.Errorf("bucket %s: %w", stream.RateLimits, err)
+			}
+			// Paced with the running deployment: one budget per platform account.
+			platforms := accounts.New(cfg, sandboxURL, accounts.Pacing{Limits: limits})
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			for _, t := range tenants {
 				clients, _ := platforms.For(t)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,12 +15,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/registry"
 )
 
 func sendCmd() *cobra.Command {
-	var provider, event, to, secret, at string
+	var provider, event, to, secret, at, sandboxURL string
 	cmd := &cobra.Command{
 		Use:   "send",
 		Short: "Sign and send a realistic webhook exactly as a provider would",
@@ -53,7 +55,18 @@ taken from the config (or the built-in demo).`,
 				}
 				eventTime = t
 			}
-			status, body, err := send(cmd.Context(), spec, event, secret, to, eventTime, time.Now())
+			sample, err := spec.Sample(event, eventTime)
+			if err != nil {
+				return err
+			}
+			// A platform the built-in sandbox stands in for must hold what the webhook says
+			// happened, as the real one would: consumers confirm unsigned events there.
+			if sb := sandboxFor(to, provider, sandboxURL); sb != "" {
+				if err := tellSandbox(cmd.Context(), sb, provider, sample); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: the sandbox at %s was not told (%v): the event will not be confirmed at its source\n", sb, err)
+				}
+			}
+			status, body, err := send(cmd.Context(), spec, sample, secret, to, time.Now())
 			if err != nil {
 				return err
 			}
@@ -69,16 +82,13 @@ taken from the config (or the built-in demo).`,
 	cmd.Flags().StringVar(&to, "to", "", "endpoint URL")
 	cmd.Flags().StringVar(&secret, "secret", "", "signing secret (default: the endpoint's first secret in the config)")
 	cmd.Flags().StringVar(&at, "at", "", "the event's time, RFC 3339 (default now); the same --at sends the same event again, as a provider's retry would")
+	cmd.Flags().StringVar(&sandboxURL, "sandbox", "", `the built-in sandbox standing in for Instantly or Smartlead, told first what the webhook says happened (default: the config's sandbox when the endpoint's tenant has no account there; "none" tells nothing)`)
 	cmd.MarkFlagRequired("provider")
 	return cmd
 }
 
-// send posts spec's sample of event, made at eventTime and signed now.
-func send(ctx context.Context, spec providers.Spec, event, secret, to string, eventTime, now time.Time) (int, string, error) {
-	body, err := spec.Sample(event, eventTime)
-	if err != nil {
-		return 0, "", err
-	}
+// send posts body as spec signs it now.
+func send(ctx context.Context, spec providers.Spec, body []byte, secret, to string, now time.Time) (int, string, error) {
 	h, body, err := spec.Sign(http.MethodPost, to, body, secret, now)
 	if err != nil {
 		return 0, "", err
@@ -102,28 +112,86 @@ func send(ctx context.Context, spec providers.Spec, event, secret, to string, ev
 	return resp.StatusCode, string(b), nil
 }
 
-// configuredSecret finds the first secret of the endpoint named in the URL's path.
-func configuredSecret(to string) string {
+// endpointOf finds the endpoint named in the URL's path, and its tenant, in the
+// config (or the built-in demo).
+func endpointOf(to string) (*config.Config, *config.Tenant, *config.Endpoint) {
 	u, err := url.Parse(to)
 	if err != nil {
-		return ""
+		return nil, nil, nil
 	}
 	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
 	if len(parts) < 2 || parts[0] != "hooks" {
-		return ""
+		return nil, nil, nil
 	}
 	cfg, err := config.Load("", os.Getenv)
 	if err != nil {
-		return ""
+		return nil, nil, nil
 	}
-	for _, t := range cfg.Tenants {
-		for _, e := range t.Endpoints {
-			if e.ID == parts[1] && len(e.Secrets) > 0 {
-				return e.Secrets[0].Value
+	for i := range cfg.Tenants {
+		t := &cfg.Tenants[i]
+		for j := range t.Endpoints {
+			if t.Endpoints[j].ID == parts[1] {
+				return cfg, t, &t.Endpoints[j]
 			}
 		}
 	}
+	return cfg, nil, nil
+}
+
+// configuredSecret finds the first secret of the endpoint named in the URL's path.
+func configuredSecret(to string) string {
+	if _, _, e := endpointOf(to); e != nil && len(e.Secrets) > 0 {
+		return e.Secrets[0].Value
+	}
 	return ""
+}
+
+// sandboxFor is the sandbox to tell of a webhook of provider sent to `to`: flag when
+// given ("none": none), else the config's sandbox when the endpoint's tenant has no
+// account at provider; "" when no sandbox stands in for provider.
+func sandboxFor(to, provider, flag string) string {
+	if provider != "instantly" && provider != "smartlead" || flag == "none" {
+		return ""
+	}
+	if flag != "" {
+		return flag
+	}
+	cfg, t, _ := endpointOf(to)
+	if cfg == nil || t == nil {
+		return ""
+	}
+	if (provider == "instantly" && t.Platforms.Instantly != nil) || (provider == "smartlead" && t.Platforms.Smartlead != nil) {
+		return ""
+	}
+	if cfg.SandboxURL != "" {
+		return cfg.SandboxURL
+	}
+	return "http://" + cfg.SandboxAddr
+}
+
+// tellSandbox posts body to the sandbox's happened control route.
+func tellSandbox(ctx context.Context, sandboxURL, provider string, body []byte) error {
+	req, err := json.Marshal(sandbox.ControlHappenedRequest{Provider: provider, Body: body})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(sandboxURL, "/")+sandbox.ControlHappened, bytes.NewReader(req))
+	if err != nil {
+		return err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return nil
 }
 
 func contains(list []string, s string) bool {

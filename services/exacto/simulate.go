@@ -432,8 +432,16 @@ func (s *simulation) hookURL() string {
 	return s.gateway + "/hooks/" + url.PathEscape(s.sc.Endpoint) + "/" + url.PathEscape(s.sc.PathToken)
 }
 
-// deliver posts d, retrying what is not a 200 as a provider would (bounded).
+// deliver posts d, retrying what is not a 200 as a provider would (bounded). The
+// sandbox, standing in for Instantly, is told first what the event says happened (a
+// provider's retry, d.dup, happened already), as the real platform would hold it when
+// its webhook fires: the consumers confirm unsigned events there.
 func (s *simulation) deliver(ctx context.Context, d *delivery) {
+	if !d.dup {
+		if err := s.control(ctx, http.MethodPost, sandbox.ControlHappened, sandbox.ControlHappenedRequest{Provider: "instantly", Body: d.body}); err != nil {
+			fmt.Fprintf(s.out, "warning: delivery %d: the sandbox was not told what happened: %v\n", d.n, err)
+		}
+	}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		d.status, d.err, d.ids = s.post(ctx, d.body)

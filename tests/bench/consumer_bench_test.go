@@ -132,7 +132,7 @@ func BenchmarkConsumers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	platforms := accounts.New(cfg, sb.URL)
+	platforms := accounts.New(cfg, sb.URL, accounts.Pacing{})
 	publishEvents(b, conn, n)
 	d, err := consumer.NewDeriver(ctx, conn.JS)
 	if err != nil {

@@ -231,7 +231,7 @@ func runExacto(b *testing.B, fsync string, n, rate int, drainFor time.Duration) 
 		b.Fatal(err)
 	}
 	cfg.HTTPAddr = "127.0.0.1:0"
-	env := &service.Env{Config: cfg, Conn: conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(cfg, sb.URL)}
+	env := &service.Env{Config: cfg, Conn: conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(cfg, sb.URL, accounts.Pacing{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	gwDone, stDone := make(chan error, 1), make(chan error, 1)

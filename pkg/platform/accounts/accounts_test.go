@@ -31,7 +31,7 @@ func TestOwnAccountElseSandbox(t *testing.T) {
 	if !NeedsSandbox(cfg) {
 		t.Fatal("smartlead and hubspot have no account: the sandbox is needed")
 	}
-	set := New(cfg, "http://127.0.0.1:1")
+	set := New(cfg, "http://127.0.0.1:1", Pacing{})
 	c, ok := set.For("acme")
 	if !ok || c.Sandboxed["instantly"] || !c.Sandboxed["smartlead"] || !c.Sandboxed["hubspot"] {
 		t.Fatalf("sandboxed: %v %v", c.Sandboxed, ok)

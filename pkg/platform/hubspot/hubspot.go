@@ -1,29 +1,33 @@
-// Package hubspot is a small client for the HubSpot CRM v3 objects API: notes
-// that carry our event id (so a write can be found again before it is
-// repeated) and contacts looked up by email.
+// Package hubspot is a small client for the HubSpot CRM v3 objects API: notes keyed
+// by our event id in a unique-value property (so a write is found again, and repeated
+// without a second note, by that key alone), and contacts read by e-mail.
 //
-// Endpoints (developers.hubspot.com/docs/api-reference/crm-notes-v3/guide,
-// .../crm/search-the-crm, .../error-handling):
+// Endpoints (developers.hubspot.com; docs/platforms.md says, for each, what the
+// reference verifies and what is assumed):
 //
-//	POST  /crm/v3/objects/notes             create, with note→contact association 202
-//	PATCH /crm/v3/objects/notes/{id}        update (the classification, the owner)
-//	POST  /crm/v3/objects/notes/search      find by exacto_event_id, or a contact's notes
-//	                                        (the associations.contact pseudo-property)
-//	POST  /crm/v3/objects/contacts/search   find by email
-//	POST  /crm/v3/objects/contacts          create
-//	PATCH /crm/v3/objects/contacts/{id}     update
-//	GET   /crm/v3/objects/contacts/{id}     read
-//	POST  /crm/v3/objects/deals/search      a contact's deals (associations.contact)
-//	POST  /crm/v3/objects/meetings/search   a contact's meetings (associations.contact)
+//	GET   /crm/v3/properties/notes/{name}            the note property exacto_event_id
+//	POST  /crm/v3/properties/notes                   created once, hasUniqueValue
+//	GET   /crm/v3/properties/notes/groups/{name}     its group; POST …/groups creates it
+//	POST  /crm/v3/objects/notes/batch/read           notes by exacto_event_id (idProperty)
+//	POST  /crm/v3/objects/notes/batch/upsert         create-or-update by exacto_event_id
+//	PUT   /crm/v4/objects/note/{id}/associations/default/contact/{id}   note → contact
+//	PATCH /crm/v3/objects/notes/{id}                 update (the classification, the owner)
+//	GET   /crm/v3/objects/contacts/{email}?idProperty=email   a contact by e-mail
+//	GET   /crm/v3/objects/contacts/{id}              a contact by id
+//	POST  /crm/v3/objects/contacts                   create; PATCH …/{id} update
+//	POST  /crm/v3/objects/{notes,contacts,deals,meetings}/search   the reconciler's reads
 //
-// Auth is a private app token: "Authorization: Bearer <token>".
+// Auth is a private app token: "Authorization: Bearer <token>". Rates (usage
+// guidelines): 100 requests per 10 seconds per private app on the lowest tiers (190 on
+// Professional and Enterprise: config platforms.hubspot.rate), and the search
+// endpoints 5 a second per account, outside the 10-second bucket.
 package hubspot
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -31,18 +35,28 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"exacto.dev/pkg/platform"
+	"exacto.dev/pkg/ratelimit"
 )
 
 // DefaultBaseURL is HubSpot's API host.
 const DefaultBaseURL = "https://api.hubapi.com"
 
-// ExternalIDProperty is the custom note property holding our event id. It must
-// exist in the portal as a single-line text property with hasUniqueValue set,
-// so HubSpot itself refuses a duplicate even if our search missed the first.
+// ExternalIDProperty is the custom note property holding our event id: a single-line
+// text property with unique values (EnsureNoteProperty makes it), so that notes can be
+// read and upserted by it (idProperty) and HubSpot itself keeps one note per key.
 const ExternalIDProperty = "exacto_event_id"
+
+// PropertyGroup is the note property group ExternalIDProperty is put in.
+const PropertyGroup = "exacto"
+
+// Rates are HubSpot's limits for a private app on the Free and Starter tiers (100
+// requests per 10 seconds); SearchRates the search endpoints' (5 a second per
+// account, exempt from the 10-second bucket).
+var (
+	Rates       = []ratelimit.Rate{{N: 100, Per: 10 * time.Second}}
+	SearchRates = []ratelimit.Rate{{N: 5, Per: time.Second}}
+)
 
 // NoteToContact is the HUBSPOT_DEFINED association type id for note→contact.
 const NoteToContact = 202
@@ -64,16 +78,15 @@ type Config struct {
 	Token      string // private app access token
 	HTTPClient *http.Client
 	Timeout    time.Duration // per request; platform.DefaultTimeout if 0
-	// Limit paces requests (nil: none, e.g. against the sandbox); see DefaultLimit.
-	Limit *rate.Limiter
-	// SearchLimit paces the search endpoints besides (DefaultSearchLimit).
-	SearchLimit *rate.Limiter
+	// Limit paces the app's requests, SearchLimit the search requests (nil: none); see
+	// Rates, SearchRates and pkg/ratelimit.
+	Limit, SearchLimit ratelimit.Limiter
 }
 
 // Client talks to one HubSpot portal. Safe for concurrent use.
 type Client struct {
-	h           platform.HTTP
-	searchLimit *rate.Limiter
+	h      platform.HTTP
+	search platform.HTTP // the search endpoints, paced by their own limit only
 }
 
 // New returns a Client for cfg.
@@ -81,7 +94,7 @@ func New(cfg Config) *Client {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	return &Client{h: platform.HTTP{
+	h := platform.HTTP{
 		Dependency: "hubspot",
 		BaseURL:    cfg.BaseURL,
 		Client:     cfg.HTTPClient,
@@ -89,7 +102,10 @@ func New(cfg Config) *Client {
 		Limit:      cfg.Limit,
 		Auth:       platform.Bearer(cfg.Token),
 		ErrMsg:     errMsg,
-	}, searchLimit: cfg.SearchLimit}
+	}
+	search := h
+	search.Limit = cfg.SearchLimit
+	return &Client{h: h, search: search}
 }
 
 // errMsg pulls HubSpot's {"category","message"} out of an error body.
@@ -167,12 +183,7 @@ func (c *Client) Search(ctx context.Context, objectType string, filters []Filter
 			} `json:"paging"`
 		}
 		path := "/crm/v3/objects/" + platform.PathEscape(objectType) + "/search"
-		if c.searchLimit != nil {
-			if err := c.searchLimit.Wait(ctx); err != nil {
-				return nil, &platform.Error{Dependency: "hubspot", Transient: true, Msg: "waiting for the search rate limit: " + err.Error()}
-			}
-		}
-		if err := c.h.Do(ctx, http.MethodPost, path, nil, req, &resp); err != nil {
+		if err := c.search.Do(ctx, http.MethodPost, path, nil, req, &resp); err != nil {
 			return nil, err
 		}
 		all = append(all, resp.Results...)
@@ -187,23 +198,102 @@ func (c *Client) Search(ctx context.Context, objectType string, filters []Filter
 	return nil, &platform.Error{Dependency: "hubspot", Msg: "search exceeded " + strconv.Itoa(maxPages) + " pages"}
 }
 
-// SearchNoteByExternalID finds the note carrying key; found is false if none.
-func (c *Client) SearchNoteByExternalID(ctx context.Context, key string) (n Note, found bool, err error) {
+// ErrNoUniqueProperty says HubSpot does not hold ExternalIDProperty with unique values
+// and would not make it so: Exacto cannot then keep one note per reply, and refuses to
+// start.
+var ErrNoUniqueProperty = errors.New("hubspot: the note property " + ExternalIDProperty + " with unique values is not available")
+
+// EnsureNoteProperty makes sure the portal has ExternalIDProperty on notes, a text
+// property with unique values, creating it (and its group) when absent. A property of
+// that name without unique values, or a refusal to create one, is ErrNoUniqueProperty
+// with HubSpot's words: hasUniqueValue cannot be changed once set, so a person must
+// act. Other failures (401, 429, 5xx) come back as they are.
+func (c *Client) EnsureNoteProperty(ctx context.Context) error {
+	var prop struct {
+		Name           string `json:"name"`
+		HasUniqueValue bool   `json:"hasUniqueValue"`
+	}
+	err := c.h.Do(ctx, http.MethodGet, "/crm/v3/properties/notes/"+ExternalIDProperty, nil, nil, &prop)
+	switch {
+	case err == nil && prop.HasUniqueValue:
+		return nil
+	case err == nil:
+		return fmt.Errorf("%w: the portal has a note property %s without unique values (HubSpot cannot change that once set): delete or rename it",
+			ErrNoUniqueProperty, ExternalIDProperty)
+	case platform.StatusOf(err) != http.StatusNotFound:
+		return err
+	}
+	err = c.h.Do(ctx, http.MethodGet, "/crm/v3/properties/notes/groups/"+PropertyGroup, nil, nil, nil)
+	if platform.StatusOf(err) == http.StatusNotFound {
+		err = c.h.Do(ctx, http.MethodPost, "/crm/v3/properties/notes/groups", nil,
+			map[string]any{"name": PropertyGroup, "label": "Exacto"}, nil)
+		if platform.StatusOf(err) == http.StatusConflict { // made meanwhile
+			err = nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	create := map[string]any{
+		"name": ExternalIDProperty, "label": "Exacto event id", "type": "string", "fieldType": "text",
+		"groupName": PropertyGroup, "hasUniqueValue": true,
+		"description": "The Exacto event this note records: one note per event (Exacto reads and upserts notes by it).",
+	}
+	err = c.h.Do(ctx, http.MethodPost, "/crm/v3/properties/notes", nil, create, nil)
+	switch s := platform.StatusOf(err); {
+	case err == nil:
+		return nil
+	case s == http.StatusConflict: // created meanwhile: read it again
+		return c.EnsureNoteProperty(ctx)
+	case s == http.StatusBadRequest || s == http.StatusForbidden:
+		return fmt.Errorf("%w: HubSpot refused to create it: %v", ErrNoUniqueProperty, err)
+	}
+	return err
+}
+
+// notesBatch is the answer of notes/batch/read and notes/batch/upsert: results, and
+// per-input errors when HubSpot answers 207.
+type notesBatch struct {
+	Results []struct {
+		Object
+		New bool `json:"new"`
+	} `json:"results"`
+	Errors []struct {
+		Category string `json:"category"`
+		Message  string `json:"message"`
+	} `json:"errors"`
+}
+
+// NoteByExternalID reads the note carrying key by the unique property (no search:
+// what HubSpot has committed, without the search index's lag); found is false if none.
+func (c *Client) NoteByExternalID(ctx context.Context, key string) (n Note, found bool, err error) {
 	if key == "" {
 		return Note{}, false, errors.New("hubspot: empty external id")
 	}
-	objs, err := c.Search(ctx, "notes", []Filter{{PropertyName: ExternalIDProperty, Operator: "EQ", Value: key}}, noteProps, 10)
-	if err != nil || len(objs) == 0 {
+	req := map[string]any{"idProperty": ExternalIDProperty, "inputs": []map[string]string{{"id": key}},
+		"properties": noteProps, "propertiesWithHistory": []string{}}
+	var resp notesBatch
+	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes/batch/read", nil, req, &resp); err != nil {
+		if platform.StatusOf(err) == http.StatusNotFound {
+			return Note{}, false, nil
+		}
 		return Note{}, false, err
 	}
-	return noteFrom(objs[0]), true, nil
+	for _, o := range resp.Results {
+		if o.Properties[ExternalIDProperty] == key {
+			return noteFrom(o.Object), true, nil
+		}
+	}
+	return Note{}, false, nil // a missing key is a 207 error or no result
 }
 
-// CreateNote writes n and associates it with n.ContactID. It does not look for
-// an existing note first: callers that may repeat a write use EnsureNote.
-func (c *Client) CreateNote(ctx context.Context, n Note) (Note, error) {
-	if n.ExternalID == "" || n.ContactID == "" {
-		return Note{}, errors.New("hubspot: note needs ExternalID and ContactID")
+// UpsertNote creates the note keyed n.ExternalID, or updates the one HubSpot has
+// under that key (batch upsert by idProperty): however often it is repeated — after a
+// timeout whose outcome was unknown, say — there is one note. It does not associate
+// the note (the batch upsert cannot): Associate does. created says HubSpot made it now.
+func (c *Client) UpsertNote(ctx context.Context, n Note) (note Note, created bool, err error) {
+	if n.ExternalID == "" {
+		return Note{}, false, errors.New("hubspot: note needs an ExternalID")
 	}
 	if n.Timestamp.IsZero() {
 		n.Timestamp = time.Now()
@@ -216,53 +306,60 @@ func (c *Client) CreateNote(ctx context.Context, n Note) (Note, error) {
 	if n.OwnerID != "" {
 		props["hubspot_owner_id"] = n.OwnerID
 	}
-	type assocType struct {
-		Category string `json:"associationCategory"`
-		TypeID   int    `json:"associationTypeId"`
+	req := map[string]any{"inputs": []map[string]any{{"idProperty": ExternalIDProperty, "id": n.ExternalID, "properties": props}}}
+	var resp notesBatch
+	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes/batch/upsert", nil, req, &resp); err != nil {
+		return Note{}, false, err
 	}
-	type to struct {
-		ID string `json:"id"`
+	if len(resp.Results) != 1 {
+		msg := "note upsert answered no result"
+		if len(resp.Errors) > 0 {
+			msg = "note upsert: " + resp.Errors[0].Category + ": " + resp.Errors[0].Message
+		}
+		return Note{}, false, &platform.Error{Dependency: "hubspot", Msg: msg}
 	}
-	type assoc struct {
-		To    to          `json:"to"`
-		Types []assocType `json:"types"`
-	}
-	req := struct {
-		Properties   map[string]string `json:"properties"`
-		Associations []assoc           `json:"associations"`
-	}{props, []assoc{{To: to{n.ContactID}, Types: []assocType{{"HUBSPOT_DEFINED", NoteToContact}}}}}
-	var resp Object
-	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes", nil, req, &resp); err != nil {
-		return Note{}, err
-	}
-	n.ID = resp.ID
-	return n, nil
+	n.ID = resp.Results[0].ID
+	return n, resp.Results[0].New, nil
 }
 
-// EnsureNote creates n unless a note with n.ExternalID already exists, and
-// returns the note that is there either way. It is safe to call again after
-// a timeout whose outcome is unknown: the search finds the committed note,
-// and if the search index lags, the unique property turns the second create
-// into a 409 that names the existing note.
+// Associate gives note noteID the default association to contact contactID (v4,
+// note→contact). Associating twice leaves one association.
+func (c *Client) Associate(ctx context.Context, noteID, contactID string) error {
+	if noteID == "" || contactID == "" {
+		return errors.New("hubspot: association needs a note and a contact")
+	}
+	return c.h.Do(ctx, http.MethodPut, "/crm/v4/objects/note/"+platform.PathEscape(noteID)+
+		"/associations/default/contact/"+platform.PathEscape(contactID), nil, nil, nil)
+}
+
+// EnsureNote makes sure the note keyed n.ExternalID exists on n.ContactID's timeline
+// and returns it: read by the key; when absent, upserted (so a repeat after a lost
+// answer is the same note); associated with the contact either way (an attempt may
+// have died between the write and the association). A note already there keeps its
+// body: a later update (the classification) is not undone. created says this call
+// made the note.
 func (c *Client) EnsureNote(ctx context.Context, n Note) (note Note, created bool, err error) {
-	if existing, found, err := c.SearchNoteByExternalID(ctx, n.ExternalID); err != nil || found {
-		return existing, false, err
+	if n.ContactID == "" {
+		return Note{}, false, errors.New("hubspot: note needs a ContactID")
 	}
-	note, err = c.CreateNote(ctx, n)
-	if err == nil {
-		return note, true, nil
+	note, found, err := c.NoteByExternalID(ctx, n.ExternalID)
+	if err != nil {
+		return Note{}, false, err
 	}
-	if id, ok := ExistingID(err); ok {
-		n.ID = id
-		return n, false, nil
+	if !found {
+		if note, created, err = c.UpsertNote(ctx, n); err != nil {
+			return Note{}, false, err
+		}
 	}
-	return Note{}, false, err
+	note.ContactID = n.ContactID
+	return note, created, c.Associate(ctx, note.ID, n.ContactID)
 }
 
 var existingIDRe = regexp.MustCompile(`Existing ID: ?(\d+)`)
 
-// ExistingID reads the id HubSpot names in the 409 that refuses a second record
-// with a unique value (a contact's email, a note's exacto_event_id).
+// ExistingID reads the id HubSpot names in the 409 that refuses a second contact with
+// an e-mail (seen in practice, not in HubSpot's reference: callers read the contact by
+// e-mail again when this finds nothing).
 func ExistingID(err error) (string, bool) {
 	var pe *platform.Error
 	if !errors.As(err, &pe) || pe.Status != http.StatusConflict {
@@ -286,43 +383,27 @@ func noteFrom(o Object) Note {
 	return n
 }
 
-// FindContactByEmail returns the contact with email; found is false if none.
-func (c *Client) FindContactByEmail(ctx context.Context, email string) (Contact, bool, error) {
-	objs, err := c.Search(ctx, "contacts", []Filter{{PropertyName: "email", Operator: "EQ", Value: strings.ToLower(email)}}, ContactProperties, 10)
-	if err != nil || len(objs) == 0 {
+// ContactByEmail reads the contact with email by the unique email property (no
+// search, so no index lag); found is false if none.
+func (c *Client) ContactByEmail(ctx context.Context, email string) (Contact, bool, error) {
+	email = strings.ToLower(strings.TrimSpace(email))
+	if email == "" {
+		return Contact{}, false, errors.New("hubspot: empty email")
+	}
+	var resp Object
+	q := url.Values{"idProperty": {"email"}, "properties": {strings.Join(ContactProperties, ",")}}
+	err := c.h.Do(ctx, http.MethodGet, "/crm/v3/objects/contacts/"+platform.PathEscape(email), q, nil, &resp)
+	if platform.StatusOf(err) == http.StatusNotFound {
+		return Contact{}, false, nil
+	}
+	if err != nil {
 		return Contact{}, false, err
 	}
-	return Contact(objs[0]), true, nil
+	return Contact(resp), true, nil
 }
 
-// UpsertContact finds the contact by email and updates props on it, or
-// creates it with props if absent.
-func (c *Client) UpsertContact(ctx context.Context, email string, props map[string]string) (Contact, error) {
-	if email == "" {
-		return Contact{}, errors.New("hubspot: empty email")
-	}
-	existing, found, err := c.FindContactByEmail(ctx, email)
-	if err != nil {
-		return Contact{}, err
-	}
-	if found {
-		return c.UpdateContact(ctx, existing.ID, props)
-	}
-	p := maps.Clone(props)
-	if p == nil {
-		p = map[string]string{}
-	}
-	p["email"] = email
-	created, err := c.CreateContact(ctx, p)
-	if id, ok := ExistingID(err); ok {
-		// Created concurrently (or by our own timed-out attempt).
-		return c.UpdateContact(ctx, id, props)
-	}
-	return created, err
-}
-
-// CreateContact creates a contact with props. A contact with the same email
-// already there is a 409 whose id ExistingID reads.
+// CreateContact creates a contact with props. A contact with the same email already
+// there is a 409 (HubSpot's message names it: ExistingID).
 func (c *Client) CreateContact(ctx context.Context, props map[string]string) (Contact, error) {
 	var resp Object
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/contacts", nil, map[string]any{"properties": props}, &resp); err != nil {
@@ -490,10 +571,3 @@ func (c *Client) ContactsByEmail(ctx context.Context, email string) ([]Contact, 
 	}
 	return out, nil
 }
-
-// DefaultLimit is HubSpot's rate for private apps on the lowest tier, 100 requests per
-// 10 seconds.
-func DefaultLimit() *rate.Limiter { return rate.NewLimiter(rate.Every(100*time.Millisecond), 10) }
-
-// DefaultSearchLimit is the search endpoints' own rate, 5 requests per second per token.
-func DefaultSearchLimit() *rate.Limiter { return rate.NewLimiter(rate.Every(200*time.Millisecond), 5) }

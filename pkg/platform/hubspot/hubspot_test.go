@@ -2,6 +2,7 @@ package hubspot_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,11 +13,16 @@ import (
 	"exacto.dev/pkg/platform/sandbox"
 )
 
+// setup starts a portal with one contact and the note property made, as the
+// crmwriter makes it at start-up.
 func setup(t *testing.T) (*sandbox.Server, *hubspot.Client, string) {
 	t.Helper()
 	sb := sandbox.Start(t)
 	c := hubspot.New(hubspot.Config{BaseURL: sb.URL, Token: sandbox.HubSpotToken, Timeout: 500 * time.Millisecond})
 	contact := sb.AddContact("ada@example.com", map[string]string{"firstname": "Ada"})
+	if err := c.EnsureNoteProperty(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return sb, c, contact
 }
 
@@ -40,8 +46,11 @@ func TestEnsureNoteTwiceWritesOnce(t *testing.T) {
 	if n := sb.NotesWithExternalID("evt-1"); n != 1 {
 		t.Fatalf("notes = %d, want 1", n)
 	}
-	if got := sb.Requests(sandbox.RouteHubSpotNoteCreate); got != 1 {
-		t.Errorf("creates = %d, want 1", got)
+	if got := sb.Requests(sandbox.RouteHubSpotNoteUpsert); got != 1 {
+		t.Errorf("upserts = %d, want 1 (the second found the note by its key)", got)
+	}
+	if got := sb.Requests(sandbox.RouteHubSpotNoteSearch); got != 0 {
+		t.Errorf("%d searches: the note path needs none", got)
 	}
 	notes := sb.Notes()
 	as := notes[0].Associations
@@ -53,25 +62,24 @@ func TestEnsureNoteTwiceWritesOnce(t *testing.T) {
 		t.Errorf("properties = %v", p)
 	}
 
-	got, found, err := c.SearchNoteByExternalID(ctx, "evt-1")
+	got, found, err := c.NoteByExternalID(ctx, "evt-1")
 	if err != nil || !found || got.ID != first.ID || !got.Timestamp.Equal(first.Timestamp) {
-		t.Errorf("search: %+v found=%v err=%v", got, found, err)
+		t.Errorf("read: %+v found=%v err=%v", got, found, err)
 	}
-	if _, found, err := c.SearchNoteByExternalID(ctx, "evt-unknown"); err != nil || found {
+	if _, found, err := c.NoteByExternalID(ctx, "evt-unknown"); err != nil || found {
 		t.Errorf("absent: found=%v err=%v", found, err)
 	}
 }
 
+// HubSpot commits the note and the answer is lost; the retry, whatever the search
+// index says (it is not asked), finds or upserts the same note: one note.
 func TestTimeoutAfterCommitThenEnsureNote(t *testing.T) {
-	for _, lag := range []time.Duration{0, time.Minute} {
-		t.Run("searchLag="+lag.String(), func(t *testing.T) {
+	for _, route := range []string{sandbox.RouteHubSpotNoteUpsert, sandbox.RouteHubSpotNoteAssociate} {
+		t.Run(route, func(t *testing.T) {
 			sb, c, contact := setup(t)
 			ctx := context.Background()
-			// A lagging index cannot see the committed note: only the unique
-			// property stops the duplicate.
-			sb.SetSearchLag(lag)
-			sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{TimeoutAfterCommit: 3 * time.Second, Count: 1})
-
+			sb.SetSearchLag(time.Minute)
+			sb.SetFault(route, sandbox.Fault{TimeoutAfterCommit: 3 * time.Second, Count: 1})
 			start := time.Now()
 			_, _, err := c.EnsureNote(ctx, note(contact, "evt-2"))
 			if !platform.IsTransient(err) {
@@ -83,27 +91,74 @@ func TestTimeoutAfterCommitThenEnsureNote(t *testing.T) {
 			if n := sb.NotesWithExternalID("evt-2"); n != 1 {
 				t.Fatalf("the write should have committed: %d notes", n)
 			}
-
 			retry, created, err := c.EnsureNote(ctx, note(contact, "evt-2"))
 			if err != nil || created || retry.ID != sb.Notes()[0].ID {
 				t.Fatalf("retry: %+v created=%v err=%v", retry, created, err)
 			}
-			if n := sb.NotesWithExternalID("evt-2"); n != 1 {
-				t.Fatalf("notes = %d after retry, want 1", n)
+			if n := sb.NotesWithExternalID("evt-2"); n != 1 || len(sb.Notes()[0].Associations) != 1 {
+				t.Fatalf("notes = %d after retry (want 1), associations %+v", n, sb.Notes()[0].Associations)
 			}
 		})
+	}
+	// Two upserts racing past the read (the read missed both) still make one note.
+	sb, c, contact := setup(t)
+	a, _, err := c.UpsertNote(context.Background(), note(contact, "evt-9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, created, err := c.UpsertNote(context.Background(), note(contact, "evt-9"))
+	if err != nil || created || b.ID != a.ID || sb.NotesWithExternalID("evt-9") != 1 {
+		t.Fatalf("second upsert: %+v created=%v %v", b, created, err)
+	}
+}
+
+// The note property is made once, with unique values, in its own group; a portal
+// that refuses it, or holds one of that name without unique values, is an error that
+// names the problem (the crmwriter refuses to start on it).
+func TestEnsureNoteProperty(t *testing.T) {
+	sb, c, _ := setup(t)
+	if exists, unique := sb.NoteProperty(hubspot.ExternalIDProperty); !exists || !unique {
+		t.Fatalf("property: exists=%v unique=%v", exists, unique)
+	}
+	before := sb.TotalRequests()
+	if err := c.EnsureNoteProperty(context.Background()); err != nil || sb.TotalRequests()-before != 1 {
+		t.Fatalf("second time: %v, %d requests (want one read)", err, sb.TotalRequests()-before)
+	}
+
+	refusing := sandbox.Start(t)
+	refusing.RefuseUniqueNoteProperties(true)
+	rc := hubspot.New(hubspot.Config{BaseURL: refusing.URL, Token: sandbox.HubSpotToken})
+	err := rc.EnsureNoteProperty(context.Background())
+	if !errors.Is(err, hubspot.ErrNoUniqueProperty) || !strings.Contains(err.Error(), "not supported for object type notes") {
+		t.Fatalf("refused: %v", err)
+	}
+
+	plain := sandbox.Start(t)
+	plain.SetNoteProperty(hubspot.ExternalIDProperty, false)
+	pc := hubspot.New(hubspot.Config{BaseURL: plain.URL, Token: sandbox.HubSpotToken})
+	if err := pc.EnsureNoteProperty(context.Background()); !errors.Is(err, hubspot.ErrNoUniqueProperty) || !strings.Contains(err.Error(), "without unique values") {
+		t.Fatalf("not unique: %v", err)
+	}
+	// Without the property, a read or upsert by it is refused: nothing silently
+	// falls back to a second note.
+	if _, _, err := pc.UpsertNote(context.Background(), note("1", "evt-x")); platform.StatusOf(err) != http.StatusBadRequest {
+		t.Fatalf("upsert by a non-unique property: %v", err)
+	}
+	bad := hubspot.New(hubspot.Config{BaseURL: plain.URL, Token: "wrong"})
+	if err := bad.EnsureNoteProperty(context.Background()); platform.StatusOf(err) != http.StatusUnauthorized || errors.Is(err, hubspot.ErrNoUniqueProperty) {
+		t.Fatalf("wrong token: %v", err)
 	}
 }
 
 func TestRateLimitRetryAfter(t *testing.T) {
 	sb, c, contact := setup(t)
-	sb.SetFault(sandbox.RouteHubSpotNoteSearch, sandbox.Fault{Status: 429, RetryAfter: 3 * time.Second, Count: 1})
+	sb.SetFault(sandbox.RouteHubSpotNoteRead, sandbox.Fault{Status: 429, RetryAfter: 3 * time.Second, Count: 1})
 	_, _, err := c.EnsureNote(context.Background(), note(contact, "evt-3"))
 	if !platform.IsTransient(err) || platform.RetryAfter(err) != 3*time.Second || platform.StatusOf(err) != 429 {
 		t.Fatalf("got %v (retry after %v)", err, platform.RetryAfter(err))
 	}
-	if sb.Requests(sandbox.RouteHubSpotNoteCreate) != 0 {
-		t.Fatal("created a note without a successful search")
+	if sb.Requests(sandbox.RouteHubSpotNoteUpsert) != 0 {
+		t.Fatal("wrote a note without a successful read")
 	}
 	// The fault was for one request only.
 	if _, created, err := c.EnsureNote(context.Background(), note(contact, "evt-3")); err != nil || !created {
@@ -136,14 +191,14 @@ func TestPermanentErrors(t *testing.T) {
 	}
 
 	bad := hubspot.New(hubspot.Config{BaseURL: sb.URL, Token: "wrong", Timeout: time.Second})
-	_, _, err = bad.SearchNoteByExternalID(ctx, "evt")
+	_, _, err = bad.NoteByExternalID(ctx, "evt")
 	if platform.StatusOf(err) != http.StatusUnauthorized || platform.IsTransient(err) {
 		t.Errorf("wrong token: %v", err)
 	}
 
-	// A real validation error from the sandbox (association to no contact).
-	_, err = c.CreateNote(ctx, note("999999", "evt-4"))
-	if platform.StatusOf(err) != http.StatusBadRequest || platform.IsTransient(err) {
+	// An association to no contact is refused, permanently.
+	_, _, err = c.EnsureNote(ctx, note("999999", "evt-4"))
+	if platform.StatusOf(err) != http.StatusNotFound || platform.IsTransient(err) {
 		t.Errorf("bad association: %v", err)
 	}
 }
@@ -189,37 +244,28 @@ func TestSearchPagination(t *testing.T) {
 	}
 }
 
-func TestUpsertContact(t *testing.T) {
+// A contact is read by e-mail through the unique email property: no search, so a
+// contact made a moment ago is found at once.
+func TestContactByEmail(t *testing.T) {
 	sb, c, existing := setup(t)
 	ctx := context.Background()
-
-	got, err := c.UpsertContact(ctx, "ADA@example.com", map[string]string{"lifecyclestage": "lead"})
-	if err != nil || got.ID != existing || got.Properties["lifecyclestage"] != "lead" {
-		t.Fatalf("update existing: %+v %v", got, err)
-	}
-	created, err := c.UpsertContact(ctx, "grace@example.com", map[string]string{"firstname": "Grace"})
-	if err != nil || created.ID == "" || created.ID == existing {
-		t.Fatalf("create: %+v %v", created, err)
-	}
-	again, err := c.UpsertContact(ctx, "grace@example.com", nil)
-	if err != nil || again.ID != created.ID || again.Properties["firstname"] != "Grace" {
-		t.Fatalf("upsert again: %+v %v", again, err)
-	}
-	if n := len(sb.Contacts()); n != 2 {
-		t.Errorf("contacts = %d, want 2", n)
-	}
-
-	// Search lags behind the create: the 409 names the contact to update.
 	sb.SetSearchLag(time.Minute)
-	lagged, err := c.UpsertContact(ctx, "grace@example.com", map[string]string{"jobtitle": "Admiral"})
-	if err != nil || lagged.ID != created.ID || lagged.Properties["jobtitle"] != "Admiral" {
-		t.Fatalf("lagged upsert: %+v %v", lagged, err)
+	got, found, err := c.ContactByEmail(ctx, "ADA@example.com")
+	if err != nil || !found || got.ID != existing || got.Properties["firstname"] != "Ada" {
+		t.Fatalf("by e-mail: %+v %v %v", got, found, err)
 	}
-	if n := len(sb.Contacts()); n != 2 {
-		t.Errorf("contacts = %d after lagged upsert, want 2", n)
+	created, err := c.CreateContact(ctx, map[string]string{"email": "grace@example.com"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if total := sb.TotalRequests(); total > 15 {
-		t.Errorf("%d requests; expected a handful", total)
+	if got, found, err := c.ContactByEmail(ctx, "grace@example.com"); err != nil || !found || got.ID != created.ID {
+		t.Fatalf("just made: %+v %v %v", got, found, err)
+	}
+	if _, found, err := c.ContactByEmail(ctx, "nobody@example.com"); err != nil || found {
+		t.Fatalf("absent: %v %v", found, err)
+	}
+	if sb.Requests(sandbox.RouteHubSpotContactSearch) != 0 {
+		t.Fatal("a contact read by e-mail searched")
 	}
 }
 
@@ -249,13 +295,13 @@ func TestUpdateNote(t *testing.T) {
 	if _, err := c.UpdateNote(ctx, "424242", props); platform.StatusOf(err) != http.StatusNotFound || platform.IsTransient(err) {
 		t.Errorf("missing note: %v", err)
 	}
-	// The unique property holds on update too: the 409 names the holder.
+	// The unique property holds on update too: HubSpot refuses a second holder.
 	other, _, err := c.EnsureNote(ctx, note(contact, "evt-6"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.UpdateNote(ctx, other.ID, map[string]string{hubspot.ExternalIDProperty: "evt-5"})
-	if id, ok := hubspot.ExistingID(err); !ok || id != n.ID {
+	if platform.StatusOf(err) != http.StatusConflict {
 		t.Errorf("duplicate key on update: %v", err)
 	}
 	// A body over the documented limit is refused, permanently.
@@ -263,10 +309,10 @@ func TestUpdateNote(t *testing.T) {
 	if platform.StatusOf(err) != http.StatusBadRequest || platform.IsTransient(err) {
 		t.Errorf("long body: %v", err)
 	}
-	if _, err := c.CreateNote(ctx, hubspot.Note{ContactID: contact, ExternalID: "evt-7", Body: strings.Repeat("x", hubspot.MaxNoteBody+1)}); platform.StatusOf(err) != http.StatusBadRequest {
-		t.Errorf("long body on create: %v", err)
+	if _, _, err := c.UpsertNote(ctx, hubspot.Note{ContactID: contact, ExternalID: "evt-7", Body: strings.Repeat("x", hubspot.MaxNoteBody+1)}); platform.StatusOf(err) != http.StatusBadRequest {
+		t.Errorf("long body on upsert: %v", err)
 	}
-	if _, err := c.CreateNote(ctx, hubspot.Note{ContactID: contact, ExternalID: "evt-8", Body: strings.Repeat("é", hubspot.MaxNoteBody)}); err != nil {
+	if _, _, err := c.UpsertNote(ctx, hubspot.Note{ContactID: contact, ExternalID: "evt-8", Body: strings.Repeat("é", hubspot.MaxNoteBody)}); err != nil {
 		t.Errorf("body at the limit: %v", err)
 	}
 }

@@ -21,11 +21,11 @@ func setup(t *testing.T) (*sandbox.Server, *instantly.Client, string) {
 	return sb, c, sb.AddInstantlyLead(campaign, "lead@example.com")
 }
 
-func TestStopLeadTwiceIsHarmless(t *testing.T) {
+func TestSetInterestTwiceIsHarmless(t *testing.T) {
 	sb, c, id := setup(t)
 	ctx := context.Background()
 	for range 2 {
-		if err := c.StopLead(ctx, campaign, "lead@example.com", instantly.NotInterested); err != nil {
+		if err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.NotInterested)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -46,7 +46,7 @@ func TestStopLeadTwiceIsHarmless(t *testing.T) {
 	}
 }
 
-func TestUnsubscribeTwiceIsHarmless(t *testing.T) {
+func TestUnsubscribeTwiceMakesOneEntry(t *testing.T) {
 	sb, c, id := setup(t)
 	ctx := context.Background()
 	for range 2 {
@@ -67,7 +67,7 @@ func TestErrors(t *testing.T) {
 	ctx := context.Background()
 
 	bad := instantly.New(instantly.Config{BaseURL: sb.URL, APIKey: "wrong", Timeout: time.Second})
-	if err := bad.StopLead(ctx, campaign, "lead@example.com", instantly.NotInterested); platform.StatusOf(err) != 401 || platform.IsTransient(err) {
+	if err := bad.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.NotInterested)); platform.StatusOf(err) != 401 || platform.IsTransient(err) {
 		t.Errorf("wrong key: %v", err)
 	}
 	if len(sb.Stops("lead@example.com")) != 0 {
@@ -78,18 +78,18 @@ func TestErrors(t *testing.T) {
 	}
 
 	sb.SetFault(sandbox.RouteInstantlyInterest, sandbox.Fault{Status: 429, RetryAfter: 3 * time.Second, Count: 1})
-	err := c.StopLead(ctx, campaign, "lead@example.com", instantly.NotInterested)
+	err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.NotInterested))
 	if !platform.IsTransient(err) || platform.RetryAfter(err) != 3*time.Second {
 		t.Errorf("429: %v", err)
 	}
 	for _, st := range []int{500, 503} {
 		sb.SetFault(sandbox.RouteInstantlyInterest, sandbox.Fault{Status: st, Count: 1})
-		if err := c.StopLead(ctx, campaign, "lead@example.com", instantly.NotInterested); !platform.IsTransient(err) {
+		if err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.NotInterested)); !platform.IsTransient(err) {
 			t.Errorf("%d: %v", st, err)
 		}
 	}
 	sb.SetFault(sandbox.RouteInstantlyInterest, sandbox.Fault{Status: 400, Count: 1})
-	if err := c.StopLead(ctx, campaign, "lead@example.com", instantly.NotInterested); platform.IsTransient(err) || platform.StatusOf(err) != 400 {
+	if err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.NotInterested)); platform.IsTransient(err) || platform.StatusOf(err) != 400 {
 		t.Errorf("400: %v", err)
 	}
 	if n := len(sb.Stops("lead@example.com")); n != 0 {
@@ -101,14 +101,14 @@ func TestTimeoutAfterCommitThenRetry(t *testing.T) {
 	sb, c, id := setup(t)
 	ctx := context.Background()
 	sb.SetFault(sandbox.RouteInstantlyInterest, sandbox.Fault{TimeoutAfterCommit: 3 * time.Second, Count: 1})
-	if err := c.StopLead(ctx, campaign, "lead@example.com", instantly.NotInterested); !platform.IsTransient(err) {
+	if err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.NotInterested)); !platform.IsTransient(err) {
 		t.Fatalf("want transient timeout, got %v", err)
 	}
 	// Confirm at the source before deciding whether to repeat.
 	if l, err := c.GetLead(ctx, id); err != nil || !l.Stopped() {
 		t.Fatalf("the stop should have committed: %+v %v", l, err)
 	}
-	if err := c.StopLead(ctx, campaign, "lead@example.com", instantly.NotInterested); err != nil {
+	if err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.NotInterested)); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := c.GetLead(ctx, id); l.Status != instantly.StatusCompleted {
@@ -116,6 +116,10 @@ func TestTimeoutAfterCommitThenRetry(t *testing.T) {
 	}
 	if total := sb.TotalRequests(); total != 4 {
 		t.Errorf("requests = %d, want 4", total)
+	}
+	// The reference's answer is 202 (a background job): no error.
+	if n := len(sb.Stops("lead@example.com")); n != 2 {
+		t.Errorf("%d interest updates, want 2", n)
 	}
 }
 
@@ -144,5 +148,124 @@ func TestCampaignLeadsPagination(t *testing.T) {
 	}
 	if n := sb.Requests(sandbox.RouteInstantlyLeadList) - before; n != 3 {
 		t.Fatalf("%d pages requested, want 3", n)
+	}
+}
+
+func ptr(v int) *int { return &v }
+
+// The unsubscribe looks the block list up first: the reference documents no answer
+// for an entry that exists (the sandbox then adds a second), so a repeat, or an entry
+// of the address's domain, writes nothing.
+func TestBlockedLooksBeforeWriting(t *testing.T) {
+	sb, c, _ := setup(t)
+	ctx := context.Background()
+	if err := c.Unsubscribe(ctx, "example.org"); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"ana@example.org", "ANA@example.org"} {
+		blocked, err := c.Blocked(ctx, addr)
+		if err != nil || !blocked {
+			t.Fatalf("%s under a domain entry: blocked=%v %v", addr, blocked, err)
+		}
+		if err := c.Unsubscribe(ctx, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bl := sb.Blocklist(); len(bl) != 1 {
+		t.Fatalf("block list %v: a blocked address was added again", bl)
+	}
+	if blocked, err := c.Blocked(ctx, "ben@example.com"); err != nil || blocked {
+		t.Fatalf("an address not listed: blocked=%v %v", blocked, err)
+	}
+}
+
+// A campaign's stop settings are read from the campaign; an unknown one is a
+// permanent 404.
+func TestGetCampaign(t *testing.T) {
+	sb, c, _ := setup(t)
+	sb.SetInstantlyCampaign(campaign, true, false)
+	cp, err := c.GetCampaign(context.Background(), campaign)
+	if err != nil || !cp.StopOnReply || cp.StopOnAutoReply || cp.ID != campaign {
+		t.Fatalf("campaign %+v %v", cp, err)
+	}
+	if _, err := c.GetCampaign(context.Background(), "nope"); platform.StatusOf(err) != http.StatusNotFound || platform.IsTransient(err) {
+		t.Fatalf("unknown campaign: %v", err)
+	}
+}
+
+// A custom label is found by name and kind, made when absent, and kept: the second
+// ask costs no request; another client of the workspace finds the one made.
+func TestEnsureLabel(t *testing.T) {
+	sb, c, _ := setup(t)
+	ctx := context.Background()
+	l, err := c.EnsureLabel(ctx, "Replied (Exacto)", instantly.KindNeutral, "set on a reply")
+	if err != nil || l.InterestStatus == 0 || l.Kind != instantly.KindNeutral {
+		t.Fatalf("label %+v %v", l, err)
+	}
+	before := sb.TotalRequests()
+	again, err := c.EnsureLabel(ctx, "Replied (Exacto)", instantly.KindNeutral, "set on a reply")
+	if err != nil || again != l || sb.TotalRequests() != before {
+		t.Fatalf("second ask: %+v %v, %d requests", again, err, sb.TotalRequests()-before)
+	}
+	other := instantly.New(instantly.Config{BaseURL: sb.URL, APIKey: sandbox.InstantlyKey})
+	found, err := other.EnsureLabel(ctx, "Replied (Exacto)", instantly.KindNeutral, "set on a reply")
+	if err != nil || found.InterestStatus != l.InterestStatus || len(sb.InstantlyLabels()) != 1 {
+		t.Fatalf("another client: %+v %v, %d labels", found, err, len(sb.InstantlyLabels()))
+	}
+	// The label's value is an interest value the update accepts; an unknown one is a 400.
+	if err := c.SetInterest(ctx, campaign, "lead@example.com", &l.InterestStatus); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(29999)); platform.StatusOf(err) != 400 {
+		t.Fatalf("unknown interest value: %v", err)
+	}
+}
+
+// A subsequence keyed on an interest value takes in a lead given that value (the bite
+// the stopper guards against); removing the lead takes it out before its first step.
+func TestSubsequences(t *testing.T) {
+	sb, c, id := setup(t)
+	ctx := context.Background()
+	sub := sb.AddInstantlySubsequence(campaign, time.Hour, instantly.Interested)
+	subs, err := c.Subsequences(ctx, campaign)
+	if err != nil || len(subs) != 1 || !subs[0].StartsOn(instantly.Interested) || subs[0].StartsOn(instantly.MeetingBooked) {
+		t.Fatalf("subsequences %+v %v", subs, err)
+	}
+	if err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.Interested)); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := c.GetLead(ctx, id)
+	if l.SubsequenceID != sub || l.Stopped() {
+		t.Fatalf("lead given Interested: %+v, want active in subsequence %s", l, sub)
+	}
+	if l, err = c.RemoveFromSubsequence(ctx, id); err != nil || l.SubsequenceID != "" || !l.Stopped() {
+		t.Fatalf("removed: %+v %v", l, err)
+	}
+	if sends := sb.InstantlySubsequenceSends(); len(sends) != 0 {
+		t.Fatalf("subsequence steps sent: %v", sends)
+	}
+}
+
+// A reply is read back by its e-mail id (ue_type 2, the lead's address and text), or
+// among the lead's received e-mails; a lead only in a lead list is no campaign lead.
+func TestEmailsAndListLeads(t *testing.T) {
+	sb, c, _ := setup(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+	id := sb.AddInstantlyReply(campaign, "lead@example.com", "em-1", "Send me the pricing", false, at)
+	e, err := c.GetEmail(ctx, id)
+	if err != nil || !e.Received() || e.Lead != "lead@example.com" || e.Body.Text != "Send me the pricing" || !e.Time().Equal(at) {
+		t.Fatalf("email %+v %v", e, err)
+	}
+	if _, err := c.GetEmail(ctx, "em-forged"); platform.StatusOf(err) != http.StatusNotFound {
+		t.Fatalf("unknown e-mail: %v", err)
+	}
+	list, err := c.ReceivedEmails(ctx, "lead@example.com", campaign, 5)
+	if err != nil || len(list) != 1 || list[0].ID != "em-1" {
+		t.Fatalf("received %+v %v", list, err)
+	}
+	sb.AddInstantlyListLead("list-1", "listed@example.com")
+	if leads, err := c.FindLeads(ctx, "", "listed@example.com"); err != nil || len(leads) != 0 {
+		t.Fatalf("a lead only in a list: %+v %v", leads, err)
 	}
 }

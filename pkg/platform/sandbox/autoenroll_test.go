@@ -48,7 +48,7 @@ func TestAutoEnroll(t *testing.T) {
 		// The sandbox cannot know an auto-enrolled lead's campaigns: it is a started
 		// lead of any campaign it is asked about.
 		const other int64 = 77
-		cl, found, err := sc.CampaignLeadStatus(ctx, other, sl.ID)
+		cl, found, err := sc.FindInCampaign(ctx, other, sl.ID, smartlead.Filter{}, 1)
 		if err != nil || !found || cl.Stopped() || cl.Email != "new@example.com" {
 			t.Fatalf("campaign %d: %+v found=%v err=%v", other, cl, found, err)
 		}
@@ -60,7 +60,7 @@ func TestAutoEnroll(t *testing.T) {
 		}
 		// A seeded lead keeps its real campaigns.
 		seeded := sb.AddSmartleadLead(5, "seeded@example.com")
-		if _, found, _ := sc.CampaignLeadStatus(ctx, other, seeded); found {
+		if _, found, _ := sc.FindInCampaign(ctx, other, seeded, smartlead.Filter{}, 1); found {
 			t.Fatal("a seeded lead joined a campaign it is not in")
 		}
 	}

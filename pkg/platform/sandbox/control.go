@@ -22,8 +22,13 @@ const (
 var Routes = []string{
 	RouteHubSpotNoteCreate, RouteHubSpotNoteSearch, RouteHubSpotNoteUpdate,
 	RouteHubSpotContactCreate, RouteHubSpotContactSearch, RouteHubSpotContactGet, RouteHubSpotContactUpdate,
-	RouteInstantlyInterest, RouteInstantlyBlocklist, RouteInstantlyLeadList, RouteInstantlyLeadGet,
+	RouteHubSpotPropertyGet, RouteHubSpotPropertyNew, RouteHubSpotGroupGet, RouteHubSpotGroupNew,
+	RouteHubSpotNoteRead, RouteHubSpotNoteUpsert, RouteHubSpotNoteAssociate,
+	RouteInstantlyInterest, RouteInstantlyBlocklist, RouteInstantlyBlocklistGet, RouteInstantlyLeadList, RouteInstantlyLeadGet,
+	RouteInstantlyCampaignGet, RouteInstantlyLabelList, RouteInstantlyLabelCreate, RouteInstantlySubsequences,
+	RouteInstantlySubseqRemove, RouteInstantlyEmailGet, RouteInstantlyEmailList,
 	RouteSmartleadPause, RouteSmartleadUnsubscribe, RouteSmartleadUnsubscribeAll, RouteSmartleadLeadByEmail, RouteSmartleadCampaignLeads,
+	RouteSmartleadHistory,
 }
 
 // ControlFault is Fault as JSON, durations as strings ("10s").
@@ -77,7 +82,7 @@ type ControlLeadsRequest struct {
 // ControlStateAnswer is what GET /_sandbox/state?email=E[&note=ID…] answers.
 type ControlStateAnswer struct {
 	Email       string          `json:"email"`
-	Stops       int             `json:"stops"`       // accepted Instantly interest-status updates
+	Stops       int             `json:"stops"`       // accepted Instantly interest-status updates that stop (not a Raise)
 	Blocklisted bool            `json:"blocklisted"` // on the Instantly block list
 	Leads       []InstantlyLead `json:"leads"`       // the Instantly leads of the address
 	Notes       int             `json:"notes"`       // HubSpot notes associated with the address's contacts
@@ -119,6 +124,7 @@ func (s *Server) mountControl(mux *http.ServeMux) {
 	}))
 	mux.HandleFunc("POST "+ControlLeads, loopbackOnly(s.ctlLeads))
 	mux.HandleFunc("GET "+ControlState, loopbackOnly(s.ctlState))
+	mux.HandleFunc("POST "+ControlHappened, loopbackOnly(s.ctlHappened))
 }
 
 func (s *Server) ctlSetFault(w http.ResponseWriter, r *http.Request) {
@@ -169,11 +175,11 @@ func (s *Server) ctlState(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.inst.stops {
-		if strings.EqualFold(st.Email, email) {
+		if strings.EqualFold(st.Email, email) && !st.Raise() {
 			a.Stops++
 		}
 	}
-	a.Blocklisted = slices.Contains(s.inst.blocklist, email)
+	a.Blocklisted = s.inst.blocked(email)
 	for _, l := range s.inst.leads {
 		if strings.EqualFold(l.Email, email) {
 			a.Leads = append(a.Leads, *l)

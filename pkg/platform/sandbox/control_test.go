@@ -33,8 +33,8 @@ func TestControl(t *testing.T) {
 	s.mu.Lock()
 	n := len(s.faults)
 	s.mu.Unlock()
-	if n != 9 { // 7 of the workers, the deal and meeting searches of the reconciler
-		t.Fatalf("hubspot faults: %d routes, want 9", n)
+	if n != 16 { // 7 object routes, 7 of properties, batches and associations, the deal and meeting searches
+		t.Fatalf("hubspot faults: %d routes, want 16", n)
 	}
 	req, _ := http.NewRequest(http.MethodDelete, s.URL+ControlFaults, nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -51,7 +51,7 @@ func TestControl(t *testing.T) {
 
 	s.mu.Lock()
 	s.inst.stops = append(s.inst.stops, InstantlyStop{Email: "a@x.example", Campaign: "c1"})
-	s.inst.blocklist = append(s.inst.blocklist, "a@x.example")
+	s.inst.blocklist = append(s.inst.blocklist, blockEntry{Value: "a@x.example"})
 	s.mu.Unlock()
 	cid := s.AddContact("a@x.example", nil)
 	s.AddNoteFor(cid, map[string]string{NoteExternalIDProperty: "ev-1"})

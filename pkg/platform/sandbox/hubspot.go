@@ -51,9 +51,17 @@ type hubspotState struct {
 	contacts  []*Object // creation order = search order
 	notes     []*Object
 	searchLag time.Duration
+	// props are the custom note properties, groups the note property groups (a new
+	// portal has neither: Exacto makes its own); refuseUnique refuses unique values.
+	props        map[string]*hsProperty
+	groups       map[string]bool
+	refuseUnique bool
 }
 
-func (h *hubspotState) init() { h.nextID = 1000 }
+func (h *hubspotState) init() {
+	h.nextID = 1000
+	h.props, h.groups = map[string]*hsProperty{}, map[string]bool{}
+}
 
 func (h *hubspotState) id() string {
 	h.nextID++
@@ -184,6 +192,7 @@ func (s *Server) mountHubSpot(mux *http.ServeMux) {
 	s.handle(mux, "POST /crm/v3/objects/contacts/search", RouteHubSpotContactSearch, a, d, s.hsSearch(func() []*Object { return s.hubspot.contacts }))
 	s.handle(mux, "GET /crm/v3/objects/contacts/{id}", RouteHubSpotContactGet, a, d, s.hsGetContact)
 	s.handle(mux, "PATCH /crm/v3/objects/contacts/{id}", RouteHubSpotContactUpdate, a, d, s.hsUpdateContact)
+	s.mountHubSpotBatch(mux)
 }
 
 type hsCreateReq struct {
@@ -258,11 +267,11 @@ func noteBodyFits(w http.ResponseWriter, props map[string]string) bool {
 }
 
 // uniqueNoteID answers 409 when props would give a second note (not self) the
-// external id another holds: a unique-value property refuses it, naming the
-// holder. Called with s.mu held.
+// external id another holds, once the property is made with unique values: HubSpot
+// refuses it, naming the holder. Called with s.mu held.
 func (s *Server) uniqueNoteID(w http.ResponseWriter, props map[string]string, self string) bool {
 	ext := props[NoteExternalIDProperty]
-	if ext == "" {
+	if p := s.hubspot.props[NoteExternalIDProperty]; ext == "" || p == nil || !p.HasUniqueValue {
 		return true
 	}
 	for _, n := range s.hubspot.notes {
@@ -333,10 +342,24 @@ func (s *Server) hsCreateContact(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, hsJSON(o))
 }
 
+// hsGetContact serves a contact by id, or by e-mail with idProperty=email.
 func (s *Server) hsGetContact(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := find(s.hubspot.contacts, r.PathValue("id"))
+	var c *Object
+	switch prop := r.URL.Query().Get("idProperty"); prop {
+	case "":
+		c = find(s.hubspot.contacts, r.PathValue("id"))
+	case "email":
+		for _, o := range s.hubspot.contacts {
+			if strings.EqualFold(o.Properties["email"], r.PathValue("id")) {
+				c = o
+			}
+		}
+	default:
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "idProperty "+prop+" is not a unique property of contacts")
+		return
+	}
 	if c == nil {
 		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "resource not found")
 		return

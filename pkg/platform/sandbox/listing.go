@@ -33,6 +33,10 @@ type InstantlyCampaign struct {
 	ID     string `json:"id"`
 	Name   string `json:"name"`
 	Status int    `json:"status"`
+	// The campaign's stop settings (GET /api/v2/campaigns/{id}).
+	StopOnReply     bool `json:"stop_on_reply"`
+	StopOnAutoReply bool `json:"stop_on_auto_reply"`
+	StopForCompany  bool `json:"stop_for_company"`
 }
 
 // SmartleadCampaign is a Smartlead campaign as the sandbox lists it (status ACTIVE,

@@ -74,7 +74,9 @@ type Server struct {
 	hubspot  hubspotState
 	inst     instantlyState
 	smart    smartleadState
-	listing  listingState // campaigns, deals and meetings (listing.go)
+	listing  listingState           // campaigns, deals and meetings (listing.go)
+	limits   map[string]*rateWindow // SetRateLimit, by limit group
+	limited  map[string]int         // 429s answered, by limit group
 	stopping chan struct{}
 }
 
@@ -128,6 +130,8 @@ func Listen(opts Options) (*Server, error) {
 		counts:   map[string]int{},
 		last:     map[string]time.Time{},
 		times:    map[string][]time.Time{},
+		limits:   map[string]*rateWindow{},
+		limited:  map[string]int{},
 		stopping: make(chan struct{}),
 	}
 	s.hubspot.init()
@@ -268,10 +272,15 @@ func (s *Server) take(route string) *Fault {
 // authFunc reports whether a request carries the right credential.
 type authFunc func(*http.Request) bool
 
-// handle mounts h at pattern under route, wrapped with counting, faults and
-// auth. Faults act before auth, as an edge proxy or rate limiter would.
+// handle mounts h at pattern under route, wrapped with counting, faults, the
+// platform's rate limit and auth. Faults and the limit act before auth, as an edge
+// proxy or rate limiter would.
 func (s *Server) handle(mux *http.ServeMux, pattern, route string, auth authFunc, deny http.HandlerFunc, h http.HandlerFunc) {
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if wait, limited := s.overLimit(route, r); limited {
+			rateLimited(w, route, wait)
+			return
+		}
 		f := s.take(route)
 		if f != nil && f.Latency > 0 && !s.sleep(r.Context(), f.Latency) {
 			return

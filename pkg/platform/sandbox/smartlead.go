@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Smartlead routes (names for SetFault and Requests).
@@ -15,6 +16,7 @@ const (
 	RouteSmartleadUnsubscribeAll = "smartlead.lead.unsubscribe"
 	RouteSmartleadLeadByEmail    = "smartlead.leads.by-email"
 	RouteSmartleadCampaignLeads  = "smartlead.campaign.leads"
+	RouteSmartleadHistory        = "smartlead.campaign-lead.message-history"
 )
 
 // SmartleadAutoCampaign is the campaign AutoEnroll puts a lead met by e-mail in.
@@ -28,6 +30,23 @@ type SmartleadLead struct {
 	Email        string
 	Status       string // "STARTED", "INPROGRESS", "PAUSED", "COMPLETED", …
 	Unsubscribed bool
+	// Replied and Bounced are the lead's e-mail status in the campaign; LastEvent its
+	// last activity (a send or a reply), what event_time_gt filters on.
+	Replied, Bounced bool
+	LastEvent        time.Time
+	History          []SmartleadMessage
+}
+
+// SmartleadMessage is one e-mail of a lead's message history in a campaign.
+type SmartleadMessage struct {
+	Type      string `json:"type"` // SENT or REPLY
+	MessageID string `json:"message_id"`
+	StatsID   string `json:"stats_id"`
+	Time      string `json:"time"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Subject   string `json:"subject"`
+	Body      string `json:"email_body"`
 }
 
 type smartleadState struct {
@@ -55,6 +74,16 @@ func (s *Server) AddSmartleadLead(campaignID int64, email string) int64 {
 	return s.smart.add(campaignID, email)
 }
 
+// AddSmartleadLeads seeds n started leads of campaignID, lead0@domain … lead{n-1}@domain,
+// without activity (a large campaign).
+func (s *Server) AddSmartleadLeads(campaignID int64, n int, domain string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range n {
+		s.smart.add(campaignID, "lead"+strconv.Itoa(i)+"@"+domain)
+	}
+}
+
 func (st *smartleadState) add(campaignID int64, email string) int64 {
 	email = strings.ToLower(email)
 	id, ok := st.leads[email]
@@ -62,6 +91,9 @@ func (st *smartleadState) add(campaignID int64, email string) int64 {
 		st.nextID++
 		id = st.nextID
 		st.leads[email] = id
+	}
+	if m := st.member(campaignID, id); m != nil {
+		return id
 	}
 	st.nextID++
 	st.members = append(st.members, &SmartleadLead{
@@ -96,6 +128,13 @@ func (s *Server) SmartleadLeadState(campaignID, leadID int64) (SmartleadLead, bo
 	return SmartleadLead{}, false
 }
 
+// SmartleadLeadID is the id of the lead with email (0 if none).
+func (s *Server) SmartleadLeadID(email string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.smart.leads[strings.ToLower(email)]
+}
+
 // UpdateSmartleadLead changes lead's membership in campaign as Smartlead itself would
 // (no webhook); false if there is none.
 func (s *Server) UpdateSmartleadLead(campaignID, leadID int64, change func(*SmartleadLead)) bool {
@@ -114,6 +153,57 @@ func (s *Server) SmartleadUnsubscribedAll(leadID int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.smart.global[leadID]
+}
+
+// AddSmartleadReply records a reply of email in campaignID, as Smartlead's message
+// history holds it (the lead enrolled when unknown): the e-mail status is_replied and
+// the lead's last activity move with it. It returns the lead's id.
+func (s *Server) AddSmartleadReply(campaignID int64, email, messageID, text string, at time.Time) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.smart.reply(campaignID, email, messageID, text, at)
+}
+
+func (st *smartleadState) reply(campaignID int64, email, messageID, text string, at time.Time) int64 {
+	id := st.add(campaignID, email)
+	m := st.member(campaignID, id)
+	m.History = append(m.History, SmartleadMessage{Type: "REPLY", MessageID: messageID, Time: at.UTC().Format(time.RFC3339Nano),
+		From: m.Email, To: "sdr@sandbox.smartlead", Body: text, StatsID: strconv.FormatInt(m.MapID, 10) + "-" + strconv.Itoa(len(m.History))})
+	m.Replied = true
+	m.LastEvent = maxTime(m.LastEvent, at)
+	return id
+}
+
+// UnsubscribeSmartleadLead unsubscribes email from every campaign as Smartlead's own
+// link does; false if there is no such lead.
+func (s *Server) UnsubscribeSmartleadLead(email string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.smart.leads[strings.ToLower(email)]
+	if ok {
+		s.smart.unsubscribe(id)
+	}
+	return ok
+}
+
+func (st *smartleadState) unsubscribe(id int64) bool {
+	found := false
+	for _, m := range st.members {
+		if m.LeadID == id {
+			m.Unsubscribed, found = true, true
+		}
+	}
+	if found {
+		st.global[id] = true
+	}
+	return found
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (st *smartleadState) member(campaignID, leadID int64) *SmartleadLead {
@@ -150,6 +240,7 @@ func (s *Server) mountSmartlead(mux *http.ServeMux) {
 	s.handle(mux, "POST /api/v1/leads/{lid}/unsubscribe", RouteSmartleadUnsubscribeAll, a, d, s.slUnsubscribeAll)
 	s.handle(mux, "GET /api/v1/leads/{$}", RouteSmartleadLeadByEmail, a, d, s.slByEmail)
 	s.handle(mux, "GET /api/v1/campaigns/{cid}/leads", RouteSmartleadCampaignLeads, a, d, s.slCampaignLeads)
+	s.handle(mux, "GET /api/v1/campaigns/{cid}/leads/{lid}/message-history", RouteSmartleadHistory, a, d, s.slHistory)
 }
 
 func pathInt(r *http.Request, name string) (int64, bool) {
@@ -160,25 +251,47 @@ func pathInt(r *http.Request, name string) (int64, bool) {
 // slMember applies change to a campaign membership; repeating it is a no-op.
 func (s *Server) slMember(change func(*SmartleadLead)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		cid, ok1 := pathInt(r, "cid")
-		lid, ok2 := pathInt(r, "lid")
-		if !ok1 || !ok2 {
-			smartleadError(w, http.StatusBadRequest, "campaign_id and lead_id must be numbers")
-			return
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.opts.AutoEnroll && s.smart.auto[lid] {
-			s.smart.enrolAuto(cid)
-		}
-		m := s.smart.member(cid, lid)
-		if m == nil {
-			smartleadError(w, http.StatusNotFound, "Lead not found in campaign")
+		m, ok := s.slFind(w, r)
+		if !ok {
 			return
 		}
 		change(m)
+		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "data": "success"})
 	}
+}
+
+// slFind finds the membership the path names, holding s.mu when ok (the caller
+// unlocks); it answers the error itself when not.
+func (s *Server) slFind(w http.ResponseWriter, r *http.Request) (*SmartleadLead, bool) {
+	cid, ok1 := pathInt(r, "cid")
+	lid, ok2 := pathInt(r, "lid")
+	if !ok1 || !ok2 {
+		smartleadError(w, http.StatusBadRequest, "campaign_id and lead_id must be numbers")
+		return nil, false
+	}
+	s.mu.Lock()
+	if s.opts.AutoEnroll && s.smart.auto[lid] {
+		s.smart.enrolAuto(cid)
+	}
+	m := s.smart.member(cid, lid)
+	if m == nil {
+		s.mu.Unlock()
+		smartleadError(w, http.StatusNotFound, "Lead not found in campaign")
+		return nil, false
+	}
+	return m, true
+}
+
+func (s *Server) slHistory(w http.ResponseWriter, r *http.Request) {
+	m, ok := s.slFind(w, r)
+	if !ok {
+		return
+	}
+	history := append([]SmartleadMessage{}, m.History...)
+	from, to := "sdr@sandbox.smartlead", m.Email
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"history": history, "from": from, "to": to})
 }
 
 func (s *Server) slUnsubscribeAll(w http.ResponseWriter, r *http.Request) {
@@ -189,24 +302,21 @@ func (s *Server) slUnsubscribeAll(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	found := false
-	for _, m := range s.smart.members {
-		if m.LeadID == lid {
-			m.Unsubscribed, found = true, true
-		}
-	}
-	if !found {
-		smartleadError(w, http.StatusNotFound, "Lead not found")
+	if s.smart.global[lid] {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": false}) // "No Update" (the reference)
 		return
 	}
-	s.smart.global[lid] = true
+	if !s.smart.unsubscribe(lid) {
+		smartleadError(w, http.StatusNotFound, "Lead not found - Invalid lead_id.")
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
 
 func (s *Server) slByEmail(w http.ResponseWriter, r *http.Request) {
 	email := strings.ToLower(r.URL.Query().Get("email"))
 	if email == "" {
-		smartleadError(w, http.StatusBadRequest, "email is required")
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "email is required"})
 		return
 	}
 	s.mu.Lock()
@@ -223,7 +333,9 @@ func (s *Server) slByEmail(w http.ResponseWriter, r *http.Request) {
 	camps := []map[string]any{}
 	for _, m := range s.smart.members {
 		if m.LeadID == id {
-			camps = append(camps, map[string]any{"campaign_id": m.CampaignID, "campaign_lead_map_id": m.MapID})
+			// The reference's lead_campaign_data: no status per campaign.
+			camps = append(camps, map[string]any{"campaign_id": m.CampaignID, "campaign_lead_map_id": m.MapID,
+				"campaign_name": "Campaign " + strconv.FormatInt(m.CampaignID, 10), "client_id": nil, "lead_category_id": nil})
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -231,6 +343,9 @@ func (s *Server) slByEmail(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// slCampaignLeads serves a campaign's leads: offset, limit (at most 100), and the
+// documented filters status, emailStatus (is_replied, is_bounced, is_unsubscribed,
+// not_replied) and event_time_gt (activity after it).
 func (s *Server) slCampaignLeads(w http.ResponseWriter, r *http.Request) {
 	cid, ok := pathInt(r, "cid")
 	if !ok {
@@ -243,6 +358,16 @@ func (s *Server) slCampaignLeads(w http.ResponseWriter, r *http.Request) {
 	if limit <= 0 || limit > 100 {
 		limit = 100
 	}
+	var after time.Time
+	if v := q.Get("event_time_gt"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "event_time_gt must be an ISO 8601 date"})
+			return
+		}
+		after = t
+	}
+	status, emailStatus := strings.ToUpper(q.Get("status")), q.Get("emailStatus")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.opts.AutoEnroll {
@@ -250,9 +375,29 @@ func (s *Server) slCampaignLeads(w http.ResponseWriter, r *http.Request) {
 	}
 	var all []*SmartleadLead
 	for _, m := range s.smart.members {
-		if m.CampaignID == cid {
-			all = append(all, m)
+		unsub := m.Unsubscribed || s.smart.global[m.LeadID]
+		if m.CampaignID != cid || (status != "" && m.Status != status) || (!after.IsZero() && !m.LastEvent.After(after)) {
+			continue
 		}
+		switch emailStatus {
+		case "is_replied":
+			if !m.Replied {
+				continue
+			}
+		case "not_replied":
+			if m.Replied {
+				continue
+			}
+		case "is_bounced":
+			if !m.Bounced {
+				continue
+			}
+		case "is_unsubscribed":
+			if !unsub {
+				continue
+			}
+		}
+		all = append(all, m)
 	}
 	data := []map[string]any{}
 	for i := max(offset, 0); i < len(all) && len(data) < limit; i++ {

@@ -2,7 +2,6 @@ package smartlead_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/platform/smartlead"
+	"exacto.dev/pkg/ratelimit"
 )
 
 const campaign = 1234
@@ -30,9 +30,8 @@ func TestPauseTwiceIsHarmless(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cl, found, err := c.CampaignLeadStatus(ctx, campaign, lead)
-	if err != nil || !found || cl.Status != "PAUSED" || !cl.Stopped() {
-		t.Fatalf("status: %+v found=%v err=%v", cl, found, err)
+	if m, _ := sb.SmartleadLeadState(campaign, lead); m.Status != "PAUSED" {
+		t.Fatalf("status: %+v", m)
 	}
 	if n := sb.Requests(sandbox.RouteSmartleadPause); n != 2 {
 		t.Errorf("pause requests = %d", n)
@@ -67,34 +66,64 @@ func TestUnsubscribeTwiceIsHarmless(t *testing.T) {
 	if err != nil || !found || l.ID != lead || !l.Unsubscribed || len(l.CampaignIDs) != 2 {
 		t.Fatalf("lead: %+v found=%v err=%v", l, found, err)
 	}
-	if cl, _, _ := c.CampaignLeadStatus(ctx, other, lead); !cl.Stopped() {
-		t.Errorf("other campaign: %+v", cl)
+	leads, err := c.CampaignLeads(ctx, other)
+	if err != nil || len(leads) != 1 || !leads[0].Stopped() || !leads[0].Unsubscribed {
+		t.Errorf("other campaign: %+v %v", leads, err)
 	}
 }
 
-func TestLookupAndPagination(t *testing.T) {
+// A lead past the 10,000th row of its campaign is found in one page by the documented
+// filters (its recent activity), where reading the campaign would take over 100 pages.
+func TestFindInCampaignByFilter(t *testing.T) {
 	sb, c, _ := setup(t)
 	ctx := context.Background()
 	if _, found, err := c.LeadByEmail(ctx, "nobody@example.com"); found || err != nil {
 		t.Fatalf("absent: found=%v err=%v", found, err)
 	}
-	var target int64
-	for i := range 150 {
-		id := sb.AddSmartleadLead(campaign, fmt.Sprintf("p%03d@acme.test", i))
-		if i == 120 {
-			target = id
-		}
+	sb.AddSmartleadLeads(campaign, 10500, "acme.test")
+	at := time.Now().Add(-time.Minute)
+	target := sb.AddSmartleadReply(campaign, "late@acme.test", "<m-1@acme.test>", "Please stop", at)
+	if err := c.PauseLead(ctx, campaign, target); err != nil {
+		t.Fatal(err)
 	}
 	before := sb.Requests(sandbox.RouteSmartleadCampaignLeads)
-	cl, found, err := c.CampaignLeadStatus(ctx, campaign, target)
-	if err != nil || !found || cl.Email != "p120@acme.test" || cl.Stopped() {
-		t.Fatalf("paged lookup: %+v found=%v err=%v", cl, found, err)
+	cl, found, err := c.FindInCampaign(ctx, campaign, target, smartlead.Filter{Status: "PAUSED", ActiveAfter: at.Add(-time.Minute)}, 3)
+	if err != nil || !found || cl.Email != "late@acme.test" || !cl.Stopped() {
+		t.Fatalf("filtered lookup: %+v found=%v err=%v", cl, found, err)
 	}
-	if pages := sb.Requests(sandbox.RouteSmartleadCampaignLeads) - before; pages != 2 {
-		t.Errorf("pages = %d, want 2", pages)
+	if pages := sb.Requests(sandbox.RouteSmartleadCampaignLeads) - before; pages != 1 {
+		t.Errorf("pages = %d, want 1", pages)
 	}
-	if _, found, err := c.CampaignLeadStatus(ctx, campaign, 1); found || err != nil {
-		t.Errorf("not a member: found=%v err=%v", found, err)
+	// Without a filter, the bound is reached first: not found, no error (the caller
+	// must not conclude the lead is absent).
+	if _, found, err := c.FindInCampaign(ctx, campaign, target, smartlead.Filter{}, 3); found || err != nil {
+		t.Errorf("past the bound: found=%v err=%v", found, err)
+	}
+	// The reply is in the lead's message history, with its Message-ID and text.
+	h, err := c.MessageHistory(ctx, campaign, target)
+	if err != nil || len(h) != 1 || !h[0].Reply() || h[0].MessageID != "<m-1@acme.test>" || h[0].Body != "Please stop" {
+		t.Fatalf("history %+v %v", h, err)
+	}
+	if bounce := (smartlead.Message{Type: "REPLY", From: "MAILER-DAEMON@mx.acme.test"}); bounce.Reply() {
+		t.Error("a mailer daemon's notice counted as a reply")
+	}
+}
+
+// A 429 names its wait in the body (error.retry_after) or X-RateLimit-Reset besides
+// Retry-After: the client reads it.
+func TestRateLimitedAnswer(t *testing.T) {
+	sb, c, lead := setup(t)
+	sb.SetRateLimit("smartlead", ratelimit.Rate{N: 1, Per: 3 * time.Second})
+	ctx := context.Background()
+	if err := c.PauseLead(ctx, campaign, lead); err != nil {
+		t.Fatal(err)
+	}
+	err := c.PauseLead(ctx, campaign, lead)
+	if platform.StatusOf(err) != http.StatusTooManyRequests || !platform.IsTransient(err) || platform.RetryAfter(err) < 2*time.Second {
+		t.Fatalf("over the limit: %v (retry after %v)", err, platform.RetryAfter(err))
+	}
+	if !strings.Contains(err.Error(), "RATE_LIMIT_EXCEEDED") {
+		t.Fatalf("the error body was not read: %v", err)
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package handler is the classifier service: every human reply (e-mail or chat) gets a
 // label with evidence, confidence and language, published back onto the stream as
 // reply.classified. It never books or sends anything: the label suggests an action,
-// and below the confidence threshold the action is human_review.
+// and below the confidence threshold the action is human_review. An unsigned reply is
+// confirmed at its source first (pkg/confirm), and the source's text is what is
+// classified: a forged "remove me" never becomes an unsubscribe request.
 package handler
 
 import (
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"exacto.dev/pkg/classify"
+	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/service"
@@ -29,6 +32,9 @@ func New(d *consumer.Deriver, c classify.Classifier) consumer.Handler {
 				text = m.Subject // a reply whose body did not come through: the subject is all there is
 			}
 		}
+		if t, ok := confirm.Text(ctx); ok {
+			text = t // the reply as its source holds it
+		}
 		res, err := c.Classify(ctx, text, "")
 		if err != nil {
 			return err
@@ -48,5 +54,13 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	return env.Consume(ctx, stream.Classifier, up, consumer.Options{Handle: New(d, classify.New())})
+	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
+	if err != nil {
+		return err
+	}
+	return env.Consume(ctx, stream.Classifier, up, consumer.Options{Handle: gate.Wrap(Acts, New(d, classify.New()))})
 }
+
+// Acts says which events the classifier acts on: replies (its subscription's other
+// type, message.received, comes from signed providers only).
+func Acts(env envelope.Envelope) bool { return env.Type == envelope.TypeReplyReceived }

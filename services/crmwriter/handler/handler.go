@@ -1,22 +1,25 @@
 // Package handler is the crmwriter: every reply becomes exactly one CRM activity in
 // HubSpot (a note on the contact's timeline, carrying our event id in the unique note
-// property exacto_event_id), and so does every booked meeting and created opportunity.
+// property exacto_event_id, which the crmwriter makes at start-up and refuses to start
+// without), and so does every booked meeting and created opportunity.
 //
 // Per event type:
 //
 //   - reply.received: the contact is read by the HubSpot id the contact directory
-//     (pkg/contacts) has recorded for it, else found by e-mail, else created (email,
-//     first and last name, phone, owner); on a contact that exists only properties it lacks are
-//     filled, so nothing a salesperson typed is overwritten. Then the note: searched by
-//     the event id, created only when absent, associated with the contact (type 202),
+//     (pkg/contacts) has recorded for it, else read by e-mail (the unique email
+//     property: no search), else created (email, first and last name, phone, owner);
+//     on a contact that exists only properties it lacks are filled, so nothing a
+//     salesperson typed is overwritten. Then the note: read by the event id (batch
+//     read by idProperty), upserted by it only when absent (batch upsert by idProperty:
+//     a repeat is the same note), associated with the contact (v4 default association),
 //     timestamped at the reply's time, owned by the first routing rule that matches
 //     (label "" before classification). A reply written without an owner counts in
 //     exacto_replies_without_owner.
-//   - reply.classified: the reply's own note (exacto_event_id = Data.Cause) is
-//     updated in place with the label, confidence, action and evidence, and gets the
-//     owner of a routing rule that matches the label. Still one activity per reply.
-//     If that note is not there yet (the classification overtook its reply, or
-//     HubSpot's search index lags), the attempt fails transiently and is retried. The
+//   - reply.classified: the reply's own note (exacto_event_id = Data.Cause) is read by
+//     its key and updated in place with the label, confidence, action and evidence,
+//     and gets the owner of a routing rule that matches the label. Still one activity
+//     per reply. If that note is not there yet (the classification overtook its
+//     reply), the attempt fails transiently and is retried. The
 //     classification of a reply that names no e-mail (a WhatsApp, Instagram or
 //     Messenger message, whose contact is a phone or a page-scoped id) completes
 //     without effect: that reply gets no note.
@@ -26,10 +29,11 @@
 //     no contact to put it on, and retrying cannot make one appear.
 //
 // Exactly once: a write whose answer was lost (a timeout after HubSpot committed it) is
-// retried as a transient error; the retry searches first and finds the note, and when
-// the search index has not caught up yet, the unique property turns the second create
-// into a 409 naming the note that exists. Contacts are deduplicated by e-mail the same
-// way. Every attempt looks before it writes, so Event.Resumed (an attempt that died
+// retried as a transient error; the retry reads the note by its key, and writes only
+// by upsert on that key, so HubSpot itself keeps one note per event whatever the
+// timing — search, which lags behind writes, is never asked. Contacts are read by
+// e-mail the same way (a create that meets a 409 reads the contact by e-mail again).
+// Every attempt looks before it writes, so Event.Resumed (an attempt that died
 // mid-effect) needs no path of its own. The consumer framework's guard makes a
 // completed event a no-op.
 //
@@ -59,6 +63,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
@@ -123,9 +128,20 @@ func New(o Options) consumer.Handler {
 	return (&writer{o}).handle
 }
 
-// Run runs the crmwriter's consumer until ctx ends.
+// Run runs the crmwriter's consumer until ctx ends, once every tenant's HubSpot portal
+// holds the note property (EnsureProperty).
 func Run(ctx context.Context, env *service.Env, up func()) error {
 	dir, err := contacts.Open(ctx, env.Conn.JS)
+	if err != nil {
+		return err
+	}
+	if err := EnsureProperty(ctx, env.Config.TenantIDs(), func(tenant string) *hubspot.Client {
+		c, _ := env.Platforms.For(tenant)
+		return c.HubSpot
+	}, env.Log); err != nil {
+		return err
+	}
+	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
 	if err != nil {
 		return err
 	}
@@ -141,7 +157,47 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	})
 	// Two workers: each event makes up to five requests, two of them searches, and
 	// HubSpot's search endpoints have a tight per-second limit of their own.
-	return env.Consume(ctx, stream.CRMWriter, up, consumer.Options{Handle: h, Dependencies: consumer.On(Dependency)})
+	// Every event it takes is written: an unsigned one is confirmed at its source first.
+	acts := func(envelope.Envelope) bool { return true }
+	return env.Consume(ctx, stream.CRMWriter, up, consumer.Options{Handle: gate.Wrap(acts, h), Dependencies: consumer.On(Dependency)})
+}
+
+// propertyRetry is how long EnsureProperty waits between tries of a portal that does
+// not answer.
+var propertyRetry = 5 * time.Second
+
+// EnsureProperty makes sure every tenant's portal has the note property exacto_event_id
+// with unique values before a note is written (hubspot.EnsureNoteProperty). A portal
+// that refuses it, or holds one without unique values, stops the start with the
+// problem named: without it one note per reply cannot be kept. A portal that does not
+// answer (down, 429, a network error) is asked again until ctx ends: events wait in the
+// stream meanwhile.
+func EnsureProperty(ctx context.Context, tenants []string, client func(tenant string) *hubspot.Client, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for _, t := range tenants {
+		hs := client(t)
+		if hs == nil {
+			continue
+		}
+		for {
+			err := hs.EnsureNoteProperty(ctx)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, hubspot.ErrNoUniqueProperty) || !platform.IsTransient(err) {
+				return fmt.Errorf("crmwriter: tenant %s: HubSpot: %w", t, err)
+			}
+			log.Warn("crmwriter: HubSpot did not answer about the note property; asking again", "tenant", t, "err", err, "in", propertyRetry)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(propertyRetry):
+			}
+		}
+	}
+	return nil
 }
 
 // Known finds the HubSpot contact id dir has for a contact's e-mail: the latest
@@ -234,6 +290,11 @@ func (w *writer) reply(ctx context.Context, ev consumer.Event, hs *hubspot.Clien
 	if err != nil {
 		return Written{}, err
 	}
+	if text, ok := confirm.Text(ctx); ok && env.Data.Message != nil {
+		m := *env.Data.Message
+		m.Text = text // the reply as its source holds it, not as the webhook claims
+		env.Data.Message = &m
+	}
 	return w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: replyBody(env),
 		Timestamp: eventTime(env), OwnerID: owner, ExternalID: env.ID})
 }
@@ -255,11 +316,11 @@ func (w *writer) classified(ctx context.Context, ev consumer.Event, hs *hubspot.
 		found bool
 	)
 	err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-		note, found, err = hs.SearchNoteByExternalID(ctx, key)
+		note, found, err = hs.NoteByExternalID(ctx, key)
 		return err
 	})
 	if err != nil {
-		return Written{}, fmt.Errorf("find the reply's note: %w", err)
+		return Written{}, fmt.Errorf("read the reply's note: %w", err)
 	}
 	if !found {
 		// Outside Event.Call on purpose: HubSpot answered, so the breaker must not
@@ -315,42 +376,43 @@ func (w *writer) activity(ctx context.Context, ev consumer.Event, hs *hubspot.Cl
 		Timestamp: eventTime(env), OwnerID: owner, ExternalID: env.ID})
 }
 
-// ensureNote is hubspot.EnsureNote with each request made through ev.Call: search by
-// the external id, create only if absent, and read a 409 as "it is there".
+// ensureNote is hubspot.EnsureNote with each request made through ev.Call: read the
+// note by the external id, upsert it by that id only if absent, associate it with the
+// contact either way.
 func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.Client, n hubspot.Note) (Written, error) {
 	res := Written{EventID: ev.Envelope.ID, ExternalID: n.ExternalID, ContactID: n.ContactID, Owner: n.OwnerID}
 	var (
-		existing hubspot.Note
-		found    bool
+		note  hubspot.Note
+		found bool
 	)
 	err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-		existing, found, err = hs.SearchNoteByExternalID(ctx, n.ExternalID)
+		note, found, err = hs.NoteByExternalID(ctx, n.ExternalID)
 		return err
 	})
 	if err != nil {
-		return Written{}, fmt.Errorf("search note: %w", err)
+		return Written{}, fmt.Errorf("read note: %w", err)
 	}
 	if found {
+		// An earlier attempt wrote it (its answer lost, or it died before recording).
 		ev.EffectFound(ctx)
-		res.NoteID, res.Owner = existing.ID, existing.OwnerID
-		return res, nil
+		res.Owner = note.OwnerID
+	} else {
+		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+			note, res.Created, err = hs.UpsertNote(ctx, n)
+			return err
+		})
+		if err != nil {
+			return Written{}, fmt.Errorf("upsert note: %w", err)
+		}
+		if !res.Created {
+			ev.EffectFound(ctx) // committed by an earlier attempt, not yet readable then
+		}
 	}
-	var created hubspot.Note
-	err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-		created, err = hs.CreateNote(ctx, n)
-		return err
-	})
-	if id, ok := hubspot.ExistingID(err); ok {
-		// Our own earlier write, committed though its answer was lost; search has not
-		// indexed it yet.
-		ev.EffectFound(ctx)
-		res.NoteID = id
-		return res, nil
-	}
+	res.NoteID = note.ID
+	err = ev.Call(ctx, Dependency, func(ctx context.Context) error { return hs.Associate(ctx, note.ID, n.ContactID) })
 	if err != nil {
-		return Written{}, fmt.Errorf("create note: %w", err)
+		return Written{}, fmt.Errorf("associate note %s with contact %s: %w", note.ID, n.ContactID, err)
 	}
-	res.NoteID, res.Created = created.ID, true
 	return res, nil
 }
 
@@ -362,13 +424,19 @@ func (w *writer) upsertContact(ctx context.Context, ev consumer.Event, hs *hubsp
 	if err != nil {
 		return c, err
 	}
-	if !found {
-		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-			c, found, err = hs.FindContactByEmail(ctx, email)
+	byEmail := func() error {
+		err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+			c, found, err = hs.ContactByEmail(ctx, email)
 			return err
 		})
 		if err != nil {
-			return c, fmt.Errorf("find contact: %w", err)
+			return fmt.Errorf("read contact by e-mail: %w", err)
+		}
+		return nil
+	}
+	if !found {
+		if err := byEmail(); err != nil {
+			return c, err
 		}
 	}
 	if !found {
@@ -378,21 +446,19 @@ func (w *writer) upsertContact(ctx context.Context, ev consumer.Event, hs *hubsp
 			c, err = hs.CreateContact(ctx, props)
 			return err
 		})
-		id, exists := hubspot.ExistingID(err)
-		if !exists {
+		if platform.StatusOf(err) != http.StatusConflict {
 			if err != nil {
 				return c, fmt.Errorf("create contact: %w", err)
 			}
 			return c, nil
 		}
-		// Created meanwhile (by another event, or our own timed-out attempt) and not
-		// searchable yet: read it, so that only what it lacks is filled.
-		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-			c, err = hs.GetContact(ctx, id)
-			return err
-		})
-		if err != nil {
-			return c, fmt.Errorf("read contact %s: %w", id, err)
+		// Created meanwhile (by another event, or our own timed-out attempt): read it,
+		// so that only what it lacks is filled.
+		if err := byEmail(); err != nil {
+			return c, err
+		}
+		if !found {
+			return c, retry.Transiently(Dependency, fmt.Errorf("HubSpot says a contact with %s exists (409) and reading it by e-mail finds none", email))
 		}
 	}
 	patch := map[string]string{}

@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -79,11 +80,20 @@ func setup(t *testing.T, baseURL ...string) *fixture {
 		u = baseURL[0]
 	}
 	f.hs = hubspot.New(hubspot.Config{BaseURL: u, Token: sandbox.HubSpotToken, Timeout: 500 * time.Millisecond})
+	notePropertyMade(t, f.hs)
 	f.h = New(Options{
 		HubSpot: func(tenant string) (*hubspot.Client, bool) { return f.hs, tenant == "acme" },
 		Route:   route, OnWritten: f.out.hook,
 	})
 	return f
+}
+
+// notePropertyMade makes the portal's note property, as Run does at start-up.
+func notePropertyMade(t *testing.T, hs *hubspot.Client) {
+	t.Helper()
+	if err := EnsureProperty(context.Background(), []string{"acme"}, func(string) *hubspot.Client { return hs }, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // run starts the crmwriter's consumer on an embedded NATS with fast retries.
@@ -241,8 +251,8 @@ func TestReplyWritesOneNote(t *testing.T) {
 	if err := f.h(context.Background(), consumer.Event{Envelope: r, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if k := f.sb.NotesWithExternalID(r.ID); k != 1 || f.sb.Requests(sandbox.RouteHubSpotNoteCreate) != 1 || len(f.sb.Contacts()) != 1 {
-		t.Fatalf("after a repeat: %d notes, %d creates, %d contacts", k, f.sb.Requests(sandbox.RouteHubSpotNoteCreate), len(f.sb.Contacts()))
+	if k := f.sb.NotesWithExternalID(r.ID); k != 1 || f.sb.Requests(sandbox.RouteHubSpotNoteUpsert) != 1 || len(f.sb.Contacts()) != 1 {
+		t.Fatalf("after a repeat: %d notes, %d upserts, %d contacts", k, f.sb.Requests(sandbox.RouteHubSpotNoteUpsert), len(f.sb.Contacts()))
 	}
 	if got := f.out.get(); len(got) != 2 || got[1].NoteID != n.ID || got[1].Created {
 		t.Errorf("repeat reported %+v", got)
@@ -343,7 +353,8 @@ func TestClassifiedBeforeReceived(t *testing.T) {
 }
 
 // A create that commits and then times out is retried without a second note or
-// contact, whether or not search already sees the first.
+// contact, whether or not search already sees the first: the retry reads by the
+// unique keys (the note's event id, the contact's e-mail) and never searches.
 func TestTimeoutAfterCommitStillOne(t *testing.T) {
 	for _, lag := range []time.Duration{0, time.Minute} {
 		t.Run("searchLag="+lag.String(), func(t *testing.T) {
@@ -351,7 +362,7 @@ func TestTimeoutAfterCommitStillOne(t *testing.T) {
 			f.run(t)
 			f.sb.SetSearchLag(lag)
 			f.sb.SetFault(sandbox.RouteHubSpotContactCreate, sandbox.Fault{TimeoutAfterCommit: 2 * time.Second, Count: 1})
-			f.sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{TimeoutAfterCommit: 2 * time.Second, Count: 1})
+			f.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{TimeoutAfterCommit: 2 * time.Second, Count: 1})
 			r := reply(5, "ada@example.com")
 			f.publish(t, r)
 			f.waitDone(t, r.ID)
@@ -362,10 +373,11 @@ func TestTimeoutAfterCommitStillOne(t *testing.T) {
 			if rec := f.status(t, r.ID); rec.Attempts != 3 {
 				t.Errorf("attempts %d, want 3 (two timeouts)", rec.Attempts)
 			}
-			// With a lagging index, the second create is the one the unique property refuses.
-			wantCreates := map[time.Duration]int{0: 1, time.Minute: 2}[lag]
-			if got := f.sb.Requests(sandbox.RouteHubSpotNoteCreate); got != wantCreates {
-				t.Errorf("note creates %d, want %d", got, wantCreates)
+			if got := f.sb.Requests(sandbox.RouteHubSpotNoteUpsert); got != 1 {
+				t.Errorf("note upserts %d, want 1: the retry read the committed note by its key", got)
+			}
+			if got := f.sb.Requests(sandbox.RouteHubSpotNoteSearch) + f.sb.Requests(sandbox.RouteHubSpotContactSearch); got != 0 {
+				t.Errorf("%d searches", got)
 			}
 			if got := f.out.get(); len(got) != 1 || got[0].NoteID != n.ID {
 				t.Errorf("OnWritten heard %+v", got)
@@ -380,7 +392,7 @@ func TestTimeoutAfterCommitStillOne(t *testing.T) {
 func TestRejectedNoteDeadLettered(t *testing.T) {
 	f := setup(t)
 	f.run(t)
-	f.sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{Status: http.StatusBadRequest})
+	f.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: http.StatusBadRequest})
 	r := reply(6, "ada@example.com")
 	f.publish(t, r)
 	waitFor(t, "the dead letter", func() bool { return brokertest.Count(t, f.conn, stream.DLQ) == 1 })
@@ -394,12 +406,12 @@ func TestRejectedNoteDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dl.EventID != r.ID || dl.Consumer != stream.CRMWriter || dl.Class != "permanent" || dl.Attempts != 1 ||
-		dl.Owner != "sales-ops@acme" || !strings.Contains(dl.Error, "create note") || !strings.Contains(dl.Error, "400") {
+		dl.Owner != "sales-ops@acme" || !strings.Contains(dl.Error, "upsert note") || !strings.Contains(dl.Error, "400") {
 		t.Fatalf("dead letter: %+v", dl)
 	}
 	time.Sleep(300 * time.Millisecond) // several backoffs: no retry follows
-	if n := f.sb.Requests(sandbox.RouteHubSpotNoteCreate); n != 1 {
-		t.Errorf("%d create attempts, want 1", n)
+	if n := f.sb.Requests(sandbox.RouteHubSpotNoteUpsert); n != 1 {
+		t.Errorf("%d upsert attempts, want 1", n)
 	}
 	if st := f.status(t, r.ID).Status; st != guard.DeadLetter {
 		t.Errorf("status %s", st)
@@ -457,7 +469,7 @@ func TestRetryAfterHoldsHubSpot(t *testing.T) {
 	f := setup(t, via)
 	f.sb = sb // the proxied sandbox is the one to inspect
 	f.run(t)
-	f.sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{Status: http.StatusTooManyRequests, RetryAfter: time.Second, Count: 1})
+	f.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: http.StatusTooManyRequests, RetryAfter: time.Second, Count: 1})
 	var ids []string
 	for i := range 6 {
 		r := reply(10+i, fmt.Sprintf("lead%d@example.com", i))
@@ -592,13 +604,14 @@ func TestPermanentErrors(t *testing.T) {
 	unknown.Tenant = "nobody"
 	noEmail := reply(31, "")
 	noEmail.Data.Contact = &envelope.Contact{Phone: "+4912345"}
+	before := f.sb.TotalRequests() // the property made at start-up
 	for _, env := range []envelope.Envelope{unknown, noEmail, {ID: "ev_x", Tenant: "acme", Type: envelope.TypeReplyClassified}} {
 		if err := f.h(ctx, consumer.Event{Envelope: env}); retry.Of(err).Class != retry.Permanent {
 			t.Errorf("%s: %v, want permanent", env.ID, err)
 		}
 	}
-	if f.sb.TotalRequests() != 0 {
-		t.Errorf("%d requests to HubSpot for events it cannot take", f.sb.TotalRequests())
+	if n := f.sb.TotalRequests() - before; n != 0 {
+		t.Errorf("%d requests to HubSpot for events it cannot take", n)
 	}
 }
 
@@ -681,6 +694,7 @@ func TestKnownContactByID(t *testing.T) {
 	moved := sb.AddContact("ada.lovelace@newjob.example", map[string]string{"firstname": "Ada"})
 	known := map[string]string{"ada@example.com": moved, "ben@example.com": "999999"}
 	hs := hubspot.New(hubspot.Config{BaseURL: sb.URL, Token: sandbox.HubSpotToken})
+	notePropertyMade(t, hs)
 	h := New(Options{
 		HubSpot: func(string) (*hubspot.Client, bool) { return hs, true },
 		Known:   func(_ context.Context, _, email string) (string, error) { return known[email], nil },
@@ -702,8 +716,8 @@ func TestKnownContactByID(t *testing.T) {
 	if err := h(ctx, consumer.Event{Envelope: stale}); err != nil {
 		t.Fatal(err)
 	}
-	if n := sb.Requests(sandbox.RouteHubSpotContactSearch); n != 1 {
-		t.Fatalf("%d contact searches after a stale id, want 1", n)
+	if n := sb.Requests(sandbox.RouteHubSpotContactSearch); n != 0 {
+		t.Fatalf("%d contact searches after a stale id: the e-mail is read, not searched", n)
 	}
 	if cs := sb.Contacts(); len(cs) != 2 {
 		t.Fatalf("%d contacts after a stale id, want the new one created", len(cs))
@@ -720,13 +734,42 @@ func TestClassifiedChatMessageNeedsNoNote(t *testing.T) {
 	msg.Type, msg.Provider, msg.Channel = envelope.TypeMessageReceived, "meta", "whatsapp"
 	msg.Data.Contact = &envelope.Contact{Phone: "+5511999990000"}
 	cl := classified(msg, "interested")
+	before := f.sb.TotalRequests() // the property made at start-up
 	f.publish(t, cl)
 	f.waitDone(t, cl.ID)
 	if rec := f.status(t, cl.ID); rec.Attempts != 1 {
 		t.Fatalf("attempts %d, want 1", rec.Attempts)
 	}
-	if n := f.sb.TotalRequests(); n != 0 || len(f.sb.Notes()) != 0 {
+	if n := f.sb.TotalRequests() - before; n != 0 || len(f.sb.Notes()) != 0 {
 		t.Fatalf("%d HubSpot calls, %d notes", n, len(f.sb.Notes()))
 	}
 	noDeadLetters(t, f.conn)
+}
+
+// The crmwriter does not start against a portal that refuses the unique note
+// property (the error names the tenant and HubSpot's words), nor one that holds the
+// property without unique values; a portal that does not answer is asked again until
+// it does.
+func TestStartNeedsTheUniqueNoteProperty(t *testing.T) {
+	ctx := context.Background()
+	refusing := sandbox.Start(t)
+	refusing.RefuseUniqueNoteProperties(true)
+	hs := hubspot.New(hubspot.Config{BaseURL: refusing.URL, Token: sandbox.HubSpotToken})
+	err := EnsureProperty(ctx, []string{"acme"}, func(string) *hubspot.Client { return hs }, nil)
+	if !errors.Is(err, hubspot.ErrNoUniqueProperty) || !strings.Contains(err.Error(), "tenant acme") ||
+		!strings.Contains(err.Error(), "not supported for object type notes") {
+		t.Fatalf("refused: %v", err)
+	}
+
+	down := sandbox.Start(t)
+	down.SetFault(sandbox.RouteHubSpotPropertyGet, sandbox.Fault{Status: http.StatusServiceUnavailable, Count: 2})
+	propertyRetry = 50 * time.Millisecond
+	t.Cleanup(func() { propertyRetry = 5 * time.Second })
+	hs = hubspot.New(hubspot.Config{BaseURL: down.URL, Token: sandbox.HubSpotToken})
+	if err := EnsureProperty(ctx, []string{"acme"}, func(string) *hubspot.Client { return hs }, nil); err != nil {
+		t.Fatalf("after two 503s: %v", err)
+	}
+	if exists, unique := down.NoteProperty(hubspot.ExternalIDProperty); !exists || !unique || down.Requests(sandbox.RouteHubSpotPropertyGet) != 3 {
+		t.Fatalf("exists=%v unique=%v after %d reads", exists, unique, down.Requests(sandbox.RouteHubSpotPropertyGet))
+	}
 }

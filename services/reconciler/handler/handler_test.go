@@ -50,7 +50,7 @@ tenants:
 	sb.UpdateInstantlyLead(lead, func(l *sandbox.InstantlyLead) { l.Status = sandbox.InstantlyUnsubscribed })
 
 	FirstDelay = 50 * time.Millisecond
-	env := &service.Env{Config: cfg, Conn: conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(cfg, sb.URL)}
+	env := &service.Env{Config: cfg, Conn: conn, Log: slog.New(slog.DiscardHandler), Platforms: accounts.New(cfg, sb.URL, accounts.Pacing{})}
 	up := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, env, func() { close(up) }) }()

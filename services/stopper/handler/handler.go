@@ -1,29 +1,31 @@
 // Package handler is the stopper service: on a human reply, an unsubscribe, a spam
-// complaint or a bounce it stops the contact's sequence on the sending platform (Instantly, Smartlead), and
-// publishes one sequence.stopped per cause event. It is a deterministic safety rule:
-// it does not wait for the classifier, so a reply stops the sequence even if its
-// classification fails.
+// complaint or a bounce it stops the contact's sequence on the sending platform
+// (Instantly, Smartlead), and publishes one sequence.stopped per cause event. It is a
+// deterministic safety rule: it does not wait for the classifier, so a reply stops the
+// sequence even if its classification fails. When a reply's classification comes, it
+// raises the lead's label at Instantly to what the reply earned (Interested, Meeting
+// Booked), never lowering one.
 //
 // Rules:
 //   - What stops: reply.received and message.received unless Message.Auto (an
-//     out-of-office is no human answer); lead.unsubscribed and email.complained (both
-//     also put the address on the platform's block list); email.bounced unless the
-//     bounce is soft (hard and unknown stop). Anything else, and an event naming no
+//     out-of-office is no human answer); lead.unsubscribed and email.complained;
+//     email.bounced unless the bounce is soft (hard and unknown stop). Anything else, and an event naming no
 //     e-mail address (a WhatsApp message with only a phone), completes without effect.
 //   - Where: an Instantly or Smartlead event stops the lead on its own platform, in the
 //     event's campaign when it names one (else in every campaign the lead is in); a
-//     lead confirmed absent there is a permanent error (dead letter with the reason):
-//     the webhook is unsigned, so the platform is the truth. An event of any other
-//     provider (a generic signer's reply, a HubSpot unsubscribe) stops the contact in
-//     every sending platform of the tenant where its e-mail is found, in every
-//     campaign; found nowhere, there is nothing to stop.
-//   - Check, act, confirm: the lead's state is read first and a stopped lead gets no
-//     write; after a write it is read again, and a stop not yet visible is a transient
-//     error, so the next attempt finds it stopped (or repeats a write that is harmless
-//     to repeat). Every call goes through Event.Call (pacer, breaker).
-//   - Unsubscribes also block the address at the platform (Instantly block list,
-//     Smartlead global unsubscribe); the tenant-wide suppression list is the
-//     suppressor's job.
+//     lead confirmed absent there is a permanent error (dead letter with the reason).
+//     An event of any other provider (a generic signer's reply, a HubSpot unsubscribe)
+//     stops the contact in every sending platform of the tenant where its e-mail is
+//     found, in every campaign; found nowhere, there is nothing to stop.
+//   - How, per platform, is in instantly.go and smartlead.go: Instantly is read, then
+//     written only where it does not stop the lead itself, with a neutral label and
+//     never Not Interested, then read back (boundedly); Smartlead is paused without a
+//     read (its reference has no per-lead status) and confirmed through the documented
+//     filters. Every call goes through Event.Call (pacer, breaker).
+//   - The stopper stops sequences; putting an opted-out address on the platforms' own
+//     lists (Instantly's block list, Smartlead's global unsubscribe) is the
+//     suppressor's, with the tenant-wide suppression list: one writer of each list, so
+//     two consumers never race to add the same entry.
 //   - Nothing here ever resumes a lead, and the stopper does not consume delivered or
 //     opened events: a late one cannot undo a stop.
 //   - One sequence.stopped per cause event (a deterministic id, stored once by the
@@ -33,12 +35,10 @@ package handler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,12 +46,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform/accounts"
-	"exacto.dev/pkg/platform/instantly"
-	"exacto.dev/pkg/platform/smartlead"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
@@ -63,10 +62,16 @@ const (
 	Smartlead = "smartlead"
 )
 
-// sequencesStopped counts stops by cause and whether they came within the cause's SLO
-// (from the cause's receipt at the gateway).
-var sequencesStopped, _ = otel.Meter("exacto/stopper").Int64Counter("exacto_sequences_stopped",
-	metric.WithDescription("sequences stopped, by cause, status and whether within the cause event's SLO target"))
+var (
+	meter = otel.Meter("exacto/stopper")
+	// sequencesStopped counts stops by cause and whether they came within the cause's
+	// SLO (from the cause's receipt at the gateway).
+	sequencesStopped, _ = meter.Int64Counter("exacto_sequences_stopped",
+		metric.WithDescription("sequences stopped, by cause, status and whether within the cause event's SLO target"))
+	// pausesConfirmed counts Smartlead pauses by what the confirming listing showed.
+	pausesConfirmed, _ = meter.Int64Counter("exacto_smartlead_pauses",
+		metric.WithDescription("Smartlead pauses made, by tenant and whether the campaign's paused leads then showed the lead (confirmed, not_seen, error)"))
+)
 
 // Why a sequence is stopped.
 const (
@@ -81,17 +86,6 @@ const (
 	StatusStopped        = "stopped"
 	StatusAlreadyStopped = "already_stopped"
 )
-
-// stopInterest is the interest status that stops an Instantly lead. Instantly v2
-// documents no per-lead pause (a lead's status is read-only) and no neutral interest
-// value without a custom label, so the stop is an interest status, which completes the
-// sequence. Not Interested is chosen for every cause, a reply not yet classified
-// included: a negative label can only reduce outreach, while Interested may start
-// subsequences keyed on the lead's interest (and the classifier's label, not this one,
-// is what people act on). Unverified against the live API: that the status change
-// completes an active lead in every campaign type, and that Instantly's AI interest
-// may later relabel the lead without resuming it.
-const stopInterest = instantly.NotInterested
 
 // Platforms gives a tenant's platform clients; ok is false for a tenant the config
 // does not know.
@@ -123,10 +117,6 @@ func Cause(env envelope.Envelope) (cause, skip string) {
 	}
 	return cause, ""
 }
-
-// optOut reports whether cause is the contact's own "never again": an unsubscribe or a
-// spam complaint, which also put the address on the platform's block list.
-func optOut(cause string) bool { return cause == causeUnsubscribe || cause == causeComplaint }
 
 func email(env envelope.Envelope) string {
 	if c := env.Data.Contact; c != nil {
@@ -160,6 +150,9 @@ func SendingPlatforms(env envelope.Envelope) []string {
 // Dependencies are what the handler calls for env: nothing for an event that stops
 // nothing, so a platform outage never holds it.
 func Dependencies(env envelope.Envelope) []string {
+	if _, ok := classifiedLabel(env); ok {
+		return []string{Instantly}
+	}
 	if cause, _ := Cause(env); cause == "" {
 		return nil
 	}
@@ -178,6 +171,7 @@ type handler struct {
 	platforms Platforms
 	dir       *contacts.Directory
 	log       *slog.Logger
+	campaigns campaigns // Instantly campaigns' stop settings, read once a while
 }
 
 // New returns the stopper's handler. dir, if not nil, records the ids the platforms
@@ -191,6 +185,13 @@ func New(d *consumer.Deriver, platforms Platforms, dir *contacts.Directory, log 
 
 func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 	env := ev.Envelope
+	if value, ok := classifiedLabel(env); ok {
+		clients, known := h.platforms(env.Tenant)
+		if !known {
+			return retry.Permanently(stream.Stopper, fmt.Errorf("tenant %q is not configured", env.Tenant))
+		}
+		return h.labelLead(ctx, ev, clients.Instantly, value)
+	}
 	cause, skip := Cause(env)
 	if cause == "" {
 		h.log.Info("nothing to stop", "id", env.ID, "type", env.Type, "provider", env.Provider, "why", skip)
@@ -208,7 +209,7 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 		case Instantly:
 			s, err = h.instantly(ctx, ev, clients.Instantly, cause)
 		case Smartlead:
-			s, err = h.smartlead(ctx, ev, clients.Smartlead, cause)
+			s, err = h.smartlead(ctx, ev, clients.Smartlead)
 		}
 		if err != nil {
 			return err
@@ -294,161 +295,6 @@ func contactName(env envelope.Envelope) string {
 	return "(none)"
 }
 
-// errNotYetStopped: the platform accepted the stop but does not show it yet (Instantly
-// runs it as a background job). The next attempt reads again before writing.
-var errNotYetStopped = errors.New("stop accepted but not yet visible")
-
-// instantly stops every lead of the contact at Instantly (in the event's campaign
-// when it is an Instantly event naming one).
-func (h *handler) instantly(ctx context.Context, ev consumer.Event, c *instantly.Client, cause string) (stop, error) {
-	env := ev.Envelope
-	addr := email(env)
-	if addr == "" {
-		return stop{}, nil // Instantly finds leads by e-mail only
-	}
-	campaign := ""
-	if env.Provider == Instantly {
-		campaign = campaignID(env)
-	}
-	var leads []instantly.Lead
-	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
-		leads, err = c.FindLeads(ctx, campaign, addr)
-		return err
-	}); err != nil {
-		return stop{}, err
-	}
-	if len(leads) == 0 {
-		return stop{}, nil
-	}
-	s := stop{found: true}
-	if len(leads) == 1 {
-		s.leadID = leads[0].ID
-	}
-	blocked := false
-	for _, l := range leads {
-		block := optOut(cause) && l.Status != instantly.StatusUnsubscribed && !blocked
-		halt := !l.Stopped()
-		if block {
-			if err := ev.Call(ctx, Instantly, func(ctx context.Context) error { return c.Unsubscribe(ctx, addr) }); err != nil {
-				return s, err
-			}
-			blocked, s.wrote = true, true
-		}
-		if halt {
-			if err := ev.Call(ctx, Instantly, func(ctx context.Context) error {
-				return c.StopLead(ctx, l.Campaign, addr, stopInterest)
-			}); err != nil {
-				return s, err
-			}
-			s.wrote = true
-		}
-		if !block && !halt {
-			continue
-		}
-		var now instantly.Lead
-		if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
-			now, err = c.GetLead(ctx, l.ID)
-			return err
-		}); err != nil {
-			return s, err
-		}
-		if !now.Stopped() {
-			return s, retry.Transiently(Instantly, fmt.Errorf("lead %s in campaign %s: %w", l.ID, l.Campaign, errNotYetStopped))
-		}
-	}
-	return s, nil
-}
-
-// smartlead pauses the contact's lead at Smartlead in the event's campaign (a
-// Smartlead event naming one), else in every campaign it is in.
-func (h *handler) smartlead(ctx context.Context, ev consumer.Event, c *smartlead.Client, cause string) (stop, error) {
-	env := ev.Envelope
-	addr := email(env)
-	var hint string // the webhook's lead id: unsigned, so only a hint
-	if env.Provider == Smartlead && env.Data.Contact != nil {
-		hint = env.Data.Contact.ExternalID
-	}
-	var leadID int64
-	var campaigns []int64
-	unsubscribed := false
-	if addr != "" {
-		var lead smartlead.Lead
-		var found bool
-		if err := ev.Call(ctx, Smartlead, func(ctx context.Context) (err error) {
-			lead, found, err = c.LeadByEmail(ctx, addr)
-			return err
-		}); err != nil {
-			return stop{}, err
-		}
-		if !found {
-			return stop{}, nil
-		}
-		if hint != "" && hint != strconv.FormatInt(lead.ID, 10) {
-			h.log.Warn("smartlead lead id differs from the webhook's; using the platform's", "id", env.ID,
-				"webhook_lead_id", hint, "platform_lead_id", lead.ID)
-		}
-		leadID, campaigns, unsubscribed = lead.ID, lead.CampaignIDs, lead.Unsubscribed
-	} else {
-		n, err := strconv.ParseInt(hint, 10, 64)
-		if err != nil {
-			return stop{}, retry.Permanently(Smartlead, fmt.Errorf("lead id %q is not a number", hint))
-		}
-		leadID = n
-	}
-	if cid := campaignID(env); env.Provider == Smartlead && cid != "" {
-		n, err := strconv.ParseInt(cid, 10, 64)
-		if err != nil {
-			return stop{}, retry.Permanently(Smartlead, fmt.Errorf("campaign id %q is not a number", cid))
-		}
-		campaigns = []int64{n}
-	}
-	s := stop{leadID: strconv.FormatInt(leadID, 10)}
-	status := func(cid int64) (cl smartlead.CampaignLead, found bool, err error) {
-		err = ev.Call(ctx, Smartlead, func(ctx context.Context) (err error) {
-			cl, found, err = c.CampaignLeadStatus(ctx, cid, leadID)
-			return err
-		})
-		return cl, found, err
-	}
-	for _, cid := range campaigns {
-		cl, found, err := status(cid)
-		if err != nil {
-			return s, err
-		}
-		if !found {
-			// The by-e-mail lookup named the campaign but its listing lacks the lead:
-			// removed meanwhile. Nothing to stop in it.
-			continue
-		}
-		s.found = true
-		block := optOut(cause) && !unsubscribed && !cl.Unsubscribed
-		halt := !cl.Stopped()
-		if block {
-			if err := ev.Call(ctx, Smartlead, func(ctx context.Context) error { return c.Unsubscribe(ctx, leadID) }); err != nil {
-				return s, err
-			}
-			unsubscribed, s.wrote = true, true
-		}
-		if halt {
-			if err := ev.Call(ctx, Smartlead, func(ctx context.Context) error { return c.PauseLead(ctx, cid, leadID) }); err != nil {
-				return s, err
-			}
-			s.wrote = true
-		}
-		if !block && !halt {
-			continue
-		}
-		now, found, err := status(cid)
-		if err != nil {
-			return s, err
-		}
-		if !found || !now.Stopped() {
-			return s, retry.Transiently(Smartlead, fmt.Errorf("lead %d in campaign %d: %w", leadID, cid, errNotYetStopped))
-		}
-	}
-	return s, nil
-}
-
 // Run runs the stopper's consumer until ctx ends.
 func Run(ctx context.Context, env *service.Env, up func()) error {
 	d, err := consumer.NewDeriver(ctx, env.Conn.JS)
@@ -459,8 +305,28 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
+	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
+	if err != nil {
+		return err
+	}
+	for _, t := range env.Config.TenantIDs() { // visible at 0 from the start
+		for _, o := range []string{"confirmed", "not_seen", "error"} {
+			pausesConfirmed.Add(ctx, 0, metric.WithAttributes(attribute.String("tenant", t), attribute.String("outcome", o)))
+		}
+	}
 	// 8 at once: a stop is the most urgent effect, each one a chain of round trips
 	// (lease, guard, read, write, read back, record, derive), and events of one contact
 	// still run one at a time.
-	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: New(d, env.Platforms.For, dir, env.Log), Dependencies: Dependencies, Workers: 8})
+	h := gate.Wrap(Acts, New(d, env.Platforms.For, dir, env.Log))
+	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: h, Dependencies: Dependencies, Workers: 8})
+}
+
+// Acts says which events the stopper acts on (what an unsigned one must first be
+// confirmed for): a stop's cause, or a classification that raises a label.
+func Acts(env envelope.Envelope) bool {
+	if _, ok := classifiedLabel(env); ok {
+		return true
+	}
+	cause, _ := Cause(env)
+	return cause != ""
 }

@@ -290,8 +290,12 @@ func TestInstantlyReplyStopsOnce(t *testing.T) {
 		t.Fatalf("%d stop calls, want 1", n)
 	}
 	l, _ := r.sb.InstantlyLeadState(id)
-	if l.Status != sandbox.InstantlyCompleted || l.InterestStatus == nil || *l.InterestStatus != instantly.NotInterested {
-		t.Fatalf("lead after the stop: %+v", l)
+	labels := r.sb.InstantlyLabels()
+	if len(labels) != 1 || labels[0].Label != StopLabel || labels[0].Kind != instantly.KindNeutral {
+		t.Fatalf("labels %+v, want the one neutral stop label", labels)
+	}
+	if l.Status != sandbox.InstantlyCompleted || l.InterestStatus == nil || *l.InterestStatus != labels[0].InterestStatus {
+		t.Fatalf("lead after the stop: %+v, want completed with the neutral label (never Not Interested)", l)
 	}
 	if b := r.sb.Blocklist(); len(b) != 0 {
 		t.Fatalf("a reply blocked %v", b)
@@ -324,7 +328,8 @@ func TestInstantlyReplyStopsOnce(t *testing.T) {
 func TestAlreadyStoppedNoWrite(t *testing.T) {
 	r := newRig(t)
 	r.sb.AddInstantlyLead(instCampaign, "kim@example.com")
-	if err := r.clients.Instantly.StopLead(context.Background(), instCampaign, "kim@example.com", instantly.Interested); err != nil {
+	interested := instantly.Interested
+	if err := r.clients.Instantly.SetInterest(context.Background(), instCampaign, "kim@example.com", &interested); err != nil {
 		t.Fatal(err)
 	}
 	before := r.sb.Requests(sandbox.RouteInstantlyInterest)
@@ -396,8 +401,9 @@ func TestSmartleadReplyPauses(t *testing.T) {
 	}
 }
 
-// An unsubscribe stops the sequence and blocks the address, on either platform.
-func TestUnsubscribeStopsAndBlocks(t *testing.T) {
+// An unsubscribe stops the sequence on either platform; the address goes on the
+// platforms' own lists by the suppressor, never by the stopper (one writer per list).
+func TestUnsubscribeStops(t *testing.T) {
 	r := newRig(t)
 	instLead := r.sb.AddInstantlyLead(instCampaign, "ines@example.com")
 	slLead := r.sb.AddSmartleadLead(42, "olga@example.com")
@@ -410,8 +416,8 @@ func TestUnsubscribeStopsAndBlocks(t *testing.T) {
 	r.waitStatus(inst.ID, guard.Completed)
 	r.waitStatus(sl.ID, guard.Completed)
 
-	if b := r.sb.Blocklist(); len(b) != 1 || b[0] != "ines@example.com" {
-		t.Fatalf("instantly block list %v", b)
+	if b := r.sb.Blocklist(); len(b) != 0 {
+		t.Fatalf("the stopper wrote the instantly block list %v", b)
 	}
 	if n := len(r.sb.Stops("ines@example.com")); n != 1 {
 		t.Fatalf("%d instantly stops", n)
@@ -419,8 +425,8 @@ func TestUnsubscribeStopsAndBlocks(t *testing.T) {
 	if l, _ := r.sb.InstantlyLeadState(instLead); l.Status == sandbox.InstantlyActive {
 		t.Fatalf("instantly lead still active: %+v", l)
 	}
-	if !r.sb.SmartleadUnsubscribedAll(slLead) {
-		t.Fatal("smartlead lead not unsubscribed")
+	if r.sb.SmartleadUnsubscribedAll(slLead) {
+		t.Fatal("the stopper unsubscribed the smartlead lead globally")
 	}
 	if m, _ := r.sb.SmartleadLeadState(42, slLead); m.Status != "PAUSED" {
 		t.Fatalf("smartlead lead: %+v", m)
@@ -568,8 +574,8 @@ func TestStopTimedOutAfterCommitNotRepeated(t *testing.T) {
 }
 
 // A spam complaint (email.complained, here from a generic signer that names no
-// platform) stops the contact everywhere and blocks the address, as an unsubscribe does.
-func TestComplaintStopsAndBlocks(t *testing.T) {
+// platform) stops the contact everywhere, as an unsubscribe does.
+func TestComplaintStops(t *testing.T) {
 	r := newRig(t)
 	lead := r.sb.AddInstantlyLead(instCampaign, "cora@example.com")
 	r.run()
@@ -581,9 +587,6 @@ func TestComplaintStopsAndBlocks(t *testing.T) {
 	r.publish(env, "provider-retry-1")
 	r.waitStatus(env.ID, guard.Completed)
 	r.drained()
-	if b := r.sb.Blocklist(); len(b) != 1 || b[0] != "cora@example.com" {
-		t.Fatalf("instantly block list %v", b)
-	}
 	if n := len(r.sb.Stops("cora@example.com")); n != 1 {
 		t.Fatalf("%d instantly stops, want 1", n)
 	}
@@ -592,5 +595,124 @@ func TestComplaintStopsAndBlocks(t *testing.T) {
 	}
 	if n := len(r.stopped()); n != 1 {
 		t.Fatalf("%d sequence.stopped, want 1", n)
+	}
+}
+
+// A campaign that stops on reply stops the lead itself: the stopper writes nothing,
+// and waits (a few attempts) for Instantly to show it when the webhook came first.
+func TestStopOnReplyCampaignOnlyConfirmed(t *testing.T) {
+	r := newRig(t)
+	r.sb.SetInstantlyCampaign(instCampaign, true, false)
+	id := r.sb.AddInstantlyLead(instCampaign, "noor@example.com")
+	r.run()
+	env := withCampaign(reply(Instantly, "r7", "noor@example.com"), instCampaign)
+	r.publish(env, "")
+	r.waitFor("a first attempt waiting for Instantly", func() bool { return r.status(env.ID).Attempts >= 1 })
+	r.sb.UpdateInstantlyLead(id, func(l *sandbox.InstantlyLead) { l.Status = sandbox.InstantlyCompleted }) // Instantly's own stop
+	r.waitStatus(env.ID, guard.Completed)
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != 0 {
+		t.Fatalf("%d interest writes to a lead its campaign stops itself", n)
+	}
+	if l, _ := r.sb.InstantlyLeadState(id); l.InterestStatus != nil {
+		t.Fatalf("the lead was labelled: %+v", l)
+	}
+	if st := r.stopped(); len(st) != 1 {
+		t.Fatalf("%d sequence.stopped", len(st))
+	}
+}
+
+// A classified reply raises the lead's label: interested to Interested, a meeting
+// request to Meeting Booked; never lower (Meeting Booked stays), never for a negative
+// label; and a subsequence keyed on the value is left before it sends anything.
+func TestClassifiedRaisesTheLabel(t *testing.T) {
+	r := newRig(t)
+	ana := r.sb.AddInstantlyLead(instCampaign, "ana@example.com")
+	ben := r.sb.AddInstantlyLead(instCampaign, "ben@example.com")
+	cai := r.sb.AddInstantlyLead(instCampaign, "cai@example.com")
+	dov := r.sb.AddInstantlyLead(instCampaign, "dov@example.com")
+	booked := instantly.MeetingBooked
+	r.sb.UpdateInstantlyLead(cai, func(l *sandbox.InstantlyLead) { l.InterestStatus = &booked })
+	r.sb.AddInstantlySubsequence(instCampaign, 300*time.Millisecond, instantly.Interested)
+	r.run()
+	cls := func(addr, label string) envelope.Envelope {
+		rep := withCampaign(reply(Instantly, "c-"+addr, addr), instCampaign)
+		return envelope.Derive(rep, stream.Classifier, envelope.TypeReplyClassified,
+			envelope.Data{Classification: &envelope.Classification{Label: label, Confidence: 0.9}}, time.Now())
+	}
+	events := []envelope.Envelope{cls("ana@example.com", "interested"), cls("ben@example.com", "meeting_request"),
+		cls("cai@example.com", "interested"), cls("dov@example.com", "not_interested")}
+	for _, e := range events {
+		r.publish(e, "")
+	}
+	for _, e := range events {
+		r.waitStatus(e.ID, guard.Completed)
+	}
+	want := map[string]*int{ana: ptr(instantly.Interested), ben: ptr(instantly.MeetingBooked), cai: ptr(instantly.MeetingBooked), dov: nil}
+	for id, v := range want {
+		l, _ := r.sb.InstantlyLeadState(id)
+		if (v == nil) != (l.InterestStatus == nil) || (v != nil && *v != *l.InterestStatus) || l.SubsequenceID != "" {
+			t.Errorf("lead %s (%s): %+v, want interest %v and no subsequence", id, l.Email, l, deref(v))
+		}
+	}
+	time.Sleep(400 * time.Millisecond) // past the subsequence's first step
+	if sends := r.sb.InstantlySubsequenceSends(); len(sends) != 0 {
+		t.Fatalf("subsequence steps sent to %v", sends)
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlySubseqRemove); n != 1 {
+		t.Fatalf("%d removals from a subsequence, want 1 (Interested starts it)", n)
+	}
+}
+
+func ptr(v int) *int { return &v }
+
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// When Instantly accepts the stop but keeps the lead active (the v2 reference never
+// says a status completes a sequence), the stopper gives up after confirmAttempts with
+// a dead letter that says so, instead of retrying for ever.
+func TestUnconfirmedStopIsBounded(t *testing.T) {
+	r := newRig(t)
+	r.sb.SetInstantlyLabelsKeepActive(true)
+	r.sb.AddInstantlyLead(instCampaign, "eli@example.com")
+	r.run()
+	env := withCampaign(reply(Instantly, "r8", "eli@example.com"), instCampaign)
+	r.publish(env, "")
+	r.waitStatus(env.ID, guard.DeadLetter)
+	dls := r.deadLetters()
+	if len(dls) != 1 || dls[0].Attempts != confirmAttempts || !strings.Contains(dls[0].Error, "still shows the lead active") {
+		t.Fatalf("dead letters: %+v", dls)
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != confirmAttempts-1 {
+		t.Fatalf("%d interest writes, want %d", n, confirmAttempts-1)
+	}
+}
+
+// A lead past the 10,000th row of a large Smartlead campaign is paused in a few calls:
+// no campaign is paged.
+func TestSmartleadLeadDeepInACampaign(t *testing.T) {
+	r := newRig(t)
+	r.sb.AddSmartleadLeads(42, 10500, "bulk.example")
+	at := time.Now().Add(-10 * time.Second)
+	lead := r.sb.AddSmartleadReply(42, "deep@example.com", "<deep-1@example.com>", "Stop please", at)
+	r.run()
+	env := withCampaign(reply(Smartlead, "r9", "deep@example.com"), "42")
+	env.Time = at
+	env.Data.Contact.ExternalID = strconv.FormatInt(lead, 10)
+	before := r.sb.TotalRequests()
+	r.publish(env, "")
+	r.waitStatus(env.ID, guard.Completed)
+	if m, _ := r.sb.SmartleadLeadState(42, lead); m.Status != "PAUSED" {
+		t.Fatalf("lead: %+v", m)
+	}
+	if calls := r.sb.TotalRequests() - before; calls > 3 {
+		t.Fatalf("%d Smartlead calls to pause one lead, want at most 3", calls)
+	}
+	if n := r.sb.Requests(sandbox.RouteSmartleadCampaignLeads); n != 1 {
+		t.Fatalf("%d campaign listings, want the one filtered confirmation", n)
 	}
 }

@@ -11,7 +11,9 @@
 // (adding to the list again is harmless: the first entry stays) and the platform is
 // told once it answers. Both platform calls are idempotent (a second block-list entry
 // is a conflict we count as done; an unsubscribed Smartlead lead is left alone).
-// Nothing here ever resubscribes.
+// Nothing here ever resubscribes. An unsigned event (or a classification of one) is
+// confirmed at its source before anything (pkg/confirm): a forged unsubscribe blocks
+// nobody.
 package handler
 
 import (
@@ -19,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 
+	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
@@ -116,5 +119,10 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	return env.Consume(ctx, stream.Suppressor, up, consumer.Options{Handle: New(suppression.New(kv), env.Platforms.For)})
+	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
+	if err != nil {
+		return err
+	}
+	h := gate.Wrap(func(env envelope.Envelope) bool { return Reason(env) != "" }, New(suppression.New(kv), env.Platforms.For))
+	return env.Consume(ctx, stream.Suppressor, up, consumer.Options{Handle: h})
 }

@@ -1,0 +1,254 @@
+// Package confirm confirms an unsigned event at its source before any effect is made
+// of it. Instantly and Smartlead sign nothing: a delivery to their endpoint is
+// authenticated by a path token (or a static header, or a secret in the body), which
+// proves the sender knew the URL, not that the event happened — a URL is no
+// authentication. Such an event (envelope "signed": false) is a hint: before a consumer
+// stops a sequence, suppresses a contact, blocks an address or writes the CRM because
+// of it, the platform is asked whether it holds what the event says (source.go): the
+// reply among the lead's e-mails, the unsubscribe or the bounce on the lead.
+//
+// A consumer's handler is wrapped in a Gate (Wrap). For an event the handler acts on:
+//
+//   - signed events, and facts read from a platform's own API (the reconciler's,
+//     authmethod source_api), pass;
+//   - a derived event (reply.classified) is confirmed as its cause;
+//   - the verdict of an event is kept (stream.Confirmations, memory storage, one day):
+//     the first consumer to ask answers for all, one question per event;
+//   - confirmed: the handler runs, and finds the source's own text of a reply in its
+//     context (Text), so what reaches the CRM or the classifier is what the lead wrote,
+//     never what the webhook claims;
+//   - not confirmed: the attempt fails transiently (the platform may not show it yet)
+//     up to Asks attempts; then the event is not acted on: a review item (diff queue,
+//     kind unconfirmed_event: the event, the reason, what the source said) is recorded
+//     once, counted (exacto_unconfirmed_events) and alerted, and the attempt completes.
+//     Nothing is lost — the event stays in the history and the item holds it — and
+//     nothing forged reaches a platform. An operator who confirms it at the platform
+//     approves the item: a copy of the event, signed by that decision, is published and
+//     acted on like any event.
+package confirm
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/reconcile"
+	"exacto.dev/pkg/retry"
+	"exacto.dev/pkg/stream"
+)
+
+// Kind is the review item's kind in the diff queue.
+const Kind = "unconfirmed_event"
+
+// Asks is how many attempts of a consumer ask the source before it concludes that an
+// event is not confirmed: with the consumers' backoff, a source that shows the event a
+// few seconds after its webhook still confirms it.
+const Asks = 4
+
+// Operator is the worker name of the copy an operator's approval publishes.
+const Operator = "operator"
+
+var unconfirmed, _ = otel.Meter("exacto/confirm").Int64Counter("exacto_unconfirmed_events",
+	metric.WithDescription("unsigned events their source did not confirm, kept for review and not acted on, by tenant, provider and type"))
+
+// Verdict is what the source said of an event.
+type Verdict struct {
+	Confirmed bool      `json:"confirmed"`
+	Said      string    `json:"said"`
+	Text      string    `json:"text,omitempty"` // a reply's text as the source holds it
+	At        time.Time `json:"at"`
+}
+
+// Needs reports whether env is a hint to confirm before acting on it: unsigned, and
+// not read from the platform's own API. A derived event is as its cause.
+func Needs(env envelope.Envelope) bool {
+	return !env.Signed && env.AuthMethod != envelope.AuthSourceAPI
+}
+
+// Gate confirms the events of one consumer.
+type Gate struct {
+	// Sources are each tenant's platform clients.
+	Sources func(tenant string) (accounts.Clients, bool)
+	// Verdicts keeps each event's final verdict (stream.Confirmations).
+	Verdicts jetstream.KeyValue
+	// JS loads a derived event's cause from EXACTO_EVENTS.
+	JS jetstream.JetStream
+	// Review is the diff queue the review items go to.
+	Review *reconcile.Queue
+	Log    *slog.Logger
+}
+
+// Open builds a gate over the deployment's buckets, for tenants.
+func Open(ctx context.Context, js jetstream.JetStream, tenants []string, sources func(string) (accounts.Clients, bool), log *slog.Logger) (*Gate, error) {
+	kv, err := js.KeyValue(ctx, stream.Confirmations)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", stream.Confirmations, err)
+	}
+	q, err := reconcile.OpenQueue(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// The count is visible at 0 from the start, so an alert on its increase works
+	// before the first forgery.
+	for _, t := range tenants {
+		for _, p := range []string{"instantly", "smartlead"} {
+			for _, typ := range []string{envelope.TypeReplyReceived, envelope.TypeLeadUnsubscribed, envelope.TypeEmailBounced} {
+				unconfirmed.Add(ctx, 0, metric.WithAttributes(attribute.String("tenant", t), attribute.String("provider", p), attribute.String("type", typ)))
+			}
+		}
+	}
+	return &Gate{Sources: sources, Verdicts: kv, JS: js, Review: q, Log: log}, nil
+}
+
+type textKey struct{}
+
+// Text is the reply's text as its source holds it, when the event was confirmed there.
+func Text(ctx context.Context) (string, bool) {
+	t, ok := ctx.Value(textKey{}).(string)
+	return t, ok
+}
+
+// Wrap confirms, before next runs, every event acts says next acts on.
+func (g *Gate) Wrap(acts func(envelope.Envelope) bool, next consumer.Handler) consumer.Handler {
+	return func(ctx context.Context, ev consumer.Event) error {
+		env := ev.Envelope
+		if !acts(env) || !Needs(env) {
+			return next(ctx, ev)
+		}
+		subject, err := g.subject(ctx, env)
+		if err != nil {
+			return err
+		}
+		if !Needs(subject) {
+			return next(ctx, ev)
+		}
+		v, err := g.verdict(ctx, ev, subject)
+		if err != nil {
+			return err
+		}
+		if v.Confirmed {
+			if v.Text != "" {
+				ctx = context.WithValue(ctx, textKey{}, v.Text)
+			}
+			return next(ctx, ev)
+		}
+		g.Log.WarnContext(ctx, "unsigned event not confirmed at its source: not acted on", "id", env.ID, "subject", subject.ID,
+			"provider", subject.Provider, "type", subject.Type, "said", v.Said)
+		return nil
+	}
+}
+
+// subject is the event whose truth env depends on: env, or a derived event's cause.
+func (g *Gate) subject(ctx context.Context, env envelope.Envelope) (envelope.Envelope, error) {
+	if env.AuthMethod != envelope.AuthDerived || env.Data.Cause == "" {
+		return env, nil
+	}
+	cause, found, err := stream.Load(ctx, g.JS, env.Data.Cause)
+	if err != nil {
+		return env, retry.Transiently("confirm", fmt.Errorf("load cause %s: %w", env.Data.Cause, err))
+	}
+	if !found {
+		// Out of the index (older than its TTL): nothing left to confirm against.
+		return env, nil
+	}
+	return cause, nil
+}
+
+// verdict is subject's final verdict: kept, or asked now. A verdict that does not
+// confirm is final only from the Asks-th attempt; before it, the attempt fails
+// transiently so the source is asked again.
+func (g *Gate) verdict(ctx context.Context, ev consumer.Event, subject envelope.Envelope) (Verdict, error) {
+	key := subject.Tenant + "." + subject.ID
+	if e, err := g.Verdicts.Get(ctx, key); err == nil {
+		var v Verdict
+		if json.Unmarshal(e.Value(), &v) == nil {
+			return v, nil
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Verdict{}, retry.Transiently("confirm", fmt.Errorf("verdict of %s: %w", subject.ID, err))
+	}
+	var v Verdict
+	var err error
+	clients, known := g.Sources(subject.Tenant)
+	switch {
+	case !known:
+		return Verdict{}, retry.Permanently("confirm", fmt.Errorf("tenant %q has no platforms to confirm %s at", subject.Tenant, subject.ID))
+	case !Askable(subject):
+		v = Verdict{Said: fmt.Sprintf("%s keeps no trace of %s that Exacto can read", subject.Provider, subject.Type)}
+	default:
+		v, err = Ask(ctx, ev.Call, clients, subject)
+		if err != nil {
+			return Verdict{}, fmt.Errorf("confirm %s at %s: %w", subject.ID, subject.Provider, err)
+		}
+	}
+	v.At = time.Now().UTC()
+	if !v.Confirmed && ev.Attempt < Asks && Askable(subject) {
+		return Verdict{}, retry.Transiently(subject.Provider, fmt.Errorf("%s not confirmed at %s yet: %s", subject.ID, subject.Provider, v.Said))
+	}
+	if !v.Confirmed {
+		if err := g.review(ctx, subject, v); err != nil {
+			return Verdict{}, err
+		}
+	}
+	data, _ := json.Marshal(v)
+	if _, err := g.Verdicts.Put(ctx, key, data); err != nil {
+		// Only the sharing is lost: the next consumer asks again.
+		g.Log.WarnContext(ctx, "verdict not kept", "id", subject.ID, "err", err)
+	}
+	return v, nil
+}
+
+// review records subject as a review item, once, and counts it when new.
+func (g *Gate) review(ctx context.Context, subject envelope.Envelope, v Verdict) error {
+	f := Finding(subject, v)
+	isNew, err := g.Review.Report(ctx, &f)
+	if err != nil {
+		return retry.Transiently("confirm", fmt.Errorf("review item of %s: %w", subject.ID, err))
+	}
+	if isNew {
+		unconfirmed.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", subject.Tenant),
+			attribute.String("provider", subject.Provider), attribute.String("type", subject.Type)))
+	}
+	return nil
+}
+
+// Finding is the review item of an event its source did not confirm: where it came
+// from, what it claims, what the source said, and — approved once a person confirmed
+// it at the platform — a copy of it signed by that decision.
+func Finding(subject envelope.Envelope, v Verdict) reconcile.Finding {
+	contact, campaign := "", ""
+	if c := subject.Data.Contact; c != nil {
+		contact = cmp.Or(c.Email, c.Phone, c.ExternalID)
+	}
+	if c := subject.Data.Campaign; c != nil {
+		campaign = c.ID
+	}
+	approved := envelope.Derive(subject, Operator, subject.Type, subject.Data, v.At)
+	approved.Time, approved.Signed = subject.Time, true
+	return reconcile.Finding{
+		ID: reconcile.FindingID(Kind, subject.Tenant, subject.Provider, subject.ID), Kind: Kind,
+		Tenant: subject.Tenant, Provider: subject.Provider, Contact: contact, Campaign: campaign,
+		Where: fmt.Sprintf("%s event %s (%s) on endpoint %s, unsigned (%s)", subject.Provider, subject.ID, subject.Type,
+			subject.Endpoint, subject.AuthMethod),
+		Found: fmt.Sprintf("the webhook says %s of %s%s at %s; %s says: %s", subject.Type, contact, inCampaign(campaign),
+			subject.Time.UTC().Format(time.RFC3339), subject.Provider, v.Said),
+		Repair: "nothing was done: no consumer acts on it. Confirm it at " + subject.Provider +
+			"; approving publishes a copy signed by your decision, which the consumers act on",
+		Status: reconcile.StatusOpen, Proposed: &approved, FirstSeen: v.At, LastSeen: v.At, Passes: 1,
+	}
+}

@@ -1,0 +1,200 @@
+package confirm
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/platform/instantly"
+	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/platform/smartlead"
+	"exacto.dev/pkg/reconcile"
+	"exacto.dev/pkg/retry"
+	"exacto.dev/pkg/stream"
+)
+
+const tenant = "acme"
+
+type rig struct {
+	t     *testing.T
+	sb    *sandbox.Server
+	gate  *Gate
+	calls []string // what the wrapped handler saw: id and text
+	h     consumer.Handler
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	conn := brokertest.Start(t, "")
+	sb := sandbox.Start(t)
+	clients := accounts.Clients{
+		Instantly: instantly.New(instantly.Config{BaseURL: sb.URL, APIKey: sandbox.InstantlyKey}),
+		Smartlead: smartlead.New(smartlead.Config{BaseURL: sb.URL, APIKey: sandbox.SmartleadKey}),
+	}
+	g, err := Open(context.Background(), conn.JS, []string{tenant}, func(tn string) (accounts.Clients, bool) { return clients, tn == tenant }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, sb: sb, gate: g}
+	r.h = g.Wrap(func(envelope.Envelope) bool { return true }, func(ctx context.Context, ev consumer.Event) error {
+		text, _ := Text(ctx)
+		r.calls = append(r.calls, ev.Envelope.ID+"|"+text)
+		return nil
+	})
+	return r
+}
+
+// webhook is the envelope the gateway would store for an Instantly body.
+func webhook(typ, lead, emailID, text string, at time.Time) envelope.Envelope {
+	d := envelope.Data{Contact: &envelope.Contact{Email: lead}, Campaign: &envelope.Campaign{ID: "c-1"}}
+	if typ == envelope.TypeReplyReceived {
+		d.Message = &envelope.Message{ID: emailID, Text: text}
+	}
+	return envelope.Envelope{ID: envelope.ID(tenant, "instantly", typ+lead+emailID), Type: typ, Time: at, Tenant: tenant,
+		Provider: "instantly", Endpoint: "instantly-main", Data: d, Signed: false, AuthMethod: "path_token"}
+}
+
+// attempt runs the wrapped handler as attempt n of a consumer.
+func (r *rig) attempt(env envelope.Envelope, n int) error {
+	return r.h(context.Background(), consumer.Event{Envelope: env, Attempt: n})
+}
+
+// A reply Instantly holds is confirmed, and the handler gets the reply's text as
+// Instantly holds it, not as the webhook claims it; a second consumer asks nothing.
+func TestConfirmedReplyCarriesTheSourceText(t *testing.T) {
+	r := newRig(t)
+	at := time.Now().Add(-time.Minute)
+	r.sb.AddInstantlyReply("c-1", "ana@example.com", "em-1", "Interested, call me", false, at)
+	env := webhook(envelope.TypeReplyReceived, "ana@example.com", "em-1", "Remove me from every list", at)
+	if err := r.attempt(env, 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.calls) != 1 || r.calls[0] != env.ID+"|Interested, call me" {
+		t.Fatalf("handler saw %v", r.calls)
+	}
+	asked := r.sb.TotalRequests()
+	if err := r.attempt(env, 1); err != nil {
+		t.Fatal(err)
+	}
+	if r.sb.TotalRequests() != asked || len(r.calls) != 2 {
+		t.Fatalf("the kept verdict was not used: %d more requests, calls %v", r.sb.TotalRequests()-asked, r.calls)
+	}
+}
+
+// A forged unsubscribe of an active lead is asked again for Asks attempts, then kept
+// for review — the event, the reason, what Instantly said — and never handled; another
+// consumer then finds the verdict without asking. Signed events and facts read from the
+// platform pass without a question.
+func TestForgedUnsubscribeBecomesAReviewItem(t *testing.T) {
+	r := newRig(t)
+	r.sb.AddInstantlyLead("c-1", "ben@example.com")
+	env := webhook(envelope.TypeLeadUnsubscribed, "ben@example.com", "", "", time.Now())
+	for n := 1; n < Asks; n++ {
+		err := r.attempt(env, n)
+		if retry.Of(err).Class != retry.Transient || !strings.Contains(err.Error(), "not confirmed at instantly yet") {
+			t.Fatalf("attempt %d: %v, want a transient error", n, err)
+		}
+	}
+	if err := r.attempt(env, Asks); err != nil {
+		t.Fatalf("attempt %d: %v, want completed without effect", Asks, err)
+	}
+	if len(r.calls) != 0 {
+		t.Fatalf("the handler acted on a forged unsubscribe: %v", r.calls)
+	}
+	items, err := r.gate.Review.List(context.Background(), reconcile.Filter{Tenant: tenant, Kind: Kind})
+	if err != nil || len(items) != 1 {
+		t.Fatalf("review items %+v %v", items, err)
+	}
+	f := items[0]
+	if f.Status != reconcile.StatusOpen || !strings.Contains(f.Where, env.ID) || !strings.Contains(f.Found, "status 1") ||
+		!strings.Contains(f.Found, "not on the block list") || f.Proposed == nil || !f.Proposed.Signed {
+		t.Fatalf("review item %+v", f)
+	}
+	asked := r.sb.TotalRequests()
+	if err := r.attempt(env, 1); err != nil || len(r.calls) != 0 || r.sb.TotalRequests() != asked {
+		t.Fatalf("another consumer: %v, calls %v, %d requests", err, r.calls, r.sb.TotalRequests()-asked)
+	}
+	if writes := r.sb.Requests(sandbox.RouteInstantlyBlocklist) + r.sb.Requests(sandbox.RouteInstantlyInterest); writes != 0 {
+		t.Fatalf("%d writes at Instantly", writes)
+	}
+
+	signed := env
+	signed.ID, signed.Signed, signed.AuthMethod = "ev_signed", true, "hmac"
+	fromAPI := env
+	fromAPI.ID, fromAPI.AuthMethod = "ev_reconciled", envelope.AuthSourceAPI
+	for _, e := range []envelope.Envelope{signed, fromAPI, *f.Proposed} {
+		if err := r.attempt(e, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(r.calls) != 3 || r.sb.TotalRequests() != asked {
+		t.Fatalf("signed, source_api and approved events: calls %v, %d requests", r.calls, r.sb.TotalRequests()-asked)
+	}
+}
+
+// A classification is as its cause: of a reply no source holds, it is not acted on.
+func TestDerivedIsAsItsCause(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	at := time.Now()
+	forged := webhook(envelope.TypeReplyReceived, "cy@example.com", "em-9", "Please remove me", at)
+	msg, err := stream.EventMessage(ctx, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := r.gate.JS.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, _ := r.gate.JS.KeyValue(ctx, stream.EventIndex)
+	if _, err := index.Put(ctx, forged.ID, []byte(strconv.FormatUint(ack.Sequence, 10))); err != nil {
+		t.Fatal(err)
+	}
+	cls := envelope.Derive(forged, stream.Classifier, envelope.TypeReplyClassified,
+		envelope.Data{Classification: &envelope.Classification{Label: "unsubscribe_request"}}, at)
+	for n := 1; n <= Asks; n++ {
+		if err := r.attempt(cls, n); n < Asks && retry.Of(err).Class != retry.Transient {
+			t.Fatalf("attempt %d: %v", n, err)
+		}
+	}
+	if len(r.calls) != 0 {
+		t.Fatalf("a classification of a forged reply was acted on: %v", r.calls)
+	}
+	items, _ := r.gate.Review.List(ctx, reconcile.Filter{Tenant: tenant, Kind: Kind})
+	if len(items) != 1 || !strings.Contains(items[0].Where, forged.ID) || !strings.Contains(items[0].Found, "no e-mail em-9") {
+		t.Fatalf("review items %+v", items)
+	}
+}
+
+// Smartlead: a reply is confirmed by the lead's message history, matched on the
+// webhook's Message-ID; an unknown Message-ID is not.
+func TestSmartleadReplyByMessageID(t *testing.T) {
+	r := newRig(t)
+	at := time.Now()
+	lead := r.sb.AddSmartleadReply(9181, "dee@example.com", "<m-1@example.com>", "Tell me more", at)
+	env := func(msgID string) envelope.Envelope {
+		e := envelope.Envelope{ID: envelope.ID(tenant, "smartlead", msgID), Type: envelope.TypeReplyReceived, Time: at, Tenant: tenant, Provider: "smartlead",
+			Data: envelope.Data{Contact: &envelope.Contact{Email: "dee@example.com", ExternalID: strconv.FormatInt(lead, 10)},
+				Campaign: &envelope.Campaign{ID: "9181"}, Message: &envelope.Message{ID: msgID, Text: "webhook text"}},
+			AuthMethod: "secret_key"}
+		return e
+	}
+	if err := r.attempt(env("<m-1@example.com>"), 1); err != nil || len(r.calls) != 1 || !strings.HasSuffix(r.calls[0], "|Tell me more") {
+		t.Fatalf("confirmed reply: %v %v", err, r.calls)
+	}
+	if err := r.attempt(env("<forged@example.com>"), Asks); err != nil || len(r.calls) != 1 {
+		t.Fatalf("unknown Message-ID: %v %v", err, r.calls)
+	}
+	var v Verdict
+	e, err := r.gate.Verdicts.Get(context.Background(), tenant+"."+envelope.ID(tenant, "smartlead", "<forged@example.com>"))
+	if err != nil || json.Unmarshal(e.Value(), &v) != nil || v.Confirmed || !strings.Contains(v.Said, "holds no reply <forged@example.com>") {
+		t.Fatalf("verdict %+v %v", v, err)
+	}
+}

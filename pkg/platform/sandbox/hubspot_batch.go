@@ -1,0 +1,266 @@
+package sandbox
+
+import (
+	"maps"
+	"net/http"
+	"time"
+)
+
+// HubSpot routes of the properties API, the notes batch API and v4 associations.
+const (
+	RouteHubSpotPropertyGet   = "hubspot.properties.get"
+	RouteHubSpotPropertyNew   = "hubspot.properties.create"
+	RouteHubSpotGroupGet      = "hubspot.property-groups.get"
+	RouteHubSpotGroupNew      = "hubspot.property-groups.create"
+	RouteHubSpotNoteRead      = "hubspot.notes.batch-read"
+	RouteHubSpotNoteUpsert    = "hubspot.notes.batch-upsert"
+	RouteHubSpotNoteAssociate = "hubspot.notes.associate"
+)
+
+// hsProperty is a custom note property of the portal.
+type hsProperty struct {
+	Name           string `json:"name"`
+	Label          string `json:"label"`
+	Type           string `json:"type"`
+	FieldType      string `json:"fieldType"`
+	GroupName      string `json:"groupName"`
+	HasUniqueValue bool   `json:"hasUniqueValue"`
+}
+
+// RefuseUniqueNoteProperties makes the portal refuse a note property with unique
+// values, as HubSpot might (its reference lists unique properties for companies,
+// deals, tickets, custom objects and contacts, never notes).
+func (s *Server) RefuseUniqueNoteProperties(refuse bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hubspot.refuseUnique = refuse
+}
+
+// SetNoteProperty defines (or replaces) a note property as if made in HubSpot's UI.
+func (s *Server) SetNoteProperty(name string, unique bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hubspot.props[name] = &hsProperty{Name: name, Label: name, Type: "string", FieldType: "text", HasUniqueValue: unique}
+}
+
+// NoteProperty reports whether the portal has note property name, and if its values
+// are unique.
+func (s *Server) NoteProperty(name string) (exists, unique bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.hubspot.props[name]
+	return p != nil, p != nil && p.HasUniqueValue
+}
+
+func (s *Server) mountHubSpotBatch(mux *http.ServeMux) {
+	a, d := s.hubspotAuth, hubspotDeny
+	s.handle(mux, "GET /crm/v3/properties/notes/{name}", RouteHubSpotPropertyGet, a, d, s.hsPropertyGet)
+	s.handle(mux, "POST /crm/v3/properties/notes", RouteHubSpotPropertyNew, a, d, s.hsPropertyCreate)
+	s.handle(mux, "GET /crm/v3/properties/notes/groups/{name}", RouteHubSpotGroupGet, a, d, s.hsGroupGet)
+	s.handle(mux, "POST /crm/v3/properties/notes/groups", RouteHubSpotGroupNew, a, d, s.hsGroupCreate)
+	s.handle(mux, "POST /crm/v3/objects/notes/batch/read", RouteHubSpotNoteRead, a, d, s.hsNotesRead)
+	s.handle(mux, "POST /crm/v3/objects/notes/batch/upsert", RouteHubSpotNoteUpsert, a, d, s.hsNotesUpsert)
+	s.handle(mux, "PUT /crm/v4/objects/note/{id}/associations/default/contact/{cid}", RouteHubSpotNoteAssociate, a, d, s.hsAssociate)
+}
+
+func (s *Server) hsPropertyGet(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.hubspot.props[r.PathValue("name")]
+	if p == nil {
+		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "Unable to find property "+r.PathValue("name")+" for object type notes")
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) hsPropertyCreate(w http.ResponseWriter, r *http.Request) {
+	var p hsProperty
+	if err := readJSON(r, &p); err != nil {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
+		return
+	}
+	if p.Name == "" || p.Label == "" || p.Type == "" || p.FieldType == "" || p.GroupName == "" {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "name, label, type, fieldType and groupName are required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.hubspot.props[p.Name] != nil:
+		hubspotError(w, http.StatusConflict, "OBJECT_ALREADY_EXISTS", "A property named '"+p.Name+"' already exists.")
+	case !s.hubspot.groups[p.GroupName]:
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Property group "+p.GroupName+" does not exist")
+	case p.HasUniqueValue && s.hubspot.refuseUnique:
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Unique value properties are not supported for object type notes")
+	default:
+		s.hubspot.props[p.Name] = &p
+		writeJSON(w, http.StatusCreated, p)
+	}
+}
+
+func (s *Server) hsGroupGet(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.hubspot.groups[r.PathValue("name")] {
+		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "Unable to find property group "+r.PathValue("name"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"name": r.PathValue("name"), "label": r.PathValue("name")})
+}
+
+func (s *Server) hsGroupCreate(w http.ResponseWriter, r *http.Request) {
+	var g struct {
+		Name  string `json:"name"`
+		Label string `json:"label"`
+	}
+	if err := readJSON(r, &g); err != nil || g.Name == "" || g.Label == "" {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "name and label are required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hubspot.groups[g.Name] {
+		hubspotError(w, http.StatusConflict, "OBJECT_ALREADY_EXISTS", "A property group named '"+g.Name+"' already exists.")
+		return
+	}
+	s.hubspot.groups[g.Name] = true
+	writeJSON(w, http.StatusCreated, g)
+}
+
+// uniqueProperty answers 400 unless name is a note property with unique values, as
+// HubSpot refuses a read or upsert by any other. Called with s.mu held.
+func (s *Server) uniqueProperty(w http.ResponseWriter, name string) bool {
+	if p := s.hubspot.props[name]; p == nil || !p.HasUniqueValue {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Unable to perform update/upsert by non-unique 0-46 property "+name)
+		return false
+	}
+	return true
+}
+
+// noteByProperty is the note whose property name is value, nil if none.
+func (s *Server) noteByProperty(name, value string) *Object {
+	for _, n := range s.hubspot.notes {
+		if n.Properties[name] == value {
+			return n
+		}
+	}
+	return nil
+}
+
+type hsError struct {
+	Status   string `json:"status"`
+	Category string `json:"category"`
+	Message  string `json:"message"`
+}
+
+// hsNotesRead serves notes/batch/read by idProperty: what is committed, with no search
+// lag; keys with no note are errors of a 207 answer (an assumption: the reference
+// declares 207 without saying which inputs cause it).
+func (s *Server) hsNotesRead(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		IDProperty string `json:"idProperty"`
+		Inputs     []struct {
+			ID string `json:"id"`
+		} `json:"inputs"`
+	}
+	if err := readJSON(r, &req); err != nil || len(req.Inputs) == 0 {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "inputs are required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.IDProperty != "" && !s.uniqueProperty(w, req.IDProperty) {
+		return
+	}
+	results, errs := []map[string]any{}, []hsError{}
+	for _, in := range req.Inputs {
+		n := find(s.hubspot.notes, in.ID)
+		if req.IDProperty != "" {
+			n = s.noteByProperty(req.IDProperty, in.ID)
+		}
+		if n == nil {
+			errs = append(errs, hsError{"error", "OBJECT_NOT_FOUND", "Could not get some NOTE objects, they may be deleted or not exist. Check that ids are valid. ids: " + in.ID})
+			continue
+		}
+		results = append(results, hsJSON(n))
+	}
+	status := http.StatusOK
+	if len(errs) > 0 {
+		status = http.StatusMultiStatus
+	}
+	writeJSON(w, status, map[string]any{"status": "COMPLETE", "results": results, "errors": errs, "numErrors": len(errs)})
+}
+
+// hsNotesUpsert serves notes/batch/upsert: each input's note is the one whose unique
+// idProperty holds its id — updated in place — or a new one; results carry "new".
+func (s *Server) hsNotesUpsert(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Inputs []struct {
+			IDProperty string            `json:"idProperty"`
+			ID         string            `json:"id"`
+			Properties map[string]string `json:"properties"`
+		} `json:"inputs"`
+	}
+	if err := readJSON(r, &req); err != nil || len(req.Inputs) == 0 {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "inputs are required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, in := range req.Inputs {
+		if in.ID == "" || !s.uniqueProperty(w, in.IDProperty) || !noteBodyFits(w, in.Properties) {
+			if in.ID == "" {
+				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "id is required")
+			}
+			return
+		}
+	}
+	results := []map[string]any{}
+	for _, in := range req.Inputs {
+		props := maps.Clone(in.Properties)
+		if props == nil {
+			props = map[string]string{}
+		}
+		props[in.IDProperty] = in.ID
+		n, isNew := s.noteByProperty(in.IDProperty, in.ID), false
+		if n == nil {
+			if props["hs_timestamp"] == "" {
+				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Property hs_timestamp is required")
+				return
+			}
+			n, isNew = &Object{ID: s.hubspot.id(), Properties: props, CreatedAt: time.Now()}, true
+			s.hubspot.notes = append(s.hubspot.notes, n)
+		} else {
+			maps.Copy(n.Properties, props)
+			n.UpdatedAt = time.Now()
+		}
+		res := hsJSON(n)
+		res["new"] = isNew
+		results = append(results, res)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "COMPLETE", "results": results})
+}
+
+// hsAssociate serves the v4 default association of a note with a contact (note →
+// contact, type 202); associating twice keeps one.
+func (s *Server) hsAssociate(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, c := find(s.hubspot.notes, r.PathValue("id")), find(s.hubspot.contacts, r.PathValue("cid"))
+	if n == nil || c == nil {
+		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "note "+r.PathValue("id")+" or contact "+r.PathValue("cid")+" does not exist")
+		return
+	}
+	known := false
+	for _, a := range n.Associations {
+		known = known || (a.ToID == c.ID && a.TypeID == NoteToContactAssociation)
+	}
+	if !known {
+		n.Associations = append(n.Associations, Association{ToID: c.ID, TypeID: NoteToContactAssociation, Category: "HUBSPOT_DEFINED"})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "COMPLETE", "results": []map[string]any{{
+		"from": map[string]string{"id": n.ID}, "to": map[string]string{"id": c.ID},
+		"associationSpec": map[string]any{"associationCategory": "HUBSPOT_DEFINED", "associationTypeId": NoteToContactAssociation},
+	}}})
+}

@@ -1,0 +1,292 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/platform/instantly"
+	"exacto.dev/pkg/retry"
+)
+
+// How the stopper stops an Instantly lead (docs/platforms.md has the references):
+//
+//   - A campaign whose settings say stop_on_reply stops a replying lead itself: for a
+//     reply there, Exacto writes nothing and only confirms that the lead left Active.
+//   - Otherwise the lead is given an interest value, which completes its sequence (the
+//     v1 reference says so; v2 does not deny it, and the stop is confirmed by reading
+//     the lead back): the value it already has, if any (never a worse one), else the
+//     neutral custom label StopLabel — never Not Interested, which would take a hot lead
+//     out of the Interested views and fire lead_not_interested automations.
+//   - Before a value is given, the campaign's subsequences are read: one that starts on
+//     that value would send more e-mail, so the lead is taken out of it at once.
+//   - Confirmation is bounded: Instantly updates leads in a background job, so a lead
+//     still Active is read again on the next attempts; after confirmAttempts it is a
+//     dead letter saying so (a person must look), never an endless retry.
+//   - After classification (reply.classified) an interested reply's lead becomes
+//     Interested and a meeting request's Meeting Booked, unless it is already at that
+//     value or further (Meeting Completed, Won): a label is only ever raised.
+
+// StopLabel is the neutral custom lead label Exacto gives a lead to stop its sequence.
+const (
+	StopLabel       = "Stopped by Exacto"
+	stopDescription = "Exacto stopped this lead's sequence (a reply, an unsubscribe, a bounce or a complaint). Neutral: the reply's classification, or a person, sets Interested or another status."
+)
+
+// Bounds on waiting for Instantly (the stopper's backoff doubles from a second):
+// ownStopAttempts for a campaign that stops replies itself to show it (a few seconds),
+// after which Exacto stops the lead; confirmAttempts for a stop or a label Exacto gave
+// to show (about two minutes), after which the event is a dead letter that says so.
+const (
+	ownStopAttempts = 4
+	confirmAttempts = 8
+)
+
+// errNotYetStopped: the platform accepted the stop but does not show it yet (Instantly
+// runs it as a background job). The next attempt reads again before writing.
+var errNotYetStopped = errors.New("stop accepted but not yet visible")
+
+// campaignTTL is how long a campaign's stop settings are trusted once read.
+const campaignTTL = 5 * time.Minute
+
+// campaigns keeps Instantly campaigns' stop settings for campaignTTL: every reply of a
+// campaign asks the same question.
+type campaigns struct {
+	mu   sync.Mutex
+	seen map[*instantly.Client]map[string]cachedCampaign
+}
+
+type cachedCampaign struct {
+	c  instantly.Campaign
+	at time.Time
+}
+
+func (cs *campaigns) get(ctx context.Context, ev consumer.Event, c *instantly.Client, id string) (instantly.Campaign, error) {
+	cs.mu.Lock()
+	if hit, ok := cs.seen[c][id]; ok && time.Since(hit.at) < campaignTTL {
+		cs.mu.Unlock()
+		return hit.c, nil
+	}
+	cs.mu.Unlock()
+	var cp instantly.Campaign
+	err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		cp, err = c.GetCampaign(ctx, id)
+		return err
+	})
+	if err != nil {
+		return cp, fmt.Errorf("read campaign %s: %w", id, err)
+	}
+	cs.mu.Lock()
+	if cs.seen == nil {
+		cs.seen = map[*instantly.Client]map[string]cachedCampaign{}
+	}
+	if cs.seen[c] == nil {
+		cs.seen[c] = map[string]cachedCampaign{}
+	}
+	cs.seen[c][id] = cachedCampaign{cp, time.Now()}
+	cs.mu.Unlock()
+	return cp, nil
+}
+
+// instantly stops every lead of the contact at Instantly (in the event's campaign
+// when it is an Instantly event naming one).
+func (h *handler) instantly(ctx context.Context, ev consumer.Event, c *instantly.Client, cause string) (stop, error) {
+	env := ev.Envelope
+	addr := email(env)
+	if addr == "" {
+		return stop{}, nil // Instantly finds leads by e-mail only
+	}
+	campaign := ""
+	if env.Provider == Instantly {
+		campaign = campaignID(env)
+	}
+	var leads []instantly.Lead
+	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		leads, err = c.FindLeads(ctx, campaign, addr)
+		return err
+	}); err != nil {
+		return stop{}, err
+	}
+	if len(leads) == 0 {
+		return stop{}, nil
+	}
+	s := stop{found: true}
+	if len(leads) == 1 {
+		s.leadID = leads[0].ID
+	}
+	for _, l := range leads {
+		wrote, err := h.stopLead(ctx, ev, c, l, cause)
+		s.wrote = s.wrote || wrote
+		if err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// stopLead stops one lead: nothing if it is stopped; only a confirmation, for a while,
+// where the campaign stops replies itself; else the lead's own interest value or
+// StopLabel, given again on each attempt until Instantly shows the lead stopped (the
+// same value twice is harmless), and at most confirmAttempts times.
+func (h *handler) stopLead(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead, cause string) (wrote bool, err error) {
+	if l.Stopped() && l.SubsequenceID == "" {
+		return false, nil
+	}
+	if l.Stopped() { // stopped, but a subsequence is sending to it
+		return true, h.leaveSubsequence(ctx, ev, c, l)
+	}
+	if cause == causeReply {
+		cp, err := h.campaigns.get(ctx, ev, c, l.Campaign)
+		if err != nil {
+			return false, err
+		}
+		if cp.StopOnReply && ev.Attempt < ownStopAttempts {
+			return false, retry.Transiently(Instantly, fmt.Errorf("lead %s in campaign %s: the campaign stops on reply itself: %w", l.ID, l.Campaign, errNotYetStopped))
+		}
+	}
+	if ev.Attempt >= confirmAttempts {
+		return false, retry.Permanently(Instantly, fmt.Errorf("lead %s (%s) in campaign %s: Instantly accepted the stop on %d attempts but still shows the lead active: "+
+			"the campaign does not stop on an interest status; stop the lead at Instantly", l.ID, email(ev.Envelope), l.Campaign, ev.Attempt-1))
+	}
+	label, err := c.EnsureLabel(ctx, StopLabel, instantly.KindNeutral, stopDescription)
+	if err != nil {
+		return false, fmt.Errorf("the stop label: %w", err)
+	}
+	value := label.InterestStatus
+	if l.InterestStatus != nil {
+		value = *l.InterestStatus // never a worse one than it has
+	}
+	if err := h.setInterest(ctx, ev, c, l, value); err != nil {
+		return false, err
+	}
+	now, err := h.readBack(ctx, ev, c, l)
+	if err != nil {
+		return true, err
+	}
+	if !now.Stopped() {
+		return true, retry.Transiently(Instantly, fmt.Errorf("lead %s in campaign %s: %w", l.ID, l.Campaign, errNotYetStopped))
+	}
+	return true, nil
+}
+
+// readBack reads lead l again after a write, taking it out of a subsequence the write
+// put it in.
+func (h *handler) readBack(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead) (instantly.Lead, error) {
+	var now instantly.Lead
+	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		now, err = c.GetLead(ctx, l.ID)
+		return err
+	}); err != nil {
+		return now, err
+	}
+	if now.SubsequenceID != "" {
+		return now, h.leaveSubsequence(ctx, ev, c, now)
+	}
+	return now, nil
+}
+
+// setInterest gives lead l the interest value after reading the campaign's
+// subsequences: the value is given either way (it is what stops the sequence, or the
+// label the reply deserves), and a lead a subsequence takes in is taken out of it
+// before its first step (leaveSubsequence, on the read that follows).
+func (h *handler) setInterest(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead, value int) error {
+	var subs []instantly.Subsequence
+	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		subs, err = c.Subsequences(ctx, l.Campaign)
+		return err
+	}); err != nil {
+		return fmt.Errorf("read campaign %s's subsequences: %w", l.Campaign, err)
+	}
+	for _, s := range subs {
+		if s.StartsOn(value) {
+			h.log.InfoContext(ctx, "a subsequence starts on the interest value; the lead will be taken out of it", "id", ev.Envelope.ID,
+				"lead", l.ID, "campaign", l.Campaign, "subsequence", s.ID, "value", value)
+		}
+	}
+	return ev.Call(ctx, Instantly, func(ctx context.Context) error {
+		return c.SetInterest(ctx, l.Campaign, email(ev.Envelope), &value)
+	})
+}
+
+// leaveSubsequence takes lead l out of the subsequence it is in and confirms it left.
+func (h *handler) leaveSubsequence(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead) error {
+	var now instantly.Lead
+	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		now, err = c.RemoveFromSubsequence(ctx, l.ID)
+		return err
+	}); err != nil {
+		return fmt.Errorf("take lead %s out of subsequence %s: %w", l.ID, l.SubsequenceID, err)
+	}
+	h.log.InfoContext(ctx, "lead taken out of a subsequence", "id", ev.Envelope.ID, "lead", l.ID, "subsequence", l.SubsequenceID)
+	if now.SubsequenceID != "" {
+		return retry.Transiently(Instantly, fmt.Errorf("lead %s is still in subsequence %s", l.ID, now.SubsequenceID))
+	}
+	return nil
+}
+
+// labels are the interest values a classification earns at Instantly: only the
+// positive ones are written (anything else keeps the neutral stop label: a person
+// decides what a negative reply means for the lead).
+var labels = map[string]int{"interested": instantly.Interested, "meeting_request": instantly.MeetingBooked}
+
+// Label is the Instantly interest value a reply classified as label earns, ok false
+// when none is written.
+func Label(label string) (value int, ok bool) {
+	value, ok = labels[label]
+	return value, ok
+}
+
+// labelLead raises the lead of an Instantly reply to the interest value its
+// classification earns, unless it is there already or further: given on each attempt
+// until Instantly shows it (at most confirmAttempts), read back, and any subsequence it
+// would start left at once.
+func (h *handler) labelLead(ctx context.Context, ev consumer.Event, c *instantly.Client, value int) error {
+	env := ev.Envelope
+	var leads []instantly.Lead
+	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		leads, err = c.FindLeads(ctx, campaignID(env), email(env))
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, l := range leads {
+		if cur := l.InterestStatus; cur != nil && (*cur == value || (instantly.Positive(*cur) && *cur >= value)) {
+			if l.SubsequenceID != "" {
+				if err := h.leaveSubsequence(ctx, ev, c, l); err != nil {
+					return err
+				}
+			}
+			continue // as good already: never lowered
+		}
+		if ev.Attempt >= confirmAttempts {
+			return retry.Permanently(Instantly, fmt.Errorf("lead %s: Instantly accepted interest value %d on %d attempts but does not show it", l.ID, value, ev.Attempt-1))
+		}
+		if err := h.setInterest(ctx, ev, c, l, value); err != nil {
+			return err
+		}
+		now, err := h.readBack(ctx, ev, c, l)
+		if err != nil {
+			return err
+		}
+		if now.InterestStatus == nil || *now.InterestStatus != value {
+			return retry.Transiently(Instantly, fmt.Errorf("lead %s: interest value %d not yet visible", l.ID, value))
+		}
+		h.log.InfoContext(ctx, "lead labelled from its reply's classification", "id", env.ID, "lead", l.ID, "campaign", l.Campaign,
+			"label", env.Data.Classification.Label, "value", value)
+	}
+	return nil
+}
+
+// classifiedLabel is what a reply.classified asks of Instantly: the interest value,
+// or ok false when the event asks nothing (another provider, another label, no
+// e-mail).
+func classifiedLabel(env envelope.Envelope) (value int, ok bool) {
+	if env.Type != envelope.TypeReplyClassified || env.Provider != Instantly || env.Data.Classification == nil || email(env) == "" {
+		return 0, false
+	}
+	return Label(env.Data.Classification.Label)
+}
