@@ -197,7 +197,9 @@ func ProviderStatus(status string) Status {
 	switch s {
 	case "interested", "meeting_request", "information_request":
 		return Interested
-	case "meeting_booked", "meeting_completed":
+	case "meeting_booked", "meeting_completed", "no_show":
+		// A no-show (Instantly's lead_no_show) still had a meeting booked: no opt-out
+		// and no loss, the rep may book again; lead_status keeps the verbatim no_show.
 		return MeetingBooked
 	case "closed", "won", "closed_won", "closedwon", "opportunity", "open_deal", "customer", "evangelist":
 		return Opportunity

@@ -228,6 +228,8 @@ func TestRules(t *testing.T) {
 		{"meeting cancelled falls back", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("m", envelope.TypeMeetingBooked, time.Hour, meeting("m1")), ev("x", envelope.TypeMeetingCancelled, 2*time.Hour, meeting("m1"))}, Replied, nil},
 		{"rebooked meeting", []envelope.Envelope{ev("m", envelope.TypeMeetingBooked, time.Hour, meeting("m1")), ev("x", envelope.TypeMeetingCancelled, 2*time.Hour, meeting("m1")), ev("m2", envelope.TypeMeetingBooked, 3*time.Hour, meeting("m2"))}, MeetingBooked, nil},
 		{"instantly statuses", []envelope.Envelope{ev("a", envelope.TypeLeadStatusChanged, 0, status("meeting_booked")), ev("b", envelope.TypeLeadStatusChanged, time.Hour, status("out_of_office"))}, MeetingBooked, nil},
+		{"a no-show had a meeting booked, no opt-out", []envelope.Envelope{ev("a", envelope.TypeLeadStatusChanged, 0, status("meeting_booked")), ev("b", envelope.TypeLeadStatusChanged, time.Hour, status("no_show"))}, MeetingBooked, nil},
+		{"a no-show alone", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("b", envelope.TypeLeadStatusChanged, time.Hour, status("no_show"))}, MeetingBooked, nil},
 		{"smartlead category", []envelope.Envelope{ev("a", envelope.TypeLeadStatusChanged, 0, status("Meeting Request"))}, Interested, nil},
 		{"smartlead do not contact", []envelope.Envelope{ev("a", envelope.TypeLeadStatusChanged, 0, status("Do Not Contact")), ev("s", envelope.TypeEmailSent, time.Hour)}, Suppressed, []string{"s"}},
 		{"unsubscribe request label suppresses", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("c", envelope.TypeReplyClassified, time.Second, label("unsubscribe_request", "r"))}, Suppressed, nil},

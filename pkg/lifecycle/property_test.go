@@ -64,7 +64,7 @@ func genHistory(t *rapid.T) []envelope.Envelope {
 				"out_of_office", "bounce_notice", "auto_reply", "unclear"}).Draw(t, "label"), cause)(&e)
 		case envelope.TypeLeadStatusChanged:
 			e.Data.Status = rapid.SampledFrom([]string{"lead", "NEW", "interested", "meeting_booked", "closed", "not_interested",
-				"out_of_office", "Do Not Contact", "opportunity"}).Draw(t, "status")
+				"out_of_office", "Do Not Contact", "opportunity", "no_show"}).Draw(t, "status")
 		case envelope.TypeContactUpdated:
 			e.Data.Property = &envelope.Property{Name: rapid.SampledFrom([]string{"city", "jobtitle"}).Draw(t, "prop"),
 				Value: rapid.SampledFrom([]string{"x", "y", "z"}).Draw(t, "value")}
