@@ -76,9 +76,10 @@ type Envelope struct {
 	Channel         string    `json:"channel,omitempty"`
 	ReceivedAt      time.Time `json:"receivedat"`
 	PayloadSHA256   string    `json:"payloadsha256"`
-	// Signed is false for providers whose webhooks carry no signature over the body
-	// (Instantly, Smartlead): consumers confirm such events at the source before an
-	// irreversible action.
+	// Signed says a signature over the delivery's body was verified (authmethod hmac):
+	// always for the signed providers, for Smartlead only at an endpoint with
+	// signing_secrets. Consumers confirm unsigned events (Instantly, Smartlead
+	// otherwise) at the source before an irreversible action.
 	Signed     bool   `json:"signed"`
 	AuthMethod string `json:"authmethod"`
 }

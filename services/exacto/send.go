@@ -19,13 +19,14 @@ import (
 )
 
 func sendCmd() *cobra.Command {
-	var provider, event, to, secret, at string
+	var provider, event, to, secret, signingSecret, at string
 	cmd := &cobra.Command{
 		Use:   "send",
 		Short: "Sign and send a realistic webhook exactly as a provider would",
 		Long: `Sign and send a realistic webhook exactly as provider P would, to try a set-up
 without the provider. Without --secret, the secret of the endpoint named in --to is
-taken from the config (or the built-in demo).`,
+taken from the config (or the built-in demo); so is its signing secret, for a Smartlead
+endpoint with signing_secrets (X-Smartlead-Signature), without --signing-secret.`,
 		Example: "  exacto send --provider instantly --event reply_received --to http://127.0.0.1:8080/hooks/instantly/demo-instantly-token",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -42,8 +43,15 @@ taken from the config (or the built-in demo).`,
 			if to == "" {
 				return fmt.Errorf("--to is required: the endpoint URL, e.g. http://127.0.0.1:8080/hooks/ID/TOKEN")
 			}
+			if signingSecret != "" && spec.SignOptional == nil {
+				return fmt.Errorf("--signing-secret: provider %s has no optional signature (only smartlead)", provider)
+			}
+			configured, configuredSigning := configuredSecrets(to)
 			if secret == "" {
-				secret = configuredSecret(to)
+				secret = configured
+			}
+			if signingSecret == "" && spec.SignOptional != nil {
+				signingSecret = configuredSigning
 			}
 			eventTime := time.Now()
 			if at != "" {
@@ -53,7 +61,7 @@ taken from the config (or the built-in demo).`,
 				}
 				eventTime = t
 			}
-			status, body, err := send(cmd.Context(), spec, event, secret, to, eventTime, time.Now())
+			status, body, err := send(cmd.Context(), spec, event, secret, signingSecret, to, eventTime, time.Now())
 			if err != nil {
 				return err
 			}
@@ -68,13 +76,15 @@ taken from the config (or the built-in demo).`,
 	cmd.Flags().StringVar(&event, "event", "", "event to send (default: the provider's first sample event)")
 	cmd.Flags().StringVar(&to, "to", "", "endpoint URL")
 	cmd.Flags().StringVar(&secret, "secret", "", "signing secret (default: the endpoint's first secret in the config)")
+	cmd.Flags().StringVar(&signingSecret, "signing-secret", "", "smartlead: also sign X-Smartlead-Signature with this (default: the endpoint's first signing_secrets entry in the config)")
 	cmd.Flags().StringVar(&at, "at", "", "the event's time, RFC 3339 (default now); the same --at sends the same event again, as a provider's retry would")
 	cmd.MarkFlagRequired("provider")
 	return cmd
 }
 
-// send posts spec's sample of event, made at eventTime and signed now.
-func send(ctx context.Context, spec providers.Spec, event, secret, to string, eventTime, now time.Time) (int, string, error) {
+// send posts spec's sample of event, made at eventTime and signed now (with
+// signingSecret too, when set, for a provider whose signature is optional).
+func send(ctx context.Context, spec providers.Spec, event, secret, signingSecret, to string, eventTime, now time.Time) (int, string, error) {
 	body, err := spec.Sample(event, eventTime)
 	if err != nil {
 		return 0, "", err
@@ -82,6 +92,11 @@ func send(ctx context.Context, spec providers.Spec, event, secret, to string, ev
 	h, body, err := spec.Sign(http.MethodPost, to, body, secret, now)
 	if err != nil {
 		return 0, "", err
+	}
+	if signingSecret != "" {
+		for k, v := range spec.SignOptional(body, signingSecret) {
+			h[k] = v
+		}
 	}
 	req, err := http.NewRequest(http.MethodPost, to, bytes.NewReader(body))
 	if err != nil {
@@ -102,28 +117,36 @@ func send(ctx context.Context, spec providers.Spec, event, secret, to string, ev
 	return resp.StatusCode, string(b), nil
 }
 
-// configuredSecret finds the first secret of the endpoint named in the URL's path.
-func configuredSecret(to string) string {
+// configuredSecrets finds the first secret and the first signing secret of the
+// endpoint named in the URL's path ("" for what it has not).
+func configuredSecrets(to string) (secret, signingSecret string) {
 	u, err := url.Parse(to)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
 	if len(parts) < 2 || parts[0] != "hooks" {
-		return ""
+		return "", ""
 	}
 	cfg, err := config.Load("", os.Getenv)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	for _, t := range cfg.Tenants {
 		for _, e := range t.Endpoints {
-			if e.ID == parts[1] && len(e.Secrets) > 0 {
-				return e.Secrets[0].Value
+			if e.ID != parts[1] {
+				continue
 			}
+			if len(e.Secrets) > 0 {
+				secret = e.Secrets[0].Value
+			}
+			if len(e.SigningSecrets) > 0 {
+				signingSecret = e.SigningSecrets[0].Value
+			}
+			return secret, signingSecret
 		}
 	}
-	return ""
+	return "", ""
 }
 
 func contains(list []string, s string) bool {

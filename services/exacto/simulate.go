@@ -69,7 +69,7 @@ The exit code is 0 when every invariant held, 1 otherwise.`,
 			}
 			defer closeConn()
 			if sc.Secret == "" {
-				sc.Secret = configuredSecret(strings.TrimRight(gateway, "/") + "/hooks/" + sc.Endpoint + "/" + sc.PathToken)
+				sc.Secret, _ = configuredSecrets(strings.TrimRight(gateway, "/") + "/hooks/" + sc.Endpoint + "/" + sc.PathToken)
 			}
 			sim := &simulation{sc: sc, gateway: strings.TrimRight(gateway, "/"), sandbox: strings.TrimRight(sandboxURL, "/"),
 				admin: strings.TrimRight(admin, "/"), js: js, out: cmd.OutOrStdout(), drain: drain}
