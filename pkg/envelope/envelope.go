@@ -164,7 +164,14 @@ type Meeting struct {
 	Invitee   string    `json:"invitee,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	EventType string    `json:"event_type,omitempty"`
+	// RescheduledFrom, on a meeting.booked, is the id of the meeting this booking moves
+	// to a new time (a reschedule): the same meeting, not a second one.
+	RescheduledFrom string `json:"rescheduled_from,omitempty"`
 }
+
+// MeetingRescheduled is the Data.Status of a meeting.cancelled that moved the meeting
+// to another time: the meeting stands, it is no cancellation.
+const MeetingRescheduled = "rescheduled"
 
 // Opportunity is a deal or opportunity in a CRM or sending platform.
 type Opportunity struct {
@@ -250,8 +257,10 @@ func Complete(typ string, d Data) bool {
 		return contact || d.Property != nil
 	case TypeOpportunityCreated:
 		return d.Opportunity != nil && d.Opportunity.ID != ""
-	case TypeMeetingBooked, TypeMeetingCancelled:
+	case TypeMeetingBooked:
 		return d.Meeting != nil && d.Meeting.ID != ""
+	case TypeMeetingCancelled:
+		return d.Meeting != nil && d.Meeting.ID != "" && (d.Status == "" || d.Status == MeetingRescheduled)
 	case TypeMessageReceived:
 		return d.Message != nil && d.Message.ID != ""
 	case TypeMessageStatus:

@@ -70,8 +70,13 @@ func genHistory(t *rapid.T) []envelope.Envelope {
 				Value: rapid.SampledFrom([]string{"x", "y", "z"}).Draw(t, "value")}
 		case envelope.TypeOpportunityCreated:
 			e.Data.Opportunity = &envelope.Opportunity{ID: rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "deal")}
-		case envelope.TypeMeetingBooked, envelope.TypeMeetingCancelled:
+		case envelope.TypeMeetingBooked:
+			// Some bookings move another meeting (a reschedule), or name their own.
+			e.Data.Meeting = &envelope.Meeting{ID: rapid.SampledFrom([]string{"m1", "m2"}).Draw(t, "meeting"),
+				RescheduledFrom: rapid.SampledFrom([]string{"", "", "m1", "m2"}).Draw(t, "from")}
+		case envelope.TypeMeetingCancelled:
 			e.Data.Meeting = &envelope.Meeting{ID: rapid.SampledFrom([]string{"m1", "m2"}).Draw(t, "meeting")}
+			e.Data.Status = rapid.SampledFrom([]string{"", envelope.MeetingRescheduled}).Draw(t, "cancel")
 		}
 		events = append(events, e)
 	}
