@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -94,9 +95,7 @@ func send(ctx context.Context, spec providers.Spec, event, secret, signingSecret
 		return 0, "", err
 	}
 	if signingSecret != "" {
-		for k, v := range spec.SignOptional(body, signingSecret) {
-			h[k] = v
-		}
+		maps.Copy(h, spec.SignOptional(body, signingSecret))
 	}
 	req, err := http.NewRequest(http.MethodPost, to, bytes.NewReader(body))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"testing"
 	"time"
@@ -79,9 +80,7 @@ func (s Suite) signOptional(h http.Header, body []byte) {
 	if s.SigningSecret == "" {
 		return
 	}
-	for k, v := range s.Spec.SignOptional(body, s.SigningSecret) {
-		h[k] = v
-	}
+	maps.Copy(h, s.Spec.SignOptional(body, s.SigningSecret))
 }
 
 // Run runs the whole suite.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -136,9 +137,7 @@ func (h *harness) sign(ep string, body []byte, secret string, at time.Time) deli
 		h.t.Fatal(err)
 	}
 	if len(e.SigningSecrets) > 0 {
-		for k, v := range spec.SignOptional(body, e.SigningSecrets[0].Value) {
-			hdr[k] = v
-		}
+		maps.Copy(hdr, spec.SignOptional(body, e.SigningSecrets[0].Value))
 	}
 	if hdr.Get("Content-Type") == "" {
 		hdr.Set("Content-Type", "application/json")

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -39,9 +40,7 @@ func TestSmartleadSignature(t *testing.T) {
 	}
 	// The previous signing secret still verifies (rotation).
 	old := h.delivery("smartlead-signed", "EMAIL_REPLY", at)
-	for k, v := range smartlead.SignOptional(old.body, "smartlead-signing-old") {
-		old.header[k] = v
-	}
+	maps.Copy(old.header, smartlead.SignOptional(old.body, "smartlead-signing-old"))
 	if r := h.post(old); r.status != http.StatusOK {
 		t.Fatalf("signed with the old signing secret: %d %s", r.status, r.body)
 	}
