@@ -274,6 +274,9 @@ type Endpoint struct {
 	VerifyToken  Secret             `yaml:"verify_token"`
 	SecretHeader string             `yaml:"secret_header"`
 	Generic      *providers.Generic `yaml:"generic"`
+	// SigningSecrets verify Smartlead's optional X-Smartlead-Signature: when set, a
+	// delivery without a valid one is refused.
+	SigningSecrets []Secret `yaml:"signing_secrets"`
 
 	Line int `yaml:"-"`
 }
@@ -522,6 +525,9 @@ func (c *Config) resolve(getenv func(string) string) error {
 			for si := range e.Secrets {
 				one(fmt.Sprintf("%s secrets[%d]", name, si), &e.Secrets[si])
 			}
+			for si := range e.SigningSecrets {
+				one(fmt.Sprintf("%s signing_secrets[%d]", name, si), &e.SigningSecrets[si])
+			}
 		}
 		for name, p := range t.Platforms.each() {
 			one("tenant "+t.ID+" platforms."+name+".api_key", &p.APIKey)
@@ -700,6 +706,9 @@ func (c *Config) Validate() error {
 			if e.Generic != nil && e.Provider != "generic" {
 				fail(e.Line, "endpoint %s: the generic block is only for provider generic", e.ID)
 			}
+			if len(e.SigningSecrets) > 0 && spec.SignOptional == nil {
+				fail(e.Line, "endpoint %s: signing_secrets is only for smartlead (its optional X-Smartlead-Signature); provider %s takes its secrets in secrets", e.ID, e.Provider)
+			}
 			if _, err := spec.New(e.ProviderConfig()); err != nil {
 				fail(e.Line, "endpoint %s: %v", e.ID, err)
 			}
@@ -710,11 +719,20 @@ func (c *Config) Validate() error {
 
 // ProviderConfig is what the endpoint's provider package is built from.
 func (e *Endpoint) ProviderConfig() providers.Config {
-	secrets := make([]string, len(e.Secrets))
-	for i, s := range e.Secrets {
-		secrets[i] = s.Value
+	return providers.Config{Secrets: values(e.Secrets), SigningSecrets: values(e.SigningSecrets),
+		Tolerance: e.Tolerance, SecretHeader: e.SecretHeader, Generic: e.Generic}
+}
+
+// values are the resolved values of secrets; nil for none.
+func values(secrets []Secret) []string {
+	if len(secrets) == 0 {
+		return nil
 	}
-	return providers.Config{Secrets: secrets, Tolerance: e.Tolerance, SecretHeader: e.SecretHeader, Generic: e.Generic}
+	out := make([]string, len(secrets))
+	for i, s := range secrets {
+		out[i] = s.Value
+	}
+	return out
 }
 
 // each yields the platforms that are configured, by name.

@@ -128,6 +128,11 @@ func TestRefusals(t *testing.T) {
 		{"no tenants", "http_addr: 127.0.0.1:8080\n", goodEnv, "no tenants"},
 		{"bad address", "http_addr: nonsense\n" + good, goodEnv, "http_addr"},
 		{"secret as a map", strings.Replace(good, "path_token: env:ACME_META_TOKEN", "path_token: {a: b}", 1), goodEnv, "line 13: a secret is a string"},
+		{"signing secrets on another provider", strings.Replace(good, "        tolerance: 5m\n", "        signing_secrets: [env:ACME_META_APP_SECRET]\n", 1), goodEnv,
+			"exacto.yaml:5: endpoint instantly-main: signing_secrets is only for smartlead"},
+		{"missing env signing secret", smartleadSigned, without(goodEnv, "ACME_SMARTLEAD_SIGNING"), "exacto.yaml:20: endpoint smartlead-main signing_secrets[0]: environment variable ACME_SMARTLEAD_SIGNING is not set"},
+		{"empty signing secret", strings.Replace(smartleadSigned, "[env:ACME_SMARTLEAD_SIGNING]", `[""]`, 1), goodEnv, "exacto.yaml:16: endpoint smartlead-main: smartlead signing_secrets: secret 1 is empty"},
+		{"signing secret as a map", strings.Replace(smartleadSigned, "[env:ACME_SMARTLEAD_SIGNING]", "[{a: b}]", 1), goodEnv, "line 20: a secret is a string"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,6 +149,40 @@ func TestRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// smartleadSigned is good with a Smartlead endpoint that verifies X-Smartlead-Signature.
+const smartleadSigned = good + `      - id: smartlead-main
+        provider: smartlead
+        path_token: env:ACME_META_TOKEN
+        secrets: [env:ACME_INSTANTLY_SECRET]
+        signing_secrets: [env:ACME_SMARTLEAD_SIGNING]
+`
+
+func TestSigningSecrets(t *testing.T) {
+	m := map[string]string{"ACME_SMARTLEAD_SIGNING": "sl-signing-0123456789"}
+	for k, v := range goodEnv {
+		m[k] = v
+	}
+	c, err := Parse([]byte(smartleadSigned), "exacto.yaml", env(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := c.Tenants[0].Endpoints[2].ProviderConfig()
+	if len(pc.SigningSecrets) != 1 || pc.SigningSecrets[0] != "sl-signing-0123456789" || len(pc.Secrets) != 1 {
+		t.Fatalf("provider config %+v", pc)
+	}
+	if got := c.Tenants[0].Endpoints[0].ProviderConfig().SigningSecrets; got != nil {
+		t.Fatalf("an endpoint without signing_secrets got %v", got)
+	}
+	// A literal signing secret is accepted with a warning naming its line.
+	c, err = Parse([]byte(strings.Replace(smartleadSigned, "env:ACME_SMARTLEAD_SIGNING", "literal-signing", 1)), "exacto.yaml", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "exacto.yaml:20: endpoint smartlead-main signing_secrets[0] is a literal secret") {
+		t.Fatalf("warnings %v", c.Warnings)
 	}
 }
 

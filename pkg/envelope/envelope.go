@@ -85,9 +85,10 @@ type Envelope struct {
 	Channel         string    `json:"channel,omitempty"`
 	ReceivedAt      time.Time `json:"receivedat"`
 	PayloadSHA256   string    `json:"payloadsha256"`
-	// Signed is false for providers whose webhooks carry no signature over the body
-	// (Instantly, Smartlead): consumers confirm such events at the source before an
-	// irreversible action.
+	// Signed says a signature over the delivery's body was verified (authmethod hmac):
+	// always for the signed providers, for Smartlead only at an endpoint with
+	// signing_secrets. Consumers confirm unsigned events (Instantly, Smartlead
+	// otherwise) at the source before an irreversible action.
 	Signed     bool   `json:"signed"`
 	AuthMethod string `json:"authmethod"`
 }
@@ -172,7 +173,14 @@ type Meeting struct {
 	Invitee   string    `json:"invitee,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	EventType string    `json:"event_type,omitempty"`
+	// RescheduledFrom, on a meeting.booked, is the id of the meeting this booking moves
+	// to a new time (a reschedule): the same meeting, not a second one.
+	RescheduledFrom string `json:"rescheduled_from,omitempty"`
 }
+
+// MeetingRescheduled is the Data.Status of a meeting.cancelled that moved the meeting
+// to another time: the meeting stands, it is no cancellation.
+const MeetingRescheduled = "rescheduled"
 
 // Opportunity is a deal or opportunity in a CRM or sending platform.
 type Opportunity struct {
@@ -258,8 +266,10 @@ func Complete(typ string, d Data) bool {
 		return contact || d.Property != nil
 	case TypeOpportunityCreated:
 		return d.Opportunity != nil && d.Opportunity.ID != ""
-	case TypeMeetingBooked, TypeMeetingCancelled:
+	case TypeMeetingBooked:
 		return d.Meeting != nil && d.Meeting.ID != ""
+	case TypeMeetingCancelled:
+		return d.Meeting != nil && d.Meeting.ID != "" && (d.Status == "" || d.Status == MeetingRescheduled)
 	case TypeMessageReceived:
 		return d.Message != nil && d.Message.ID != ""
 	case TypeMessageStatus:

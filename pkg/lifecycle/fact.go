@@ -23,8 +23,9 @@ const (
 	KindStatus           Kind = "status"            // lead.status_changed; Value is the provider's status
 	KindProperty         Kind = "property"          // contact.updated; Name is provider:property, Value its value
 	KindOpportunity      Kind = "opportunity"       // opportunity.created; Name is its id
-	KindMeetingBooked    Kind = "meeting_booked"    // meeting.booked; Name is the meeting id
+	KindMeetingBooked    Kind = "meeting_booked"    // meeting.booked; Name is the meeting id, Value the meeting it moves (rescheduled_from)
 	KindMeetingCancelled Kind = "meeting_cancelled" // meeting.cancelled; Name is the meeting id
+	KindMeetingMoved     Kind = "meeting_moved"     // meeting.cancelled with status rescheduled; Name is the meeting id
 	KindUnsubscribed     Kind = "unsubscribed"      // lead.unsubscribed; email.complained with Value "complaint"
 	KindBounce           Kind = "bounce"            // email.bounced; Value is hard, soft or unknown
 	KindStopped          Kind = "stopped"           // sequence.stopped
@@ -101,13 +102,20 @@ func fact(env envelope.Envelope) (Fact, bool) {
 			f.Name = d.Opportunity.ID
 		}
 	case envelope.TypeMeetingBooked, envelope.TypeMeetingCancelled:
-		f.Kind = KindMeetingBooked
-		if env.Type == envelope.TypeMeetingCancelled {
+		switch {
+		case env.Type == envelope.TypeMeetingBooked:
+			f.Kind = KindMeetingBooked
+		case d.Status == envelope.MeetingRescheduled:
+			f.Kind = KindMeetingMoved // a reschedule: the meeting stands, at another time
+		default:
 			f.Kind = KindMeetingCancelled
 		}
 		f.Name = env.ID // no meeting id: the booking is its own meeting
 		if d.Meeting != nil && d.Meeting.ID != "" {
 			f.Name = d.Meeting.ID
+		}
+		if f.Kind == KindMeetingBooked && d.Meeting != nil && d.Meeting.RescheduledFrom != f.Name {
+			f.Value = d.Meeting.RescheduledFrom
 		}
 	case envelope.TypeLeadUnsubscribed:
 		f.Kind = KindUnsubscribed
@@ -152,7 +160,7 @@ func (f Fact) target() Status {
 		return ProviderStatus(f.Value)
 	case KindOpportunity:
 		return Opportunity
-	case KindMeetingBooked:
+	case KindMeetingBooked, KindMeetingMoved:
 		return MeetingBooked
 	case KindUnsubscribed:
 		return Unsubscribed
@@ -197,7 +205,9 @@ func ProviderStatus(status string) Status {
 	switch s {
 	case "interested", "meeting_request", "information_request":
 		return Interested
-	case "meeting_booked", "meeting_completed":
+	case "meeting_booked", "meeting_completed", "no_show":
+		// A no-show (Instantly's lead_no_show) still had a meeting booked: no opt-out
+		// and no loss, the rep may book again; lead_status keeps the verbatim no_show.
 		return MeetingBooked
 	case "closed", "won", "closed_won", "closedwon", "opportunity", "open_deal", "customer", "evangelist":
 		return Opportunity
@@ -220,7 +230,7 @@ func ProviderStatus(status string) Status {
 // also feeds the contact-level state.
 func (f Fact) contactWide() bool {
 	switch f.Kind {
-	case KindUnsubscribed, KindBounce, KindProperty, KindOpportunity, KindMeetingBooked, KindMeetingCancelled:
+	case KindUnsubscribed, KindBounce, KindProperty, KindOpportunity, KindMeetingBooked, KindMeetingCancelled, KindMeetingMoved:
 		return true
 	}
 	t := f.target()

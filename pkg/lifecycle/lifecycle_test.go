@@ -40,6 +40,9 @@ func bounce(kind string) opt {
 func meeting(id string) opt {
 	return func(e *envelope.Envelope) { e.Data.Meeting = &envelope.Meeting{ID: id} }
 }
+func movedFrom(id string) opt { // after meeting(…)
+	return func(e *envelope.Envelope) { e.Data.Meeting.RescheduledFrom = id }
+}
 func opportunity(id string) opt {
 	return func(e *envelope.Envelope) { e.Data.Opportunity = &envelope.Opportunity{ID: id} }
 }
@@ -227,7 +230,12 @@ func TestRules(t *testing.T) {
 		{"meeting booked", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("m", envelope.TypeMeetingBooked, time.Hour, meeting("m1"))}, MeetingBooked, nil},
 		{"meeting cancelled falls back", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("m", envelope.TypeMeetingBooked, time.Hour, meeting("m1")), ev("x", envelope.TypeMeetingCancelled, 2*time.Hour, meeting("m1"))}, Replied, nil},
 		{"rebooked meeting", []envelope.Envelope{ev("m", envelope.TypeMeetingBooked, time.Hour, meeting("m1")), ev("x", envelope.TypeMeetingCancelled, 2*time.Hour, meeting("m1")), ev("m2", envelope.TypeMeetingBooked, 3*time.Hour, meeting("m2"))}, MeetingBooked, nil},
+		{"a reschedule's cancellation keeps the meeting", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("m", envelope.TypeMeetingBooked, time.Hour, meeting("m1")), ev("x", envelope.TypeMeetingCancelled, 2*time.Hour, meeting("m1"), status(envelope.MeetingRescheduled))}, MeetingBooked, nil},
+		{"a moved meeting cancelled later falls back", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("m", envelope.TypeMeetingBooked, time.Hour, meeting("m1")), ev("x", envelope.TypeMeetingCancelled, 2*time.Hour, meeting("m1"), status(envelope.MeetingRescheduled)),
+			ev("m2", envelope.TypeMeetingBooked, 2*time.Hour, meeting("m2"), movedFrom("m1")), ev("c", envelope.TypeMeetingCancelled, 3*time.Hour, meeting("m2"))}, Replied, nil},
 		{"instantly statuses", []envelope.Envelope{ev("a", envelope.TypeLeadStatusChanged, 0, status("meeting_booked")), ev("b", envelope.TypeLeadStatusChanged, time.Hour, status("out_of_office"))}, MeetingBooked, nil},
+		{"a no-show had a meeting booked, no opt-out", []envelope.Envelope{ev("a", envelope.TypeLeadStatusChanged, 0, status("meeting_booked")), ev("b", envelope.TypeLeadStatusChanged, time.Hour, status("no_show"))}, MeetingBooked, nil},
+		{"a no-show alone", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("b", envelope.TypeLeadStatusChanged, time.Hour, status("no_show"))}, MeetingBooked, nil},
 		{"smartlead category", []envelope.Envelope{ev("a", envelope.TypeLeadStatusChanged, 0, status("Meeting Request"))}, Interested, nil},
 		{"smartlead do not contact", []envelope.Envelope{ev("a", envelope.TypeLeadStatusChanged, 0, status("Do Not Contact")), ev("s", envelope.TypeEmailSent, time.Hour)}, Suppressed, []string{"s"}},
 		{"unsubscribe request label suppresses", []envelope.Envelope{ev("r", envelope.TypeReplyReceived, 0), ev("c", envelope.TypeReplyClassified, time.Second, label("unsubscribe_request", "r"))}, Suppressed, nil},
@@ -249,6 +257,65 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Calendly reschedule is one moved meeting, never a cancellation: its booking b0, the
+// old invitee's cancellation x (status rescheduled) and the new invitee's booking b1
+// (rescheduled_from the old meeting) may arrive in any order, and whichever of them
+// have arrived, the contact has a meeting booked; all of them show the one new meeting,
+// the old one rescheduled.
+func TestRescheduleInAnyOrder(t *testing.T) {
+	r := ev("r", envelope.TypeReplyReceived, 0)
+	b0 := ev("b0", envelope.TypeMeetingBooked, time.Hour, meeting("m-old"))
+	x := ev("x", envelope.TypeMeetingCancelled, 2*time.Hour, meeting("m-old"), status(envelope.MeetingRescheduled))
+	b1 := ev("b1", envelope.TypeMeetingBooked, 2*time.Hour, meeting("m-new"), movedFrom("m-old"))
+	for _, order := range permutations([]envelope.Envelope{r, b0, x, b1}) {
+		var s State
+		for _, e := range order {
+			s = Apply(s, e)
+			if v := s.View(); (s.Seen("b0") || s.Seen("x") || s.Seen("b1")) && (v.Status != MeetingBooked || !v.MeetingBooked) {
+				t.Fatalf("after %s of %v: %s, want meeting_booked", e.ID, ids(order), v)
+			}
+		}
+		v := s.View()
+		if !reflect.DeepEqual(v.Meetings, []string{"m-new"}) || !reflect.DeepEqual(v.Rescheduled, []string{"m-old"}) || len(v.Discrepancies) != 0 {
+			t.Fatalf("%v: meetings %v rescheduled %v discrepancies %+v", ids(order), v.Meetings, v.Rescheduled, v.Discrepancies)
+		}
+	}
+	// The moved meeting cancelled for real afterwards: in any order, no meeting stands.
+	c := ev("c", envelope.TypeMeetingCancelled, 3*time.Hour, meeting("m-new"))
+	for _, order := range permutations([]envelope.Envelope{r, b0, x, b1, c}) {
+		if v := fold(order...).View(); v.Status != Replied || v.MeetingBooked || len(v.Meetings) != 0 {
+			t.Fatalf("%v: %s meetings %v", ids(order), v, v.Meetings)
+		}
+	}
+	// The old booking and the new one without the cancellation: still one meeting.
+	if v := both(t, b0, b1); !reflect.DeepEqual(v.Meetings, []string{"m-new"}) {
+		t.Fatalf("b0 and b1: meetings %v", v.Meetings)
+	}
+}
+
+// permutations are every order of es.
+func permutations(es []envelope.Envelope) [][]envelope.Envelope {
+	if len(es) <= 1 {
+		return [][]envelope.Envelope{append([]envelope.Envelope(nil), es...)}
+	}
+	var out [][]envelope.Envelope
+	for i := range es {
+		rest := append(append([]envelope.Envelope(nil), es[:i]...), es[i+1:]...)
+		for _, p := range permutations(rest) {
+			out = append(out, append([]envelope.Envelope{es[i]}, p...))
+		}
+	}
+	return out
+}
+
+func ids(es []envelope.Envelope) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.ID)
+	}
+	return out
 }
 
 func TestUndecided(t *testing.T) {

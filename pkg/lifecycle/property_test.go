@@ -64,14 +64,19 @@ func genHistory(t *rapid.T) []envelope.Envelope {
 				"out_of_office", "bounce_notice", "auto_reply", "unclear"}).Draw(t, "label"), cause)(&e)
 		case envelope.TypeLeadStatusChanged:
 			e.Data.Status = rapid.SampledFrom([]string{"lead", "NEW", "interested", "meeting_booked", "closed", "not_interested",
-				"out_of_office", "Do Not Contact", "opportunity"}).Draw(t, "status")
+				"out_of_office", "Do Not Contact", "opportunity", "no_show"}).Draw(t, "status")
 		case envelope.TypeContactUpdated:
 			e.Data.Property = &envelope.Property{Name: rapid.SampledFrom([]string{"city", "jobtitle"}).Draw(t, "prop"),
 				Value: rapid.SampledFrom([]string{"x", "y", "z"}).Draw(t, "value")}
 		case envelope.TypeOpportunityCreated:
 			e.Data.Opportunity = &envelope.Opportunity{ID: rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "deal")}
-		case envelope.TypeMeetingBooked, envelope.TypeMeetingCancelled:
+		case envelope.TypeMeetingBooked:
+			// Some bookings move another meeting (a reschedule), or name their own.
+			e.Data.Meeting = &envelope.Meeting{ID: rapid.SampledFrom([]string{"m1", "m2"}).Draw(t, "meeting"),
+				RescheduledFrom: rapid.SampledFrom([]string{"", "", "m1", "m2"}).Draw(t, "from")}
+		case envelope.TypeMeetingCancelled:
 			e.Data.Meeting = &envelope.Meeting{ID: rapid.SampledFrom([]string{"m1", "m2"}).Draw(t, "meeting")}
+			e.Data.Status = rapid.SampledFrom([]string{"", envelope.MeetingRescheduled}).Draw(t, "cancel")
 		}
 		events = append(events, e)
 	}

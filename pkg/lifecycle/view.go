@@ -35,8 +35,12 @@ type View struct {
 	LeadStatusEvent string `json:"lead_status_event,omitempty"`
 	// Properties are the contact's latest properties, keyed provider:name.
 	Properties    map[string]Property `json:"properties,omitempty"`
-	Meetings      []string            `json:"meetings,omitempty"`      // booked, not cancelled
+	Meetings      []string            `json:"meetings,omitempty"`      // booked, not cancelled, not moved elsewhere
 	Opportunities []string            `json:"opportunities,omitempty"` // opportunity ids
+	// Rescheduled are the meetings moved to another time (a reschedule's cancellation,
+	// or a booking naming them in rescheduled_from): the same meeting stands, under
+	// the id of the booking that moved it once that has arrived.
+	Rescheduled []string `json:"rescheduled,omitempty"`
 
 	Discrepancies []Discrepancy `json:"discrepancies,omitempty"`
 	Undecided     []Undecided   `json:"undecided,omitempty"`
@@ -77,13 +81,19 @@ type Undecided struct {
 func (s State) View() View {
 	v := View{Status: Enrolled}
 	fs := s.Facts
-	// What retracts a fact: a cancellation of its meeting, a label saying the reply was
-	// not a person.
-	cancelled, auto := map[string]bool{}, map[string]bool{}
+	// What retracts a fact: a cancellation of its meeting, a booking its meeting was
+	// moved to (the meeting lives on in that booking), a label saying the reply was not
+	// a person. A reschedule's cancellation retracts nothing: the meeting stands.
+	cancelled, movedTo, auto := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	rescheduled := map[string]bool{}
 	for _, f := range fs {
 		switch {
 		case f.Kind == KindMeetingCancelled:
 			cancelled[f.Name] = true
+		case f.Kind == KindMeetingMoved:
+			rescheduled[f.Name] = true
+		case f.Kind == KindMeetingBooked && f.Value != "":
+			movedTo[f.Value], rescheduled[f.Value] = true, true
 		case f.Kind == KindClassified && notHuman(f.Value):
 			auto[f.Cause] = true
 		}
@@ -97,7 +107,7 @@ func (s State) View() View {
 		f := &fs[i]
 		t := f.target()
 		switch {
-		case f.Kind == KindMeetingBooked && cancelled[f.Name]:
+		case (f.Kind == KindMeetingBooked || f.Kind == KindMeetingMoved) && (cancelled[f.Name] || movedTo[f.Name]):
 			t = ""
 		case f.Kind == KindReply && auto[f.ID]:
 			t = ""
@@ -117,7 +127,7 @@ func (s State) View() View {
 			if f.Value == "soft" {
 				v.SoftBounces++
 			}
-		case KindMeetingBooked:
+		case KindMeetingBooked, KindMeetingMoved:
 			if t != "" {
 				v.Meetings = append(v.Meetings, f.Name)
 			}
@@ -145,6 +155,10 @@ func (s State) View() View {
 	v.Unsubscribed, v.Bounced, v.Suppressed = reached[Unsubscribed], reached[Bounced], reached[Suppressed]
 	v.MeetingBooked, v.Opportunity = reached[MeetingBooked], reached[Opportunity]
 	v.Meetings, v.Opportunities = uniq(v.Meetings), uniq(v.Opportunities)
+	for m := range rescheduled {
+		v.Rescheduled = append(v.Rescheduled, m)
+	}
+	v.Rescheduled = uniq(v.Rescheduled)
 	if lead >= 0 {
 		v.LeadStatus, v.LeadStatusEvent = fs[lead].Value, fs[lead].ID
 	}

@@ -46,6 +46,10 @@ type Config struct {
 	// SecretHeader names the header carrying a static shared secret, for providers
 	// without a signature (Instantly, Smartlead). Empty means the provider's default.
 	SecretHeader string
+	// SigningSecrets sign the body, for a provider whose signature is optional beside
+	// its own secret (Smartlead's X-Smartlead-Signature): when set, the signature is
+	// required and verified. Only for providers whose Spec has SignOptional.
+	SigningSecrets []string
 	// Generic configures the generic HMAC verifier; nil for other providers.
 	Generic *Generic
 }
@@ -97,8 +101,10 @@ type Event struct {
 type Spec struct {
 	Name string
 	// Signed says whether the scheme signs the body with a secret. Unsigned providers
-	// rely on the path token and optional shared secrets; their events are marked
-	// unsigned in the envelope so consumers confirm them at the source.
+	// rely on the path token and optional shared secrets (and, for one with
+	// SignOptional, an optional signature); their events are marked unsigned in the
+	// envelope, unless that signature was verified, so consumers confirm them at the
+	// source.
 	Signed bool
 	// AuthMethod names how deliveries with a secret are authenticated, for the
 	// envelope: hmac, secret_key or header_secret. An unsigned provider's endpoint
@@ -119,11 +125,21 @@ type Spec struct {
 	// Sign signs a delivery exactly as the provider would: it returns the headers to
 	// send and the body (changed only by providers that carry their secret in it).
 	Sign func(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error)
+	// SignOptional, for a provider whose signature over the body is optional beside its
+	// own secret (Smartlead), returns the headers that sign the final body with one of
+	// an endpoint's signing_secrets. nil for the others: they take no signing_secrets.
+	SignOptional func(body []byte, signingSecret string) http.Header
 }
 
-// Auth is the envelope's authmethod for an endpoint of this provider.
-func (s Spec) Auth(hasSecrets bool) string {
-	if !s.Signed && !hasSecrets {
+// Auth is the envelope's authmethod for an endpoint of this provider configured with
+// cfg: hmac when its deliveries are signed (always, for a signed provider; with
+// signing_secrets, for an unsigned one), path_token for an unsigned one without
+// secrets, else the provider's own method.
+func (s Spec) Auth(cfg Config) string {
+	switch {
+	case len(cfg.SigningSecrets) > 0:
+		return "hmac"
+	case !s.Signed && len(cfg.Secrets) == 0:
 		return "path_token"
 	}
 	return s.AuthMethod
@@ -191,7 +207,7 @@ func (e Event) Envelope(spec Spec, tenant, endpoint, authMethod string, received
 		Channel:         e.Channel,
 		ReceivedAt:      received.UTC(),
 		PayloadSHA256:   payloadSHA256,
-		Signed:          spec.Signed,
+		Signed:          authMethod == "hmac", // a signature over the body was verified
 		AuthMethod:      authMethod,
 	}
 }

@@ -1,6 +1,7 @@
 // Package verify holds the pieces several signature schemes share: the Stripe-style
-// `t=<unix>,v1=<hex>` header (Stripe, Calendly), constant-time comparison of an HMAC
-// against any of several candidates, and the timestamp tolerance check.
+// `t=<unix>,v1=<hex>` header (Stripe, Calendly), the `sha256=<hex>` HMAC of the body
+// (Meta, Smartlead), constant-time comparison of an HMAC against any of several
+// candidates, and the timestamp tolerance check.
 package verify
 
 import (
@@ -141,6 +142,47 @@ func SignTimed(header, secret string, body []byte, now time.Time) http.Header {
 	mac := HMAC(sha256.New, []byte(secret), []byte(ts), []byte("."), body)
 	h := http.Header{}
 	h.Set(header, "t="+ts+",v1="+hex.EncodeToString(mac))
+	return h
+}
+
+// BodyHMAC is the scheme Meta and Smartlead share: a header `sha256=<hex>` holding the
+// HMAC-SHA256 of the raw body. It signs no time, so a replay is caught only by the
+// events' identity keys.
+type BodyHMAC struct {
+	Header string
+	Keys   [][]byte
+}
+
+// Verify checks the header over the raw bytes with every key (no early exit). The
+// prefix's case is not significant, and the hex is decoded, so upper-case hex
+// compares equal.
+func (s BodyHMAC) Verify(r *providers.Request) error {
+	h := r.Header.Get(s.Header)
+	if h == "" {
+		return fmt.Errorf("%w: no %s header", providers.ErrMissingSignature, s.Header)
+	}
+	const prefix = "sha256="
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return fmt.Errorf("%w: %s is not sha256=<hex>", providers.ErrBadSignature, s.Header)
+	}
+	got, err := hex.DecodeString(h[len(prefix):])
+	if err != nil || len(got) != sha256.Size {
+		return fmt.Errorf("%w: %s is not sha256=<hex>", providers.ErrBadSignature, s.Header)
+	}
+	expected := make([][]byte, len(s.Keys))
+	for i, k := range s.Keys {
+		expected[i] = HMAC(sha256.New, k, r.Body)
+	}
+	if !AnyEqual(expected, [][]byte{got}) {
+		return fmt.Errorf("%w: %s", providers.ErrBadSignature, s.Header)
+	}
+	return nil
+}
+
+// SignBody returns the header that signs body with secret, as BodyHMAC checks it.
+func SignBody(header, secret string, body []byte) http.Header {
+	h := http.Header{}
+	h.Set(header, "sha256="+hex.EncodeToString(HMAC(sha256.New, []byte(secret), body)))
 	return h
 }
 

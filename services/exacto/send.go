@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,13 +22,14 @@ import (
 )
 
 func sendCmd() *cobra.Command {
-	var provider, event, to, secret, at, sandboxURL string
+	var provider, event, to, secret, signingSecret, at, sandboxURL string
 	cmd := &cobra.Command{
 		Use:   "send",
 		Short: "Sign and send a realistic webhook exactly as a provider would",
 		Long: `Sign and send a realistic webhook exactly as provider P would, to try a set-up
 without the provider. Without --secret, the secret of the endpoint named in --to is
-taken from the config (or the built-in demo).`,
+taken from the config (or the built-in demo); so is its signing secret, for a Smartlead
+endpoint with signing_secrets (X-Smartlead-Signature), without --signing-secret.`,
 		Example: "  exacto send --provider instantly --event reply_received --to http://127.0.0.1:8080/hooks/instantly/demo-instantly-token",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -44,8 +46,16 @@ taken from the config (or the built-in demo).`,
 			if to == "" {
 				return fmt.Errorf("--to is required: the endpoint URL, e.g. http://127.0.0.1:8080/hooks/ID/TOKEN")
 			}
-			if secret == "" {
-				secret = configuredSecret(to)
+			if signingSecret != "" && spec.SignOptional == nil {
+				return fmt.Errorf("--signing-secret: provider %s has no optional signature (only smartlead)", provider)
+			}
+			if _, _, e := endpointOf(to); e != nil {
+				if secret == "" && len(e.Secrets) > 0 {
+					secret = e.Secrets[0].Value
+				}
+				if signingSecret == "" && spec.SignOptional != nil && len(e.SigningSecrets) > 0 {
+					signingSecret = e.SigningSecrets[0].Value
+				}
 			}
 			eventTime := time.Now()
 			if at != "" {
@@ -66,7 +76,7 @@ taken from the config (or the built-in demo).`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "note: the sandbox at %s was not told (%v): the event will not be confirmed at its source\n", sb, err)
 				}
 			}
-			status, body, err := send(cmd.Context(), spec, sample, secret, to, time.Now())
+			status, body, err := send(cmd.Context(), spec, sample, secret, signingSecret, to, time.Now())
 			if err != nil {
 				return err
 			}
@@ -81,17 +91,22 @@ taken from the config (or the built-in demo).`,
 	cmd.Flags().StringVar(&event, "event", "", "event to send (default: the provider's first sample event)")
 	cmd.Flags().StringVar(&to, "to", "", "endpoint URL")
 	cmd.Flags().StringVar(&secret, "secret", "", "signing secret (default: the endpoint's first secret in the config)")
+	cmd.Flags().StringVar(&signingSecret, "signing-secret", "", "smartlead: also sign X-Smartlead-Signature with this (default: the endpoint's first signing_secrets entry in the config)")
 	cmd.Flags().StringVar(&at, "at", "", "the event's time, RFC 3339 (default now); the same --at sends the same event again, as a provider's retry would")
 	cmd.Flags().StringVar(&sandboxURL, "sandbox", "", `the built-in sandbox standing in for Instantly or Smartlead, told first what the webhook says happened (default: the config's sandbox when the endpoint's tenant has no account there; "none" tells nothing)`)
 	cmd.MarkFlagRequired("provider")
 	return cmd
 }
 
-// send posts body as spec signs it now.
-func send(ctx context.Context, spec providers.Spec, body []byte, secret, to string, now time.Time) (int, string, error) {
+// send posts body as spec signs it now (with signingSecret too, when set, for a
+// provider whose signature is optional).
+func send(ctx context.Context, spec providers.Spec, body []byte, secret, signingSecret, to string, now time.Time) (int, string, error) {
 	h, body, err := spec.Sign(http.MethodPost, to, body, secret, now)
 	if err != nil {
 		return 0, "", err
+	}
+	if signingSecret != "" {
+		maps.Copy(h, spec.SignOptional(body, signingSecret))
 	}
 	req, err := http.NewRequest(http.MethodPost, to, bytes.NewReader(body))
 	if err != nil {
@@ -136,14 +151,6 @@ func endpointOf(to string) (*config.Config, *config.Tenant, *config.Endpoint) {
 		}
 	}
 	return cfg, nil, nil
-}
-
-// configuredSecret finds the first secret of the endpoint named in the URL's path.
-func configuredSecret(to string) string {
-	if _, _, e := endpointOf(to); e != nil && len(e.Secrets) > 0 {
-		return e.Secrets[0].Value
-	}
-	return ""
 }
 
 // sandboxFor is the sandbox to tell of a webhook of provider sent to `to`: flag when

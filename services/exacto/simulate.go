@@ -68,8 +68,8 @@ The exit code is 0 when every invariant held, 1 otherwise.`,
 				return err
 			}
 			defer closeConn()
-			if sc.Secret == "" {
-				sc.Secret = configuredSecret(strings.TrimRight(gateway, "/") + "/hooks/" + sc.Endpoint + "/" + sc.PathToken)
+			if _, _, e := endpointOf(strings.TrimRight(gateway, "/") + "/hooks/" + sc.Endpoint + "/" + sc.PathToken); sc.Secret == "" && e != nil && len(e.Secrets) > 0 {
+				sc.Secret = e.Secrets[0].Value
 			}
 			sim := &simulation{sc: sc, gateway: strings.TrimRight(gateway, "/"), sandbox: strings.TrimRight(sandboxURL, "/"),
 				admin: strings.TrimRight(admin, "/"), js: js, out: cmd.OutOrStdout(), drain: drain}

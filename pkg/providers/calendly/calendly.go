@@ -2,12 +2,19 @@
 // `Calendly-Webhook-Signature: t=<unix>,v1=<hex>`, HMAC-SHA256 over `t + "." + body`
 // with the webhook subscription's signing key. invitee.created books a meeting,
 // invitee.canceled cancels it.
+//
+// A reschedule fires both, in either order, per invitee: invitee.canceled of the old
+// invitee with rescheduled true (and new_invitee), and invitee.created of the new one
+// with old_invitee. It is one moved meeting: the cancel is a meeting.cancelled with
+// status rescheduled, and the booking a meeting.booked whose rescheduled_from names
+// the old meeting; the lifecycle reads the pair as a move, never as a cancellation.
 package calendly
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"exacto.dev/pkg/envelope"
@@ -59,6 +66,8 @@ type delivery struct {
 		Email          string `json:"email"`
 		Name           string `json:"name"`
 		Status         string `json:"status"`
+		Rescheduled    bool   `json:"rescheduled"`
+		OldInvitee     string `json:"old_invitee"` // on the invitee.created of a reschedule
 		ScheduledEvent struct {
 			URI       string    `json:"uri"`
 			Name      string    `json:"name"`
@@ -123,9 +132,26 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 		if c := d.Payload.Cancellation; c != nil {
 			m.Reason = c.Reason
 		}
+		if typ == envelope.TypeMeetingBooked && d.Payload.OldInvitee != "" {
+			m.RescheduledFrom = meetingOf(d.Payload.OldInvitee)
+		}
+		if typ == envelope.TypeMeetingCancelled && d.Payload.Rescheduled {
+			ev.Data.Status = envelope.MeetingRescheduled
+		}
 		ev.Data.Meeting = m
 	}
 	return []providers.Event{ev}, nil
+}
+
+// meetingOf is the meeting an invitee belongs to: the scheduled event's URI, which
+// prefixes the invitee's (/scheduled_events/{event_uuid}/invitees/{invitee_uuid}, the
+// invitee's API route). An invitee URI of another shape is kept whole: it then names
+// no meeting we know, and the reschedule is not linked.
+func meetingOf(invitee string) string {
+	if event, _, ok := strings.Cut(invitee, "/invitees/"); ok && event != "" {
+		return event
+	}
+	return invitee
 }
 
 // Sign signs body at now exactly as Calendly does.

@@ -82,7 +82,9 @@ func TestEvents(t *testing.T) {
 	if c.Type != envelope.TypeMeetingCancelled || c.Data.Meeting.Reason != "Found another time" || c.Key == booked.Key || c.ObjectID != booked.ObjectID {
 		t.Fatalf("cancelled: %+v %+v", c, c.Data.Meeting)
 	}
-	for _, body := range []string{`{"event":"invitee.created","created_at":"2026-11-20T10:00:00Z","payload":{}}`, `{"created_at":"2026-11-20T10:00:00Z"}`, `{"event":"invitee.created"}`, `{"event":"x","created_at":"yesterday"}`} {
+	for _, body := range []string{`{"event":"invitee.created","created_at":"2026-11-20T10:00:00Z","payload":{}}`, `{"created_at":"2026-11-20T10:00:00Z"}`, `{"event":"invitee.created"}`, `{"event":"x","created_at":"yesterday"}`,
+		`{"event":"invitee.canceled","created_at":"2026-11-20T10:00:00Z","payload":{"uri":"u","rescheduled":"yes"}}`,
+		`{"event":"invitee.created","created_at":"2026-11-20T10:00:00Z","payload":{"uri":"u","old_invitee":{"uri":"v"}}}`} {
 		if _, err := p.Events(&providers.Request{Body: []byte(body)}); !errors.Is(err, providers.ErrMalformed) {
 			t.Errorf("%s: %v", body, err)
 		}

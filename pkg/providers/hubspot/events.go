@@ -35,6 +35,11 @@ var objectTypes = map[string]string{"0-1": "contact", "0-2": "company", "0-3": "
 // statusProperties are the contact properties that carry a lead's status.
 var statusProperties = map[string]bool{"hs_lead_status": true, "lifecyclestage": true}
 
+// optOutProperty is the contact property a full e-mail opt-out sets to true. HubSpot has
+// no opt-out webhook; that the opt-out shows as a change of this property comes from a
+// HubSpot employee on its community forum (assumed, see docs/platforms.md).
+const optOutProperty = "hs_email_optout"
+
 // Events splits a verified batch into its events, one per element.
 func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 	items, err := providers.RawEvents(r.Body)
@@ -106,6 +111,9 @@ func normalise(raw json.RawMessage) (providers.Event, error) {
 		}
 	}
 	switch {
+	case object == "contact" && action == "propertyChange" && e.PropertyName == optOutProperty && strings.EqualFold(value, "true"):
+		// Set back to false, it is a contact.updated below: nothing here resubscribes.
+		ev.Type = envelope.TypeLeadUnsubscribed
 	case object == "contact" && action == "propertyChange" && statusProperties[e.PropertyName]:
 		ev.Type, ev.Data.Status = envelope.TypeLeadStatusChanged, value
 	case object == "contact" && (action == "propertyChange" || action == "creation"):

@@ -224,6 +224,13 @@ func TestGolden(t *testing.T) {
 			{envelope.TypeContactUpdated, envelope.Key("33", "22", "3816279480", "1246978", "1462216307945"), "3816279480",
 				"contact/1246978", "1462216307945", "", nil, time.UnixMilli(1462216307945)},
 		},
+		// Not a HubSpot example: an opt-out as assumed (docs/platforms.md), in both formats.
+		"email_optout.json": {
+			{envelope.TypeLeadUnsubscribed, envelope.Key("62515", "28", "4109823311", "1246965", "1764000000000"), "4109823311",
+				"contact/1246965", "1764000000000", "", &envelope.Property{Name: "hs_email_optout", Value: "true"}, time.UnixMilli(1764000000000)},
+			{envelope.TypeContactUpdated, envelope.Key("62515", "29", "4109823312", "1246978", "1764000060000"), "4109823312",
+				"contact/1246978", "1764000060000", "", &envelope.Property{Name: "hs_email_optout", Value: "false"}, time.UnixMilli(1764000060000)},
+		},
 		"sensitive_data.json": {{envelope.TypeContactUpdated, envelope.Key("891472211", "686627", "3029365631", "847297356", "1715203101896"),
 			"3029365631", "contact/847297356", "1715203101896", "", &envelope.Property{Name: "passport_number", Value: "REDACTED"}, time.UnixMilli(1715203101896)}},
 	}
@@ -269,6 +276,13 @@ func TestMapping(t *testing.T) {
 		{`"subscriptionType":"object.creation","objectTypeId":"0-3","objectId":9`, envelope.TypeOpportunityCreated, "deal/9", ""},
 		{`"subscriptionType":"object.creation","objectTypeId":"2-4711","objectId":5`, envelope.TypeUnmapped, "2-4711/5", ""},
 		{`"eventType":"contact.propertyChange","objectId":"7","propertyName":"email","propertyValue":"dana@globex.example"`, envelope.TypeContactUpdated, "contact/7", ""},
+		// A full e-mail opt-out sets hs_email_optout; clearing it is an update, never a resubscribe.
+		{`"subscriptionType":"contact.propertyChange","objectId":7,"propertyName":"hs_email_optout","propertyValue":"true"`, envelope.TypeLeadUnsubscribed, "contact/7", ""},
+		{`"subscriptionType":"contact.propertyChange","objectId":7,"propertyName":"hs_email_optout","propertyValue":"TRUE"`, envelope.TypeLeadUnsubscribed, "contact/7", ""},
+		{`"subscriptionType":"object.propertyChange","objectTypeId":"0-1","objectId":7,"propertyName":"hs_email_optout","propertyValue":"true"`, envelope.TypeLeadUnsubscribed, "contact/7", ""},
+		{`"subscriptionType":"contact.propertyChange","objectId":7,"propertyName":"hs_email_optout","propertyValue":"false"`, envelope.TypeContactUpdated, "contact/7", ""},
+		{`"subscriptionType":"contact.propertyChange","objectId":7,"propertyName":"hs_email_optout","propertyValue":""`, envelope.TypeContactUpdated, "contact/7", ""},
+		{`"subscriptionType":"object.propertyChange","objectTypeId":"0-2","objectId":7,"propertyName":"hs_email_optout","propertyValue":"true"`, envelope.TypeUnmapped, "company/7", ""},
 	}
 	for _, tt := range tests {
 		body := []byte(`[{"eventId":100,"subscriptionId":2,"portalId":62515,"appId":3,"occurredAt":1764000000000,"attemptNumber":0,` + tt.element + `}]`)

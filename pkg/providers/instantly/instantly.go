@@ -115,7 +115,7 @@ func (p *provider) Events(r *providers.Request) ([]providers.Event, error) {
 		// lead can get the same event type in another campaign, step or variant, or
 		// again later (a second open, a second reply), so the lead e-mail is only one
 		// part. A retry re-posts the same body, so the key is stable across retries.
-		Key: envelope.Key(b.EventType, string(b.Workspace), string(b.CampaignID), string(b.EmailID),
+		Key: envelope.Key(keyType(b.EventType), string(b.Workspace), string(b.CampaignID), string(b.EmailID),
 			string(b.Step), string(b.Variant), b.LeadEmail, b.Timestamp),
 		ObjectID: providers.FirstOf(string(b.EmailID), b.LeadEmail, string(b.CampaignID)),
 		Time:     t,
@@ -165,14 +165,27 @@ var statuses = map[string]string{
 	"lead_closed":            "closed",
 	"lead_out_of_office":     "out_of_office",
 	"lead_wrong_person":      "wrong_person",
+	"lead_no_show":           "no_show",
+}
+
+// keyType is the event type as the identity key names it. Instantly has two names for
+// a click: its webhook guide says link_clicked, the event_type enum of its webhook API
+// schema email_link_clicked. The key uses one, so one click posted under both is one
+// event.
+func keyType(t string) string {
+	if t == "email_link_clicked" {
+		return "link_clicked"
+	}
+	return t
 }
 
 // mapType maps an Instantly event type. An auto-reply is a reply.received with
 // Message.Auto set, not a status change: it is an e-mail the lead's mailbox sent, and
 // consumers that act on replies need it to tell it apart rather than miss it. A booked
 // meeting stays one lead.status_changed (status meeting_booked): Instantly gives no
-// meeting details to fill a meeting.booked. account_error, campaign_completed and custom
-// labels are unmapped.
+// meeting details to fill a meeting.booked. Both names of a click (see keyType) are
+// email.clicked. account_error, campaign_completed, supersearch_enrichment_completed
+// and custom labels are unmapped.
 func mapType(t string) (typ, status string, auto bool) {
 	switch t {
 	case "email_sent":
@@ -183,7 +196,7 @@ func mapType(t string) (typ, status string, auto bool) {
 		return envelope.TypeReplyReceived, "", false
 	case "auto_reply_received":
 		return envelope.TypeReplyReceived, "", true
-	case "link_clicked":
+	case "link_clicked", "email_link_clicked":
 		return envelope.TypeEmailClicked, "", false
 	case "email_bounced":
 		return envelope.TypeEmailBounced, "", false

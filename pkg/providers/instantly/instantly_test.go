@@ -86,6 +86,12 @@ func TestGolden(t *testing.T) {
 			}
 		}},
 		{"lead_meeting_booked.json", envelope.TypeLeadStatusChanged, "meeting_booked", "priya.shah@northwind.example", "priya.shah@northwind.example", nil},
+		{"lead_no_show.json", envelope.TypeLeadStatusChanged, "no_show", "priya.shah@northwind.example", "priya.shah@northwind.example", nil},
+		{"email_link_clicked.json", envelope.TypeEmailClicked, "", "priya.shah@northwind.example", "0197a4c2-5e1b-7c3d-9a8f-000000000000", func(t *testing.T, d envelope.Data) {
+			if m := d.Message; m == nil || m.Subject != "Quick question" || m.To != "priya.shah@northwind.example" {
+				t.Fatalf("message: %+v", m)
+			}
+		}},
 		{"campaign_completed.json", envelope.TypeUnmapped, "", "", "3c6e0b8a-9c0b-4f1e-8b2a-7d5e4f3a2b1c", nil},
 		{"custom_label.json", envelope.TypeUnmapped, "", "priya.shah@northwind.example", "priya.shah@northwind.example", nil},
 	}
@@ -104,7 +110,7 @@ func TestGolden(t *testing.T) {
 			if ev.ProviderEventID != "" {
 				t.Fatalf("Instantly has no event id, got %q", ev.ProviderEventID)
 			}
-			if ev.Key == tt.subject || !strings.Contains(ev.Key, ev.ProviderType) {
+			if ev.Key == tt.subject || !strings.Contains(ev.Key, keyType(ev.ProviderType)) {
 				t.Fatalf("key %q", ev.Key)
 			}
 			if string(ev.Data.Raw) != string(body) {
@@ -158,6 +164,33 @@ func TestIdentity(t *testing.T) {
 	// Lead fields merged in by Instantly are not part of the identity.
 	if key(strings.Replace(base, `"Priya"`, `"P."`, 1)) != k {
 		t.Fatal("a lead field changed the key")
+	}
+}
+
+// Instantly's webhook guide names a click link_clicked, its webhook API schema
+// email_link_clicked: both are email.clicked, and one click posted under both names is
+// one event.
+func TestClickNames(t *testing.T) {
+	p := newProvider(t, providers.Config{})
+	schema := fixture(t, "email_link_clicked.json")
+	guide := []byte(strings.Replace(string(schema), `"email_link_clicked"`, `"link_clicked"`, 1))
+	var keys []string
+	for _, body := range [][]byte{schema, guide} {
+		evs, err := p.Events(request(body, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if evs[0].Type != envelope.TypeEmailClicked {
+			t.Fatalf("%s: type %s", evs[0].ProviderType, evs[0].Type)
+		}
+		keys = append(keys, evs[0].Key)
+	}
+	if keys[0] != keys[1] {
+		t.Fatalf("one click, two keys: %q %q", keys[0], keys[1])
+	}
+	opened := []byte(strings.Replace(string(schema), `"email_link_clicked"`, `"email_opened"`, 1))
+	if evs, _ := p.Events(request(opened, nil)); evs[0].Key == keys[0] {
+		t.Fatal("an open of the same e-mail got the click's key")
 	}
 }
 

@@ -12,9 +12,10 @@ import (
 // `exacto send`).
 var sampleEvents = []string{
 	"reply_received", "auto_reply_received", "email_sent", "email_opened", "link_clicked",
-	"email_bounced", "lead_unsubscribed", "lead_interested", "lead_not_interested",
-	"lead_neutral", "lead_meeting_booked", "lead_meeting_completed", "lead_closed",
-	"lead_out_of_office", "lead_wrong_person", "account_error", "campaign_completed",
+	"email_link_clicked", "email_bounced", "lead_unsubscribed", "lead_interested",
+	"lead_not_interested", "lead_neutral", "lead_meeting_booked", "lead_meeting_completed",
+	"lead_closed", "lead_out_of_office", "lead_wrong_person", "lead_no_show",
+	"account_error", "campaign_completed",
 }
 
 // sample has the documented fields in the documented order, plus two lead fields as
@@ -69,7 +70,7 @@ func Sample(event string, now time.Time) ([]byte, error) {
 	}
 	s.LeadEmail, s.FirstName, s.CompanyName = "jordan.lee@acme.example", "Jordan", "Acme Corp"
 	switch event {
-	case "email_sent", "email_opened", "link_clicked", "email_bounced", "reply_received", "auto_reply_received":
+	case "email_sent", "email_opened", "link_clicked", "email_link_clicked", "email_bounced", "reply_received", "auto_reply_received":
 		first := true
 		s.EmailAccount, s.Step, s.Variant, s.IsFirst = "maya@outbound.example.com", 1, 1, &first
 		s.EmailID = uuid(event, now)

@@ -7,18 +7,15 @@
 package meta
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"exacto.dev/pkg/providers"
+	"exacto.dev/pkg/verify"
 )
 
 // SignatureHeader carries the body's HMAC-SHA256, hex, after "sha256=".
@@ -38,12 +35,11 @@ var Spec = providers.Spec{
 	Sign:             Sign,
 }
 
-type provider struct {
-	secrets [][]byte
-}
+type provider struct{ verify.BodyHMAC }
 
 // New builds the verifier of one endpoint; its secrets are the app secrets, newest
-// and previous during a rotation.
+// and previous during a rotation. Meta signs the body as sent, with non-ASCII
+// characters \u-escaped, so it is verified over the raw bytes, never re-encoded.
 func New(cfg providers.Config) (providers.Provider, error) {
 	if cfg.SecretHeader != "" {
 		return nil, errors.New("meta: secret_header does not apply: Meta signs the body")
@@ -52,31 +48,7 @@ func New(cfg providers.Config) (providers.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &provider{secrets: keys}, nil
-}
-
-// Verify checks X-Hub-Signature-256 over the raw bytes: Meta signs the body as sent,
-// with non-ASCII characters \u-escaped, so it must never be re-encoded first.
-func (p *provider) Verify(r *providers.Request) error {
-	h := r.Header.Get(SignatureHeader)
-	if h == "" {
-		return fmt.Errorf("%w: no %s header", providers.ErrMissingSignature, SignatureHeader)
-	}
-	if len(h) < 7 || !strings.EqualFold(h[:7], "sha256=") {
-		return fmt.Errorf("%w: %s is not sha256=<hex>", providers.ErrBadSignature, SignatureHeader)
-	}
-	got, err := hex.DecodeString(h[7:]) // decoded, so upper-case hex compares equal
-	if err != nil || len(got) != sha256.Size {
-		return fmt.Errorf("%w: %s is not sha256=<hex>", providers.ErrBadSignature, SignatureHeader)
-	}
-	match := false
-	for _, s := range p.secrets { // every secret is tried: no early exit to time
-		match = hmac.Equal(got, mac(s, r.Body)) || match
-	}
-	if !match {
-		return fmt.Errorf("%w: %s", providers.ErrBadSignature, SignatureHeader)
-	}
-	return nil
+	return &provider{verify.BodyHMAC{Header: SignatureHeader, Keys: keys}}, nil
 }
 
 // Sign signs body as Meta does; url, method and now play no part in the scheme.
@@ -84,15 +56,7 @@ func Sign(method, url string, body []byte, secret string, now time.Time) (http.H
 	if secret == "" {
 		return nil, nil, errors.New("meta: signing needs the app secret")
 	}
-	h := http.Header{}
-	h.Set(SignatureHeader, "sha256="+hex.EncodeToString(mac([]byte(secret), body)))
-	return h, body, nil
-}
-
-func mac(key, body []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(body)
-	return m.Sum(nil)
+	return verify.SignBody(SignatureHeader, secret, body), body, nil
 }
 
 // Handshake answers Meta's GET subscription request

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"testing"
 	"time"
@@ -25,6 +26,10 @@ type Suite struct {
 	URL string
 	// Config is the base endpoint config; Secrets are filled in by the suite.
 	Config providers.Config
+	// SigningSecret, for a provider whose signature is optional (Spec.SignOptional),
+	// runs the suite against an endpoint with this signing secret: every delivery is
+	// signed with it too, and the signature checks run as for a signed provider.
+	SigningSecret string
 }
 
 // Now is the fixed clock of the suite.
@@ -48,6 +53,9 @@ func (s Suite) provider(t *testing.T, secrets ...string) providers.Provider {
 	t.Helper()
 	cfg := s.Config
 	cfg.Secrets = secrets
+	if s.SigningSecret != "" {
+		cfg.SigningSecrets = []string{s.SigningSecret}
+	}
 	p, err := s.Spec.New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -61,7 +69,18 @@ func (s Suite) example(t *testing.T, event, secret string, now time.Time) *provi
 	if err != nil {
 		t.Fatalf("Example(%s): %v", event, err)
 	}
-	return Deliver(t, req, Now)
+	r := Deliver(t, req, Now)
+	s.signOptional(r.Header, r.Body)
+	return r
+}
+
+// signOptional adds the optional signature over body to h when the suite runs with a
+// signing secret.
+func (s Suite) signOptional(h http.Header, body []byte) {
+	if s.SigningSecret == "" {
+		return
+	}
+	maps.Copy(h, s.Spec.SignOptional(body, s.SigningSecret))
 }
 
 // Run runs the whole suite.
@@ -99,7 +118,7 @@ func Run(t *testing.T, s Suite) {
 			t.Fatalf("signed with another secret: got %v, want a signature or secret mismatch", err)
 		}
 	})
-	if s.Spec.Signed {
+	if s.Spec.Signed || s.SigningSecret != "" {
 		t.Run("tampered body", func(t *testing.T) {
 			r := s.example(t, s.Spec.Events[0], s.Secret, Now)
 			r.Body = tamper(r.Body)
@@ -176,6 +195,7 @@ func Run(t *testing.T, s Suite) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			s.signOptional(h, body)
 			retry := &providers.Request{Method: http.MethodPost, URL: s.URL, Header: h, Body: body, Now: later}
 			if err := p.Verify(retry); err != nil {
 				t.Fatalf("%s: retry: %v", event, err)
@@ -235,7 +255,7 @@ func CheckEvents(t testing.TB, spec providers.Spec, evs []providers.Event) {
 			t.Fatalf("two events of one delivery share id %s (key %q)", id, ev.Key)
 		}
 		ids[id] = true
-		env := ev.Envelope(spec, "acme", "ep-1", spec.Auth(true), Now, "0000000000000000000000000000000000000000000000000000000000000000")
+		env := ev.Envelope(spec, "acme", "ep-1", spec.Auth(providers.Config{Secrets: []string{"secret"}}), Now, "0000000000000000000000000000000000000000000000000000000000000000")
 		ValidateEnvelope(t, env)
 	}
 }
@@ -250,7 +270,7 @@ func CheckFuzzed(t testing.TB, spec providers.Spec, evs []providers.Event) {
 		if !known(ev.Type) || ev.Key == "" || ev.Time.IsZero() || !json.Valid(ev.Data.Raw) {
 			t.Fatalf("accepted a bad event: type %q key %q time %v raw %q", ev.Type, ev.Key, ev.Time, ev.Data.Raw)
 		}
-		ValidateEnvelope(t, ev.Envelope(spec, "acme", "ep-1", spec.Auth(true), Now, "0000000000000000000000000000000000000000000000000000000000000000"))
+		ValidateEnvelope(t, ev.Envelope(spec, "acme", "ep-1", spec.Auth(providers.Config{Secrets: []string{"secret"}}), Now, "0000000000000000000000000000000000000000000000000000000000000000"))
 	}
 }
 

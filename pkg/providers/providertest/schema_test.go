@@ -85,6 +85,8 @@ func TestSchemasRefuse(t *testing.T) {
 		{"meeting without id", "meeting.booked", func(m map[string]any) { delete(data(m)["meeting"].(map[string]any), "id") }},
 		{"meeting start not a time", "meeting.booked", func(m map[string]any) { data(m)["meeting"].(map[string]any)["start"] = "tomorrow" }},
 		{"cancellation without meeting", "meeting.cancelled", func(m map[string]any) { delete(data(m), "meeting") }},
+		{"cancellation of another status", "meeting.cancelled", func(m map[string]any) { data(m)["status"] = "postponed" }},
+		{"rescheduled from nothing", "meeting.booked", func(m map[string]any) { data(m)["meeting"].(map[string]any)["rescheduled_from"] = "" }},
 		{"message without id", "message.received", func(m map[string]any) { delete(data(m)["message"].(map[string]any), "id") }},
 		{"status without status", "message.status", func(m map[string]any) { delete(data(m), "status") }},
 		{"status without message", "message.status", func(m map[string]any) { delete(data(m), "message") }},
@@ -189,6 +191,8 @@ func TestCompleteAgreesWithSchemas(t *testing.T) {
 		"property":             {Property: &envelope.Property{Name: "lifecyclestage", Value: "lead"}},
 		"opportunity":          {Opportunity: &envelope.Opportunity{ID: "deal-1", Name: "Acme"}},
 		"meeting":              {Meeting: &envelope.Meeting{ID: "mtg-1", Start: Now}},
+		"rescheduled meeting":  {Meeting: &envelope.Meeting{ID: "mtg-1", RescheduledFrom: "mtg-0"}, Status: envelope.MeetingRescheduled},
+		"meeting and a status": {Meeting: &envelope.Meeting{ID: "mtg-1"}, Status: "interested"},
 		"contact and bounce":   {Contact: contact, Bounce: &envelope.Bounce{Kind: "hard"}},
 	}
 	for _, typ := range envelope.Types {

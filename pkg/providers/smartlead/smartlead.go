@@ -1,9 +1,14 @@
 // Package smartlead verifies and normalises Smartlead webhooks.
 //
-// Smartlead signs nothing: each body carries the webhook's secret_key in clear. A
-// delivery is authenticated by the endpoint's path token (checked by the gateway) and,
-// when the endpoint lists secrets, by that body field. The secret is redacted from the
-// stored raw payload.
+// Each body carries the webhook's secret_key in clear. A delivery is authenticated by
+// the endpoint's path token (checked by the gateway) and, when the endpoint lists
+// secrets, by that body field. The secret is redacted from the stored raw payload.
+//
+// Smartlead documents a signature too, X-Smartlead-Signature: sha256=<hex HMAC-SHA256
+// of the raw body>, but not where its signing secret comes from, and others report
+// its webhooks unsigned by default. So it is optional: an endpoint with
+// signing_secrets requires and verifies it (its events are then signed, authmethod
+// hmac); one without ignores the header, its events unsigned.
 package smartlead
 
 import (
@@ -20,22 +25,30 @@ import (
 	"exacto.dev/pkg/verify"
 )
 
-// Spec describes Smartlead for the registry.
+// SignatureHeader carries the optional signature: "sha256=" and the hex HMAC-SHA256 of
+// the raw body with a signing secret.
+const SignatureHeader = "X-Smartlead-Signature"
+
+// Spec describes Smartlead for the registry. Signed is false: only endpoints with
+// signing_secrets verify a signature (see Spec.Auth).
 var Spec = providers.Spec{
 	Name:             "smartlead",
 	Signed:           false,
 	AuthMethod:       "secret_key",
 	SignsTime:        false,
-	SignatureHeaders: nil,
+	SignatureHeaders: []string{SignatureHeader},
 	NeedsSecret:      false,
 	New:              New,
 	Events:           sampleEvents,
 	Sample:           Sample,
 	Sign:             Sign,
+	SignOptional:     SignOptional,
 }
 
 type provider struct {
 	secrets verify.Shared
+	// signature is nil without signing_secrets: the header is then ignored.
+	signature *verify.BodyHMAC
 }
 
 // New builds the verifier of one endpoint.
@@ -47,12 +60,26 @@ func New(cfg providers.Config) (providers.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &provider{secrets: secrets}, nil
+	p := &provider{secrets: secrets}
+	if len(cfg.SigningSecrets) > 0 {
+		keys, err := providers.Keys("smartlead signing_secrets", cfg.SigningSecrets)
+		if err != nil {
+			return nil, err
+		}
+		p.signature = &verify.BodyHMAC{Header: SignatureHeader, Keys: keys}
+	}
+	return p, nil
 }
 
-// Verify checks the body's secret_key. Without secrets the path token alone
-// authenticates the endpoint and the body is not read here.
+// Verify checks the signature when the endpoint has signing_secrets, then the body's
+// secret_key when it has secrets. With neither, the path token alone authenticates the
+// endpoint and the body is not read here.
 func (p *provider) Verify(r *providers.Request) error {
+	if p.signature != nil {
+		if err := p.signature.Verify(r); err != nil {
+			return err
+		}
+	}
 	if len(p.secrets) == 0 {
 		return nil
 	}
@@ -267,6 +294,12 @@ func Sign(method, url string, body []byte, secret string, now time.Time) (http.H
 		return nil, nil, err
 	}
 	return http.Header{}, out, nil
+}
+
+// SignOptional signs the final body (secret_key filled in) with signingSecret as
+// X-Smartlead-Signature.
+func SignOptional(body []byte, signingSecret string) http.Header {
+	return verify.SignBody(SignatureHeader, signingSecret, body)
 }
 
 // Redact returns body with the value of its top-level secret_key replaced by

@@ -20,10 +20,16 @@ const (
 	secret      = "0b6f7d2c-91a4-4c1e-8f33-5e2a9d7b4c10"
 	otherSecret = "c8e1a5f0-3d27-4b9a-a6c2-7f4e1b0d9e58"
 	hookURL     = "https://hooks.example.com/hooks/ep/tok"
+	// The signing secrets of X-Smartlead-Signature, distinct from the secret_key.
+	signingSecret      = "sl-signing-6d1f0c4e9b2a"
+	otherSigningSecret = "sl-signing-31a7e5d08c4f"
 )
 
 func TestConformance(t *testing.T) {
 	providertest.Run(t, providertest.Suite{Spec: Spec, Secret: secret, OtherSecret: otherSecret, URL: hookURL})
+	t.Run("with signing_secrets", func(t *testing.T) {
+		providertest.Run(t, providertest.Suite{Spec: Spec, Secret: secret, OtherSecret: otherSecret, URL: hookURL, SigningSecret: signingSecret})
+	})
 }
 
 func newProvider(t testing.TB, secrets ...string) providers.Provider {
@@ -247,10 +253,102 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// X-Smartlead-Signature (Smartlead's webhook docs: "sha256=" and the hex HMAC-SHA256
+// of the raw body with the signing secret). With signing_secrets it is required and
+// checked before the body's secret_key; without, it is ignored.
+func TestSignature(t *testing.T) {
+	body := fixture(t, "email_reply.json") // its secret_key is 4f7c8d23-…
+	const bodySecret = "4f7c8d23-a619-58c2-93g6-72936ee16f38"
+	sig := func(key string, b []byte) string { return SignOptional(b, key).Get(SignatureHeader) }
+	good := sig(signingSecret, body)
+	signing := providers.Config{Secrets: []string{bodySecret}, SigningSecrets: []string{otherSigningSecret, signingSecret}}
+	tests := []struct {
+		name   string
+		cfg    providers.Config
+		header string // "" sends none
+		body   []byte
+		want   error
+	}{
+		{"valid", signing, good, body, nil},
+		{"upper-case hex", signing, "sha256=" + strings.ToUpper(strings.TrimPrefix(good, "sha256=")), body, nil},
+		{"upper-case prefix", signing, "SHA256=" + strings.TrimPrefix(good, "sha256="), body, nil},
+		{"rotation: the other signing secret", signing, sig(otherSigningSecret, body), body, nil},
+		{"signing secrets only, no secret_key check", providers.Config{SigningSecrets: []string{signingSecret}}, good, body, nil},
+		{"missing header", signing, "", body, providers.ErrMissingSignature},
+		{"no prefix", signing, strings.TrimPrefix(good, "sha256="), body, providers.ErrBadSignature},
+		{"sha1 prefix", signing, "sha1=" + strings.TrimPrefix(good, "sha256="), body, providers.ErrBadSignature},
+		{"not hex", signing, "sha256=zz" + good[9:], body, providers.ErrBadSignature},
+		{"truncated", signing, good[:len(good)-2], body, providers.ErrBadSignature},
+		{"empty digest", signing, "sha256=", body, providers.ErrBadSignature},
+		{"wrong signing secret", signing, sig("not-a-signing-secret", body), body, providers.ErrBadSignature},
+		{"signed with the secret_key", signing, sig(bodySecret, body), body, providers.ErrBadSignature},
+		{"body changed after signing", signing, good, bytes.Replace(body, []byte("webhook reply"), []byte("webhook replx"), 1), providers.ErrBadSignature},
+		{"signed, wrong secret_key", providers.Config{Secrets: []string{secret}, SigningSecrets: []string{signingSecret}}, good, body, providers.ErrBadSecret},
+		{"no signing secrets: the header is ignored", providers.Config{Secrets: []string{bodySecret}}, "sha256=garbage", body, nil},
+		{"no signing secrets, no header", providers.Config{Secrets: []string{bodySecret}}, "", body, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := New(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := request(tt.body)
+			if tt.header != "" {
+				r.Header.Set(SignatureHeader, tt.header)
+			}
+			err = p.Verify(r)
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			for _, s := range append(tt.cfg.Secrets, tt.cfg.SigningSecrets...) {
+				if err != nil && strings.Contains(err.Error(), s) {
+					t.Fatal("error message contains a secret")
+				}
+			}
+		})
+	}
+}
+
+// A signed delivery's events are signed (authmethod hmac); an endpoint without
+// signing_secrets stays unsigned whatever header comes. The stored raw payload has its
+// secret_key redacted either way.
+func TestSignedEnvelope(t *testing.T) {
+	body := fixture(t, "email_reply.json")
+	for _, c := range []struct {
+		cfg    providers.Config
+		auth   string
+		signed bool
+	}{
+		{providers.Config{SigningSecrets: []string{signingSecret}}, "hmac", true},
+		{providers.Config{Secrets: []string{secret}, SigningSecrets: []string{signingSecret}}, "hmac", true},
+		{providers.Config{Secrets: []string{secret}}, "secret_key", false},
+		{providers.Config{}, "path_token", false},
+	} {
+		p, err := New(c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := p.Events(request(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := evs[0].Envelope(Spec, "acme", "ep-1", Spec.Auth(c.cfg), providertest.Now, strings.Repeat("0", 64))
+		if env.AuthMethod != c.auth || env.Signed != c.signed {
+			t.Errorf("%+v: authmethod %q signed %v, want %q %v", c.cfg, env.AuthMethod, env.Signed, c.auth, c.signed)
+		}
+		if !bytes.Contains(env.Data.Raw, []byte(`"secret_key": "REDACTED"`)) || bytes.Contains(env.Data.Raw, []byte("4f7c8d23-a619")) {
+			t.Errorf("%+v: raw keeps the secret_key: %s", c.cfg, env.Data.Raw)
+		}
+		providertest.ValidateEnvelope(t, env)
+	}
+}
+
 func TestNewRejects(t *testing.T) {
 	for name, cfg := range map[string]providers.Config{
-		"empty secret":  {Secrets: []string{""}},
-		"secret header": {SecretHeader: "X-Secret"},
+		"empty secret":         {Secrets: []string{""}},
+		"secret header":        {SecretHeader: "X-Secret"},
+		"empty signing secret": {SigningSecrets: []string{signingSecret, ""}},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -344,6 +442,37 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("accepted %q", body)
 		}
 	})
+}
+
+// FuzzVerifySignature: with signing_secrets, a delivery is accepted only with the
+// body's HMAC under the signing secret, after "sha256=" (either case), in hex of either
+// case.
+func FuzzVerifySignature(f *testing.F) {
+	body := []byte(`{"event_type":"EMAIL_OPEN","event_timestamp":"2026-11-20T10:00:00Z"}`)
+	f.Add(SignOptional(body, signingSecret).Get(SignatureHeader), body)
+	f.Add("sha256=", []byte(``))
+	p := newSigningProvider(f)
+	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		r := request(body)
+		r.Header.Set(SignatureHeader, header)
+		err := p.Verify(r)
+		want := SignOptional(body, signingSecret).Get(SignatureHeader)
+		if (err == nil) != strings.EqualFold(header, want) {
+			t.Fatalf("Verify(%q) = %v", header, err)
+		}
+		if err != nil && errors.Is(err, providers.ErrMalformed) {
+			t.Fatalf("a signature error must be answered 401: %v", err)
+		}
+	})
+}
+
+func newSigningProvider(t testing.TB) providers.Provider {
+	t.Helper()
+	p, err := New(providers.Config{SigningSecrets: []string{signingSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func FuzzEvents(f *testing.F) {

@@ -632,11 +632,18 @@ func activityBody(env envelope.Envelope) string {
 	switch {
 	case env.Type == envelope.TypeMeetingBooked && d.Meeting != nil:
 		m := d.Meeting
-		b.WriteString("<p><strong>Meeting booked</strong> via " + esc(env.Provider))
+		what := "Meeting booked"
+		if m.RescheduledFrom != "" { // a reschedule: the same meeting at a new time, not a second one
+			what = "Meeting moved"
+		}
+		b.WriteString("<p><strong>" + what + "</strong> via " + esc(env.Provider))
 		if m.EventType != "" {
 			b.WriteString(": " + esc(m.EventType))
 		}
 		b.WriteString("</p>")
+		if m.RescheduledFrom != "" {
+			b.WriteString("<p>Rescheduled: this replaces the earlier booking " + esc(m.RescheduledFrom) + "; the time below is the new one.</p>")
+		}
 		if !m.Start.IsZero() {
 			b.WriteString("<p><strong>When:</strong> " + m.Start.UTC().Format("2006-01-02 15:04 MST"))
 			if !m.End.IsZero() {

@@ -113,7 +113,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			}
 			ep := &Endpoint{
 				Tenant: t.ID, ID: ec.ID, Spec: spec, Provider: p,
-				AuthMethod: spec.Auth(len(ec.Secrets) > 0),
+				AuthMethod: spec.Auth(ec.ProviderConfig()),
 				PublicURL:  ec.PublicURL,
 				tokenSum:   sha256.Sum256([]byte(ec.PathToken.Value)),
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,6 +36,7 @@ tenants:
     endpoints:
       - {id: instantly, provider: instantly, path_token: tok-instantly-0123456789, secrets: [instantly-new, instantly-old]}
       - {id: smartlead, provider: smartlead, path_token: tok-smartlead-0123456789, secrets: [smartlead-new, smartlead-old]}
+      - {id: smartlead-signed, provider: smartlead, path_token: tok-smartlead-signed-0123456789, secrets: [smartlead-new], signing_secrets: [smartlead-signing-new, smartlead-signing-old]}
       - {id: hubspot, provider: hubspot, path_token: tok-hubspot-0123456789, secrets: [hubspot-new, hubspot-old]}
       - {id: meta, provider: meta, path_token: tok-meta-0123456789, secrets: [meta-new, meta-old], verify_token: meta-verify}
       - {id: stripe, provider: stripe, path_token: tok-stripe-0123456789, secrets: [whsec_stripe_new, whsec_stripe_old]}
@@ -133,6 +135,9 @@ func (h *harness) sign(ep string, body []byte, secret string, at time.Time) deli
 	hdr, body, err := spec.Sign(http.MethodPost, u, body, secret, at)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	if len(e.SigningSecrets) > 0 {
+		maps.Copy(hdr, spec.SignOptional(body, e.SigningSecrets[0].Value))
 	}
 	if hdr.Get("Content-Type") == "" {
 		hdr.Set("Content-Type", "application/json")

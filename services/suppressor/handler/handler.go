@@ -89,7 +89,10 @@ func New(list *suppression.List, clients Clients) consumer.Handler {
 			email = contacts.NormalizeEmail(env.Data.Contact.Email)
 		}
 		if email == "" {
-			return nil // a phone-only contact: no e-mail platform knows it
+			// A phone-only contact, or one named by an id alone (a HubSpot opt-out names
+			// only the HubSpot contact id): it is listed by that key, and no e-mail
+			// platform can be told.
+			return nil
 		}
 		c, ok := clients(env.Tenant)
 		if !ok {

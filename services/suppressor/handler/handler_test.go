@@ -63,6 +63,20 @@ func TestHandler(t *testing.T) {
 	if retry.Of(err).Class != retry.Permanent {
 		t.Fatalf("no contact: %v", err)
 	}
+	// A HubSpot opt-out names the contact by its HubSpot id alone: it is listed under
+	// that contact key, and no platform is asked anything (no e-mail to tell them).
+	calls := sb.TotalRequests()
+	idOnly := envelope.Envelope{ID: "ev_3", Tenant: "acme", Provider: "hubspot", Type: envelope.TypeLeadUnsubscribed,
+		Data: envelope.Data{Contact: &envelope.Contact{ExternalID: "1246965"}}}
+	if err := h(ctx, consumer.Event{Envelope: idOnly}); err != nil {
+		t.Fatalf("id-only opt-out: %v", err)
+	}
+	if e, ok, err := list.Lookup(ctx, "acme", "id:hubspot:1246965"); err != nil || !ok || e.Reason != Unsubscribed || e.EventID != "ev_3" {
+		t.Fatalf("id-only lookup: %+v %v %v", e, ok, err)
+	}
+	if n := sb.TotalRequests() - calls; n != 0 {
+		t.Fatalf("%d platform calls for a contact without an e-mail", n)
+	}
 }
 
 // sandboxClients serves every tenant from the sandbox.
