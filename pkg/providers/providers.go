@@ -119,6 +119,19 @@ type Spec struct {
 	// Sign signs a delivery exactly as the provider would: it returns the headers to
 	// send and the body (changed only by providers that carry their secret in it).
 	Sign func(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error)
+	// Redact removes a secret the provider carries in the body (Smartlead's
+	// secret_key), leaving every other byte as it is; nil for providers that carry
+	// none. Whatever keeps a body (an event's raw payload, the quarantine) keeps it
+	// redacted.
+	Redact func(body []byte) []byte
+}
+
+// RedactBody is body without the secret the provider carries in it, if any.
+func (s Spec) RedactBody(body []byte) []byte {
+	if s.Redact == nil {
+		return body
+	}
+	return s.Redact(body)
 }
 
 // Auth is the envelope's authmethod for an endpoint of this provider.

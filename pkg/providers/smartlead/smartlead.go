@@ -32,6 +32,7 @@ var Spec = providers.Spec{
 	Events:           sampleEvents,
 	Sample:           Sample,
 	Sign:             Sign,
+	Redact:           Redact,
 }
 
 type provider struct {
