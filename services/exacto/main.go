@@ -26,7 +26,7 @@ func main() {
 	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(),
 		partCmd(stream.Projector, "Run the projector alone against EXACTO_NATS_URL"),
 		partCmd(stream.Reconciler, "Run the scheduled reconciliation alone against EXACTO_NATS_URL"),
-		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), reconcileCmd(), classifyCmd(), simulateCmd())
+		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), quarantineCmd(), reconcileCmd(), classifyCmd(), simulateCmd())
 	bindEnv(root)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "exacto:", err)
