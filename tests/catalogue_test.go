@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
@@ -303,14 +305,7 @@ func newCatEnv(t *testing.T) (*catEnv, *server.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := server.NewIndexer(ctx, e.conn.JS, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ictx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { idx.Run(ictx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runIndexer(t, e.conn.JS)
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(srv.Close)
 	e.base = srv.URL
@@ -330,6 +325,19 @@ func newCatEnv(t *testing.T) (*catEnv, *server.Server) {
 	}
 	e.secrets = clean
 	return e, gw
+}
+
+// runIndexer writes the index of stored ids from EXACTO_EVENTS until the test ends.
+func runIndexer(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	idx, err := server.NewIndexer(context.Background(), js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { idx.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // catHubSpotBatch is a signed-ready HubSpot batch of n compact notifications (under

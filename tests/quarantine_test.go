@@ -107,7 +107,6 @@ func (g *quarantineGateway) post(ep string, body []byte, at time.Time) (int, map
 func TestQuarantineReplayAfterUpgrade(t *testing.T) {
 	t.Parallel()
 	conn := brokertest.Start(t, "")
-	ctx := context.Background()
 	dir := t.TempDir()
 	write := func(name string, limit, maxEvents int, timeField string) (string, *config.Config) {
 		text := fmt.Sprintf(quarantineConfig, limit, maxEvents, timeField)
@@ -125,14 +124,7 @@ func TestQuarantineReplayAfterUpgrade(t *testing.T) {
 	afterPath, after := write("after.yaml", 1<<20, 10, "occurred_at")
 	now := time.Now().UTC().Truncate(time.Second)
 	gw := startQuarantineGateway(t, conn.JS, before, now)
-	idx, err := server.NewIndexer(ctx, conn.JS, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ictx, stopIdx := context.WithCancel(ctx)
-	idxDone := make(chan struct{})
-	go func() { idx.Run(ictx); close(idxDone) }()
-	t.Cleanup(func() { stopIdx(); <-idxDone })
+	runIndexer(t, conn.JS)
 
 	sample := func(ep, event string) []byte {
 		spec, _ := registry.Lookup(ep)

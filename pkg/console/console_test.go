@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
@@ -62,6 +63,7 @@ func testEnv(name string) string {
 
 type fixture struct {
 	t     *testing.T
+	conn  *broker.Conn
 	js    jetstream.JetStream
 	srv   *httptest.Server
 	fresh string // event ids
@@ -105,7 +107,7 @@ func setup(t *testing.T, opts ...func(*Options)) *fixture {
 		t.Fatal(err)
 	}
 	conn := brokertest.Start(t, "")
-	f := &fixture{t: t, js: conn.JS}
+	f := &fixture{t: t, conn: conn, js: conn.JS}
 	ctx := context.Background()
 	now := time.Now().UTC()
 	f.fresh = f.publish(ctx, "reply.received", "ana@northwind.example", "camp-1", "pe-fresh", "Can you send pricing?", now.Add(-time.Minute))
@@ -855,18 +857,7 @@ func TestDecider(t *testing.T) {
 func TestQuarantineReplay(t *testing.T) {
 	f := setup(t)
 	auth := basic("ana", anaPassword)
-	events := func() uint64 {
-		t.Helper()
-		st, err := f.js.Stream(context.Background(), stream.Events)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := st.Info(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Msgs
-	}
+	events := func() uint64 { return brokertest.Count(t, f.conn, stream.Events) }
 	before := events()
 	page, tok := f.form("/console/quarantine/"+f.keptBig, auth)
 	if !strings.Contains(page, `id="replay-why" size="40" placeholder="what was fixed" required`) || strings.Contains(page, `name="by"`) {

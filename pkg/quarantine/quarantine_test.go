@@ -86,19 +86,6 @@ func open(t *testing.T, js jetstream.JetStream) *Store {
 	return s
 }
 
-func events(t *testing.T, js jetstream.JetStream) uint64 {
-	t.Helper()
-	st, err := js.Stream(context.Background(), stream.Events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 var renamed = []byte(`{"id":"evt_41","type":"reply","occurred_at":"2026-12-02T10:00:00Z","data":{"contact":{"email":"ana@northwind.example"}}}`)
 
 // A delivery the parser refuses after the provider renamed a field is kept; replayed
@@ -162,8 +149,8 @@ func TestReplayAfterTheParserIsFixed(t *testing.T) {
 	if planned, refused, err := s.Preview(ctx, broken, e); err != nil || refused == nil || planned != nil {
 		t.Fatalf("preview with the parser still broken: %v %v %v", planned, refused, err)
 	}
-	if e, _ := s.Get(ctx, id); e.Status != Open || len(e.Actions) != 0 || events(t, conn.JS) != 0 {
-		t.Fatalf("a refused replay changed something: %+v, %d events", e, events(t, conn.JS))
+	if e, _ := s.Get(ctx, id); e.Status != Open || len(e.Actions) != 0 || brokertest.Count(t, conn, stream.Events) != 0 {
+		t.Fatalf("a refused replay changed something: %+v, %d events", e, brokertest.Count(t, conn, stream.Events))
 	}
 
 	// Fixed: the event the gateway would store now, with its id, stored once.
@@ -175,8 +162,8 @@ func TestReplayAfterTheParserIsFixed(t *testing.T) {
 		t.Fatalf("preview: %+v %v %v", planned, refused, err)
 	}
 	a, err := s.Replay(ctx, fixed, e, "ana", "time_field fixed")
-	if err != nil || a.Stored != 1 || a.Duplicates != 0 || !slices.Equal(a.IDs, []string{want[0].ID}) || events(t, conn.JS) != 1 {
-		t.Fatalf("replay: %+v %v, %d events", a, err, events(t, conn.JS))
+	if err != nil || a.Stored != 1 || a.Duplicates != 0 || !slices.Equal(a.IDs, []string{want[0].ID}) || brokertest.Count(t, conn, stream.Events) != 1 {
+		t.Fatalf("replay: %+v %v, %d events", a, err, brokertest.Count(t, conn, stream.Events))
 	}
 	st, _ := conn.JS.Stream(ctx, stream.Events)
 	if m, err := st.GetMsg(ctx, 1); err != nil || m.Header.Get(jetstream.MsgIDHeader) != want[0].ID || m.Subject != want[0].StreamSubject() {
@@ -210,8 +197,8 @@ func TestReplayAfterTheParserIsFixed(t *testing.T) {
 	}
 	e, _ = s.Get(ctx, id)
 	s = open(t, conn.JS)
-	if a, err := s.Replay(ctx, fixed, e, "cy", "once more"); err != nil || a.Stored != 0 || a.Duplicates != 1 || events(t, conn.JS) != 1 {
-		t.Fatalf("replay past the window: %+v %v, %d events", a, err, events(t, conn.JS))
+	if a, err := s.Replay(ctx, fixed, e, "cy", "once more"); err != nil || a.Stored != 0 || a.Duplicates != 1 || brokertest.Count(t, conn, stream.Events) != 1 {
+		t.Fatalf("replay past the window: %+v %v, %d events", a, err, brokertest.Count(t, conn, stream.Events))
 	}
 	if e, _ := s.Get(ctx, id); len(e.Actions) != 3 {
 		t.Fatalf("actions: %+v", e.Actions)
@@ -246,7 +233,7 @@ func TestReplayRefusals(t *testing.T) {
 	if _, err := s.Replay(ctx, other, e, "ana", "x"); err == nil || !strings.Contains(err.Error(), "is a instantly endpoint now; the delivery came from generic") {
 		t.Errorf("provider changed: %v", err)
 	}
-	if e, _ := s.Get(ctx, id); len(e.Actions) != 0 || events(t, conn.JS) != 0 {
+	if e, _ := s.Get(ctx, id); len(e.Actions) != 0 || brokertest.Count(t, conn, stream.Events) != 0 {
 		t.Errorf("a refused replay changed something")
 	}
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -52,6 +53,20 @@ func bindEnv(cmd *cobra.Command) {
 	for _, c := range cmd.Commands() {
 		bindEnv(c)
 	}
+}
+
+// dialBound connects to the deployment's NATS at url and binds what bind builds on it
+// (a queue, a store); closeConn closes the connection.
+func dialBound[T any](ctx context.Context, url string, bind func(context.Context, jetstream.JetStream) (T, error)) (v T, closeConn func(), err error) {
+	js, closeConn, err := dial(url)
+	if err != nil {
+		return v, nil, err
+	}
+	if v, err = bind(ctx, js); err != nil {
+		closeConn()
+		return v, nil, err
+	}
+	return v, closeConn, nil
 }
 
 // dial connects the operator's tools to the deployment's NATS at url.

@@ -22,18 +22,8 @@ func quarantineCmd() *cobra.Command {
 	var f quarantine.Filter
 	var body, dryRun bool
 	cmd := &cobra.Command{Use: "quarantine", Short: "Verified deliveries the gateway could not turn into events: list, show, replay"}
-	// open binds the quarantine; get reads entry id from it.
 	open := func(ctx context.Context) (*quarantine.Store, func(), error) {
-		js, closeConn, err := dial(natsURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		q, err := quarantine.New(ctx, js)
-		if err != nil {
-			closeConn()
-			return nil, nil, err
-		}
-		return q, closeConn, nil
+		return dialBound(ctx, natsURL, quarantine.New)
 	}
 	list := &cobra.Command{
 		Use:   "list",
@@ -153,12 +143,7 @@ store and which are already stored, or why it would be refused.`,
 	}
 	replay.Flags().StringVar(&cfgPath, "config", "", "config file whose endpoints and gateway limits the replay runs under (default ./exacto.yaml, else the built-in demo)")
 	replay.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing: say what the replay would store")
-	operator := os.Getenv("USER")
-	if operator == "" {
-		operator = "operator"
-	}
-	replay.Flags().StringVar(&by, "by", operator, "who decides (recorded)")
-	replay.Flags().StringVar(&why, "why", "", "why (recorded; required)")
+	whoWhyFlags(replay, &by, &why)
 	for _, c := range []*cobra.Command{list, show, replay} {
 		c.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
 		cmd.AddCommand(c)
@@ -174,16 +159,12 @@ func printQuarantine(w io.Writer, entries []quarantine.Entry) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRECEIVED\tTENANT\tENDPOINT\tPROVIDER\tREASON\tSIZE\tSTATUS\tERROR")
 	for _, e := range entries {
-		msg := e.Error
-		if len(msg) > 60 {
-			msg = msg[:60] + "…"
-		}
 		size := fmt.Sprint(e.Size)
 		if e.Cut {
 			size += " (cut)"
 		}
 		fmt.Fprintf(tw, "%s\t%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, time.Since(e.ReceivedAt).Round(time.Second), e.Tenant, e.Endpoint, e.Provider,
-			e.Reason, size, e.Status, strings.ReplaceAll(msg, "\n", " "))
+			e.Reason, size, e.Status, errorCell(e.Error))
 	}
 	tw.Flush()
 }
