@@ -31,6 +31,9 @@ type Endpoint struct {
 	// SecretHeaders are the request headers that carry this endpoint's secret or
 	// signature: never kept.
 	SecretHeaders []string
+	// Credentials are the endpoint's path token and secrets: never kept, wherever they
+	// appear (a proxy's X-Forwarded-Uri holds the path token).
+	Credentials []string
 }
 
 // NewEndpoint builds endpoint ec of tenant.
@@ -50,6 +53,11 @@ func NewEndpoint(tenant string, ec *config.Endpoint) (*Endpoint, error) {
 	}
 	if ec.Generic != nil && ec.Generic.Header != "" {
 		ep.SecretHeaders = append(ep.SecretHeaders, ec.Generic.Header)
+	}
+	for _, s := range append([]config.Secret{ec.PathToken}, ec.Secrets...) {
+		if s.Value != "" {
+			ep.Credentials = append(ep.Credentials, s.Value)
+		}
 	}
 	return ep, nil
 }

@@ -11,7 +11,7 @@
 // is derived from the tenant, the endpoint and the body's SHA-256, and is the message's
 // Nats-Msg-Id: a provider's retries of one refused delivery are kept once. Nothing that
 // authenticates a delivery is kept: not the path token, not a signature, not a secret
-// header. A body that would not fit the server's max_payload beside its record is cut
+// header, not a secret in another header's value. A body that would not fit the server's max_payload beside its record is cut
 // to what fits, marked cut, and cannot be replayed.
 //
 // A replay runs the endpoint's provider as the config configures it now, under the
@@ -73,7 +73,8 @@ type Record struct {
 	Method     string `json:"method"`
 	Path       string `json:"path"` // the path token redacted; the query is not kept
 	// Header is the request's headers without any that carries a credential, a
-	// signature or the endpoint's secret; Removed names those left out.
+	// signature or the endpoint's secret, and with the endpoint's path token and
+	// secrets redacted wherever else they appear; Removed names those left out.
 	Header  http.Header `json:"header"`
 	Removed []string    `json:"removed_headers,omitempty"`
 	// Size and SHA256 are of the body as received; Cut says the kept body is only
@@ -138,7 +139,12 @@ func NewRecord(d ingest.Delivery, why *ingest.Refusal) (Record, []byte) {
 			rec.Removed = append(rec.Removed, name)
 			continue
 		}
-		rec.Header[name] = slices.Clone(vs)
+		for _, v := range vs {
+			for _, c := range ep.Credentials {
+				v = strings.ReplaceAll(v, c, "REDACTED")
+			}
+			rec.Header[name] = append(rec.Header[name], v)
+		}
 	}
 	slices.Sort(rec.Removed)
 	return rec, ep.Spec.RedactBody(d.Request.Body)

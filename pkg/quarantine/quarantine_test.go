@@ -239,12 +239,14 @@ func TestReplayRefusals(t *testing.T) {
 }
 
 // Nothing that authenticates a delivery is kept: credential-like headers, the
-// endpoint's own signature and secret headers (whatever their names), the secret a
-// provider carries in the body; the path token is not in the kept path.
+// endpoint's own signature and secret headers (whatever their names), its path token
+// in another header, the secret a provider carries in the body; the path token is not
+// in the kept path.
 func TestNewRecordKeepsNoSecret(t *testing.T) {
 	cfg := parse(t, "created_at")
 	header := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"Smartlead/2"}, "Authorization": {"Bearer a"},
-		"Cookie": {"c=1"}, "X-Sig": {"sha256=ab"}, "X-Instantly-Key": {"instantly-SECRET"}, "X-Api-Key": {"k"}, "X-Request-Token": {"t"}}
+		"Cookie": {"c=1"}, "X-Sig": {"sha256=ab"}, "X-Instantly-Key": {"instantly-SECRET"}, "X-Api-Key": {"k"}, "X-Request-Token": {"t"},
+		"X-Forwarded-Uri": {"/hooks/signer/tok-signer-0123456789?x=1", "/hooks/instantly/tok-instantly-0123456789"}}
 	for _, c := range []struct {
 		endpoint string
 		removed  []string
@@ -253,8 +255,14 @@ func TestNewRecordKeepsNoSecret(t *testing.T) {
 		{"instantly", []string{"Authorization", "Cookie", "X-Api-Key", "X-Instantly-Key", "X-Request-Token"}},
 	} {
 		rec, _ := NewRecord(delivery(t, cfg, c.endpoint, header, renamed), &ingest.Refusal{Reason: ingest.Malformed, Message: "x"})
-		if !slices.Equal(rec.Removed, c.removed) || len(rec.Header) != 3 || rec.Header.Get("User-Agent") != "Smartlead/2" || rec.Header.Get("X-Sig") != "" && c.endpoint == "signer" {
+		if !slices.Equal(rec.Removed, c.removed) || len(rec.Header) != 4 || rec.Header.Get("User-Agent") != "Smartlead/2" || rec.Header.Get("X-Sig") != "" && c.endpoint == "signer" {
 			t.Errorf("%s: kept %v, removed %v; want %v removed", c.endpoint, rec.Header, rec.Removed, c.removed)
+		}
+		// The endpoint's own path token, wherever it appears (another's is not its to know).
+		want := map[string][]string{"signer": {"/hooks/signer/REDACTED?x=1", "/hooks/instantly/tok-instantly-0123456789"},
+			"instantly": {"/hooks/signer/tok-signer-0123456789?x=1", "/hooks/instantly/REDACTED"}}[c.endpoint]
+		if got := rec.Header["X-Forwarded-Uri"]; !slices.Equal(got, want) {
+			t.Errorf("%s: X-Forwarded-Uri kept as %v, want %v", c.endpoint, got, want)
 		}
 		if rec.Path != "/hooks/"+c.endpoint+"/REDACTED" {
 			t.Errorf("%s: path %s", c.endpoint, rec.Path)
