@@ -124,9 +124,15 @@ var credentialWords = []string{"authorization", "cookie", "signature", "secret",
 // (the provider's body secret redacted).
 func NewRecord(d ingest.Delivery, why *ingest.Refusal) (Record, []byte) {
 	ep := d.Endpoint
+	scrub := func(v string) string {
+		for _, c := range ep.Credentials {
+			v = strings.ReplaceAll(v, c, "REDACTED")
+		}
+		return v
+	}
 	rec := Record{
 		ID: ID(ep.Tenant, ep.ID, d.SHA256), Tenant: ep.Tenant, Endpoint: ep.ID, Provider: ep.Spec.Name,
-		Reason: why.Reason, Error: why.Message, ReceivedAt: d.Request.Now.UTC(),
+		Reason: why.Reason, Error: scrub(why.Message), ReceivedAt: d.Request.Now.UTC(),
 		AuthMethod: ep.AuthMethod, Signed: ep.Spec.Signed,
 		Method: d.Request.Method, Path: "/hooks/" + ep.ID + "/REDACTED",
 		Header: http.Header{}, Size: d.Size, SHA256: d.SHA256,
@@ -140,10 +146,7 @@ func NewRecord(d ingest.Delivery, why *ingest.Refusal) (Record, []byte) {
 			continue
 		}
 		for _, v := range vs {
-			for _, c := range ep.Credentials {
-				v = strings.ReplaceAll(v, c, "REDACTED")
-			}
-			rec.Header[name] = append(rec.Header[name], v)
+			rec.Header[name] = append(rec.Header[name], scrub(v))
 		}
 	}
 	slices.Sort(rec.Removed)
