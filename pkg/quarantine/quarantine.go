@@ -11,8 +11,9 @@
 // is derived from the tenant, the endpoint and the body's SHA-256, and is the message's
 // Nats-Msg-Id: a provider's retries of one refused delivery are kept once. Nothing that
 // authenticates a delivery is kept: not the path token, not a signature, not a secret
-// header, not a secret in another header's value. A body that would not fit the server's max_payload beside its record is cut
-// to what fits, marked cut, and cannot be replayed.
+// header, not a secret in another header's value. A body that would not fit the
+// server's max_payload beside its record is cut to what fits, marked cut, and cannot be
+// replayed.
 //
 // A replay runs the endpoint's provider as the config configures it now, under the
 // config's gateway limits now, over the kept body and headers (never verifying again:

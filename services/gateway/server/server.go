@@ -212,17 +212,16 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 	// Up to the quarantine's cap, not body_limit: a verified body over the limit is
 	// kept, so it must be read whole to be verified. What is over the cap is refused
 	// unread (its announced length) or as soon as the cap is passed.
-	tooBig := fmt.Sprintf("the body is over %d bytes, the most the gateway reads", s.limits.QuarantineCap)
 	if r.ContentLength > s.limits.QuarantineCap {
 		w.Header().Set("Connection", "close") // rather than read the body to reuse the connection
-		s.reject(w, rec, http.StatusRequestEntityTooLarge, ingest.BodyTooLarge, tooBig)
+		s.refuseOverCap(w, rec)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.limits.QuarantineCap))
 	if err != nil {
 		var over *http.MaxBytesError
 		if errors.As(err, &over) {
-			s.reject(w, rec, http.StatusRequestEntityTooLarge, ingest.BodyTooLarge, tooBig)
+			s.refuseOverCap(w, rec)
 			return
 		}
 		s.reject(w, rec, http.StatusBadRequest, "unreadable_body", "the body could not be read")
@@ -289,6 +288,12 @@ func (s *Server) handshake(w http.ResponseWriter, r *http.Request, ep *Endpoint,
 	rec.status = http.StatusOK
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, challenge)
+}
+
+// refuseOverCap answers a body over the quarantine's cap: never read whole, so never
+// verified, it is kept nowhere.
+func (s *Server) refuseOverCap(w http.ResponseWriter, rec *access) {
+	s.reject(w, rec, http.StatusRequestEntityTooLarge, ingest.BodyTooLarge, fmt.Sprintf("the body is over %d bytes, the most the gateway reads", s.limits.QuarantineCap))
 }
 
 func (s *Server) reject(w http.ResponseWriter, rec *access, status int, code, msg string) {
