@@ -13,11 +13,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
@@ -88,6 +91,9 @@ type catCase struct {
 	dups   int    // duplicates the 200 answer must report
 	typ    string // when set, the type every stored envelope must have
 	raw    []byte // when set, the one stored envelope's data.raw, as JSON
+	// quarantined is the reason a verified delivery that cannot be turned into events
+	// is kept in the quarantine (answered 200, nothing stored).
+	quarantined string
 	// plain marks a request refused by net/http itself before the gateway sees it:
 	// its 400 body is Go's text, not the gateway's JSON.
 	plain bool
@@ -299,14 +305,7 @@ func newCatEnv(t *testing.T) (*catEnv, *server.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := server.NewIndexer(ctx, e.conn.JS, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ictx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { idx.Run(ictx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runIndexer(t, e.conn.JS)
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(srv.Close)
 	e.base = srv.URL
@@ -328,6 +327,19 @@ func newCatEnv(t *testing.T) (*catEnv, *server.Server) {
 	return e, gw
 }
 
+// runIndexer writes the index of stored ids from EXACTO_EVENTS until the test ends.
+func runIndexer(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	idx, err := server.NewIndexer(context.Background(), js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { idx.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // catHubSpotBatch is a signed-ready HubSpot batch of n compact notifications (under
 // 1 MiB for n = 10,000), each its own event.
 func catHubSpotBatch(n int, at time.Time) []byte {
@@ -345,8 +357,9 @@ func catHubSpotBatch(n int, at time.Time) []byte {
 
 // TestCatalogueOfHostileInputs sends each malformed or hostile delivery of the
 // catalogue to one gateway on one embedded NATS: each gets its contract status (or is
-// stored as unmapped), nothing crashes, no half-event is stored, every stored envelope
-// is schema-valid, and no error body echoes a secret or a signature.
+// stored as unmapped, or, verified but not turned into events, quarantined), nothing
+// crashes, no half-event is stored, every stored envelope is schema-valid, and no error
+// body or quarantined delivery holds a secret, a token or a signature.
 func TestCatalogueOfHostileInputs(t *testing.T) {
 	e, _ := newCatEnv(t)
 	now := e.now
@@ -426,16 +439,16 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 		// Stripe-style.
 		{name: "stripe/valid delivery", req: e.post("stripe", stripeValid), status: 200, stored: 1, typ: envelope.TypeContactUpdated},
 		{name: "stripe/valid duplicate, re-signed a second later", req: e.postAt("stripe", stripeValid, e.secret("stripe"), now.Add(time.Second)), status: 200, dups: 1},
-		{name: "stripe/truncated JSON", req: e.post("stripe", stripeUnknown[:len(stripeUnknown)/2]), status: 400, code: "malformed_body"},
-		{name: "stripe/JSON array where an object is expected", req: e.post("stripe", []byte("["+string(stripeUnknown)+"]")), status: 400, code: "malformed_body"},
-		{name: "stripe/created as a string (wrong type)", req: e.post("stripe", fmt.Appendf(nil, `{"id":"evt_wrongtype","object":"event","created":"%d","type":"charge.refunded"}`, now.Unix())), status: 400, code: "malformed_body"},
-		{name: "stripe/null event id", req: e.post("stripe", fmt.Appendf(nil, `{"id":null,"object":"event","created":%d,"type":"charge.refunded"}`, now.Unix())), status: 400, code: "malformed_body"},
-		{name: "stripe/huge number created 1e400", req: e.post("stripe", []byte(`{"id":"evt_huge","object":"event","created":1e400,"type":"charge.refunded"}`)), status: 400, code: "malformed_body"},
-		{name: "stripe/duplicate type key", req: e.post("stripe", fmt.Appendf(nil, `{"id":"evt_dupkey","object":"event","created":%d,"type":"customer.updated","type":"charge.refunded","data":{"object":{}}}`, now.Unix())), status: 400, code: "malformed_body"},
-		{name: "stripe/duplicate id key", req: e.post("stripe", fmt.Appendf(nil, `{"id":"evt_a","id":"evt_b","object":"event","created":%d,"type":"charge.refunded"}`, now.Unix())), status: 400, code: "malformed_body"},
-		{name: "stripe/trailing garbage after the JSON", req: e.post("stripe", append(bytes.Clone(stripeUnknown), "garbage"...)), status: 400, code: "malformed_body"},
-		{name: "stripe/UTF-8 byte order mark", req: e.post("stripe", append([]byte("\xef\xbb\xbf"), stripeUnknown...)), status: 400, code: "malformed_body"},
-		{name: "stripe/empty body, validly signed", req: e.post("stripe", []byte{}), status: 400, code: "malformed_body"},
+		{name: "stripe/truncated JSON", req: e.post("stripe", stripeUnknown[:len(stripeUnknown)/2]), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/JSON array where an object is expected", req: e.post("stripe", []byte("["+string(stripeUnknown)+"]")), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/created as a string (wrong type)", req: e.post("stripe", fmt.Appendf(nil, `{"id":"evt_wrongtype","object":"event","created":"%d","type":"charge.refunded"}`, now.Unix())), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/null event id", req: e.post("stripe", fmt.Appendf(nil, `{"id":null,"object":"event","created":%d,"type":"charge.refunded"}`, now.Unix())), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/huge number created 1e400", req: e.post("stripe", []byte(`{"id":"evt_huge","object":"event","created":1e400,"type":"charge.refunded"}`)), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/duplicate type key", req: e.post("stripe", fmt.Appendf(nil, `{"id":"evt_dupkey","object":"event","created":%d,"type":"customer.updated","type":"charge.refunded","data":{"object":{}}}`, now.Unix())), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/duplicate id key", req: e.post("stripe", fmt.Appendf(nil, `{"id":"evt_a","id":"evt_b","object":"event","created":%d,"type":"charge.refunded"}`, now.Unix())), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/trailing garbage after the JSON", req: e.post("stripe", append(bytes.Clone(stripeUnknown), "garbage"...)), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/UTF-8 byte order mark", req: e.post("stripe", append([]byte("\xef\xbb\xbf"), stripeUnknown...)), status: 200, quarantined: "malformed_body"},
+		{name: "stripe/empty body, validly signed", req: e.post("stripe", []byte{}), status: 200, quarantined: "malformed_body"},
 		{name: "stripe/Content-Type text/plain", req: e.post("stripe", stripeUnknown).with("Content-Type", "text/plain"), status: 400, code: "wrong_content_type"},
 		{name: "stripe/spaces in the signature header", req: e.post("stripe", stripeUnknown).with(stripe.Header, strings.Replace(e.post("stripe", stripeUnknown).header.Get(stripe.Header), ",", ", ", 1)), status: 401, code: "invalid_signature"},
 		{name: "stripe/uppercase hex v1 (decoded, as stripe-go does)", req: stripeUpper, status: 200, stored: 1},
@@ -445,7 +458,7 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 		{name: "stripe/replayed signature 10 minutes old", req: e.postAt("stripe", e.sample("stripe", "customer.updated", oldAt), e.secret("stripe"), oldAt), status: 401, code: "invalid_signature"},
 		{name: "stripe/timestamp 10 minutes in the future", req: e.postAt("stripe", stripeUnknown, e.secret("stripe"), now.Add(10*time.Minute)), status: 401, code: "invalid_signature"},
 		{name: "stripe/unknown event type charge.refunded", req: e.post("stripe", stripeUnknown), status: 200, stored: 1, typ: envelope.TypeUnmapped, raw: stripeUnknown},
-		{name: "stripe/body over 1 MiB", req: e.post("stripe", big), status: 413, code: "body_too_large"},
+		{name: "stripe/body over 1 MiB", req: e.post("stripe", big), status: 200, quarantined: "body_too_large"},
 		{name: "stripe/wrong path token", req: func() catReq {
 			r := e.post("stripe", stripeBody("charge.captured"))
 			r.path = "/hooks/stripe/wrong-token"
@@ -478,8 +491,8 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 		{name: "raw/Content-Length longer than the body", req: catReq{raw: e.rawPost(e.path("stripe"), []string{stripe.Header + ": " + rawSig}, rawStripe, len(rawStripe)+100), halfClose: true}, status: 400, code: "unreadable_body"},
 
 		// Standard Webhooks.
-		{name: "standard/number where the type string is expected", req: e.post("standard", fmt.Appendf(nil, `{"type":7,"timestamp":%q,"data":{}}`, ts)), status: 400, code: "malformed_body"},
-		{name: "standard/invalid UTF-8 inside a string", req: e.post("standard", fmt.Appendf(nil, `{"type":"invoice.paid","timestamp":%q,"data":{"id":"inv_%s"}}`, ts, "\xff\xfe")), status: 400, code: "malformed_body"},
+		{name: "standard/number where the type string is expected", req: e.post("standard", fmt.Appendf(nil, `{"type":7,"timestamp":%q,"data":{}}`, ts)), status: 200, quarantined: "malformed_body"},
+		{name: "standard/invalid UTF-8 inside a string", req: e.post("standard", fmt.Appendf(nil, `{"type":"invoice.paid","timestamp":%q,"data":{"id":"inv_%s"}}`, ts, "\xff\xfe")), status: 200, quarantined: "malformed_body"},
 		{name: "standard/signature list with doubled spaces and a decoy", req: stdSpaces, status: 200, stored: 1, typ: envelope.TypeContactUpdated},
 		{name: "standard/signed with another secret", req: e.postAt("standard", stdUnknown, "whsec_bm90LXRoZS1zZWNyZXQtb2YtdGhpcy1lbmRwb2ludA==", now), status: 401, code: "invalid_signature"},
 		{name: "standard/replayed signature 10 minutes old", req: e.postAt("standard", stdUnknown, e.secret("standard"), oldAt), status: 401, code: "invalid_signature"},
@@ -489,30 +502,30 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 		// Meta.
 		{name: "meta/valid WhatsApp message", req: e.post("meta", metaValid), status: 200, stored: 1},
 		{name: "meta/replay of a stored delivery (Meta signs no time)", req: e.post("meta", metaValid), status: 200, dups: 1},
-		{name: "meta/nesting 10000 deep", req: e.post("meta", deep), status: 400, code: "malformed_body"},
+		{name: "meta/nesting 10000 deep", req: e.post("meta", deep), status: 200, quarantined: "malformed_body"},
 		{name: "meta/uppercase SHA256= and uppercase hex", req: metaUpper, status: 200, stored: 1},
 		{name: "meta/no X-Hub-Signature-256", req: e.post("meta", messenger).without(meta.SignatureHeader), status: 401, code: "invalid_signature"},
 		{name: "meta/signature with a space after sha256=", req: e.post("meta", messenger).with(meta.SignatureHeader, strings.Replace(e.post("meta", messenger).header.Get(meta.SignatureHeader), "=", "= ", 1)), status: 401, code: "invalid_signature"},
-		{name: "meta/empty entry list", req: e.post("meta", []byte(`{"object":"page","entry":[]}`)), status: 400, code: "malformed_body"},
-		{name: "meta/batch with one malformed entry is refused whole", req: e.post("meta", metaBadEntry), status: 400, code: "malformed_body"},
+		{name: "meta/empty entry list", req: e.post("meta", []byte(`{"object":"page","entry":[]}`)), status: 200, quarantined: "malformed_body"},
+		{name: "meta/batch with one malformed entry is refused whole", req: e.post("meta", metaBadEntry), status: 200, quarantined: "malformed_body"},
 		{name: "meta/handshake with the wrong verify token", req: catReq{method: http.MethodGet, path: e.path("meta") + "?hub.mode=subscribe&hub.verify_token=wrong-token&hub.challenge=1158201444"}, status: 403, code: "handshake_refused"},
 
 		// HubSpot.
 		{name: "hubspot/v3 signed for another URL", req: hsWrongURL, status: 401, code: "invalid_signature"},
 		{name: "hubspot/v3 broken, v1 beside it right (no fallback)", req: hsV3Broken, status: 401, code: "invalid_signature"},
 		{name: "hubspot/v3 timestamp 10 minutes old", req: e.postAt("hubspot", hsDeal, e.secret("hubspot"), oldAt), status: 401, code: "invalid_signature"},
-		{name: "hubspot/empty batch", req: e.post("hubspot", []byte(`[]`)), status: 400, code: "malformed_body"},
-		{name: "hubspot/object where the batch array is expected", req: e.post("hubspot", hsElem), status: 400, code: "malformed_body"},
-		{name: "hubspot/batch with one element without eventId is refused whole", req: e.post("hubspot", hsMissingID), status: 400, code: "malformed_body"},
-		{name: "hubspot/duplicate eventId key", req: e.post("hubspot", []byte(`[{"eventId":1,"eventId":2,`+string(hsElem[1:])+`]`)), status: 400, code: "malformed_body"},
-		{name: "hubspot/occurredAt 1e400", req: e.post("hubspot", bytes.Replace(hsDeal, []byte(`"occurredAt":`), []byte(`"occurredAt":1e400,"x":`), 1)), status: 400, code: "malformed_body"},
-		{name: "hubspot/null eventId", req: e.post("hubspot", bytes.Replace(hsDeal, []byte(`"eventId":`), []byte(`"eventId":null,"x":`), 1)), status: 400, code: "malformed_body"},
-		{name: "hubspot/batch of 10,000 over max_events 1000", req: e.post("hubspot", batch10k), status: 413, code: "too_many_events"},
+		{name: "hubspot/empty batch", req: e.post("hubspot", []byte(`[]`)), status: 200, quarantined: "malformed_body"},
+		{name: "hubspot/object where the batch array is expected", req: e.post("hubspot", hsElem), status: 200, quarantined: "malformed_body"},
+		{name: "hubspot/batch with one element without eventId is refused whole", req: e.post("hubspot", hsMissingID), status: 200, quarantined: "malformed_body"},
+		{name: "hubspot/duplicate eventId key", req: e.post("hubspot", []byte(`[{"eventId":1,"eventId":2,`+string(hsElem[1:])+`]`)), status: 200, quarantined: "malformed_body"},
+		{name: "hubspot/occurredAt 1e400", req: e.post("hubspot", bytes.Replace(hsDeal, []byte(`"occurredAt":`), []byte(`"occurredAt":1e400,"x":`), 1)), status: 200, quarantined: "malformed_body"},
+		{name: "hubspot/null eventId", req: e.post("hubspot", bytes.Replace(hsDeal, []byte(`"eventId":`), []byte(`"eventId":null,"x":`), 1)), status: 200, quarantined: "malformed_body"},
+		{name: "hubspot/batch of 10,000 over max_events 1000", req: e.post("hubspot", batch10k), status: 200, quarantined: "too_many_events"},
 		{name: "hubspot/the same notification twice in one batch", req: e.post("hubspot", hsTwice), status: 200, stored: 1, typ: envelope.TypeOpportunityCreated},
 		{name: "hubspot/unknown subscription type", req: e.post("hubspot", hsUnknown), status: 200, stored: 1, typ: envelope.TypeUnmapped, raw: hsUnknown[1 : len(hsUnknown)-1]},
 
 		// Calendly.
-		{name: "calendly/a second JSON value after the first", req: e.post("calendly", append(e.sample("calendly", "invitee.created", e.fresh()), "{}"...)), status: 400, code: "malformed_body"},
+		{name: "calendly/a second JSON value after the first", req: e.post("calendly", append(e.sample("calendly", "invitee.created", e.fresh()), "{}"...)), status: 200, quarantined: "malformed_body"},
 		{name: "calendly/signed 4 minutes in the future (tolerance 3m)", req: e.postAt("calendly", calUnknown, e.secret("calendly"), now.Add(4*time.Minute)), status: 401, code: "invalid_signature"},
 		{name: "calendly/signed with another secret", req: e.postAt("calendly", calUnknown, "not-the-calendly-key", now), status: 401, code: "invalid_signature"},
 		{name: "calendly/uppercase hex v1", req: calUpper, status: 200, stored: 1, typ: envelope.TypeMeetingCancelled},
@@ -521,8 +534,8 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 		// Instantly (unsigned: the path token and the custom header authenticate).
 		{name: "instantly/custom secret header missing", req: instValid.without(instantly.DefaultHeader), status: 401, code: "invalid_signature"},
 		{name: "instantly/wrong custom secret header", req: instValid.with(instantly.DefaultHeader, "cat-instantly-shared-secreT"), status: 401, code: "invalid_signature"},
-		{name: "instantly/JSON null body", req: e.post("instantly", []byte(`null`)), status: 400, code: "malformed_body"},
-		{name: "instantly/timestamp as a number (wrong type)", req: e.post("instantly", []byte(`{"timestamp":1700000000,"event_type":"email_opened"}`)), status: 400, code: "malformed_body"},
+		{name: "instantly/JSON null body", req: e.post("instantly", []byte(`null`)), status: 200, quarantined: "malformed_body"},
+		{name: "instantly/timestamp as a number (wrong type)", req: e.post("instantly", []byte(`{"timestamp":1700000000,"event_type":"email_opened"}`)), status: 200, quarantined: "malformed_body"},
 		{name: "instantly/huge number variant 1e400 kept as text", req: e.post("instantly", instHuge), status: 200, stored: 1, typ: envelope.TypeEmailOpened, raw: instHuge},
 		{name: "instantly/unknown event_type", req: e.post("instantly", instUnknown), status: 200, stored: 1, typ: envelope.TypeUnmapped, raw: instUnknown},
 
@@ -535,9 +548,9 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 
 		// Generic HMAC.
 		{name: "generic/null id falls back to content identity", req: e.post("generic", genNullID), status: 200, stored: 1, typ: envelope.TypeUnmapped, raw: genNullID},
-		{name: "generic/type is an object (wrong type)", req: e.post("generic", fmt.Appendf(nil, `{"id":"evt_obj","type":{"a":1},"created_at":%q}`, ts)), status: 400, code: "malformed_body"},
-		{name: "generic/batch with one element without type is refused whole", req: e.post("generic", fmt.Appendf(nil, `[{"id":"evt_b1","type":"account.updated","created_at":%q},{"id":"evt_b2","created_at":%q}]`, ts, ts)), status: 400, code: "malformed_body"},
-		{name: "generic/empty batch", req: e.post("generic", []byte(`[]`)), status: 400, code: "malformed_body"},
+		{name: "generic/type is an object (wrong type)", req: e.post("generic", fmt.Appendf(nil, `{"id":"evt_obj","type":{"a":1},"created_at":%q}`, ts)), status: 200, quarantined: "malformed_body"},
+		{name: "generic/batch with one element without type is refused whole", req: e.post("generic", fmt.Appendf(nil, `[{"id":"evt_b1","type":"account.updated","created_at":%q},{"id":"evt_b2","created_at":%q}]`, ts, ts)), status: 200, quarantined: "malformed_body"},
+		{name: "generic/empty batch", req: e.post("generic", []byte(`[]`)), status: 200, quarantined: "malformed_body"},
 		{name: "generic/uppercase SHA256= and uppercase hex", req: genUpper, status: 200, stored: 1, typ: envelope.TypeReplyReceived},
 		{name: "generic/X-Timestamp an hour in the future", req: e.postAt("generic", genUnknown, e.secret("generic"), now.Add(time.Hour)), status: 401, code: "invalid_signature"},
 		{name: "generic/X-Timestamp not a number", req: e.post("generic", genUnknown).with("X-Timestamp", "yesterday"), status: 401, code: "invalid_signature"},
@@ -549,9 +562,12 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 	var total uint64
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			before := e.count()
+			before, kept := e.count(), brokertest.Count(t, e.conn, stream.Quarantine)
 			status, body, hdr := e.send(c.req)
 			after := e.count()
+			if got, want := brokertest.Count(t, e.conn, stream.Quarantine)-kept, map[bool]uint64{true: 1}[c.quarantined != ""]; got != want {
+				t.Errorf("%d deliveries quarantined, want %d", got, want)
+			}
 			total += after - before
 			if status != c.status {
 				t.Errorf("status %d %.300s, want %d", status, body, c.status)
@@ -578,6 +594,26 @@ func TestCatalogueOfHostileInputs(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// Nothing the quarantine keeps holds a secret, a token or a signature.
+	qs, err := e.conn.JS.Stream(context.Background(), stream.Quarantine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= brokertest.Count(t, e.conn, stream.Quarantine); seq++ {
+		m, err := qs.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept bytes.Buffer
+		http.Header(m.Header).Write(&kept)
+		kept.Write(m.Data)
+		for _, s := range append(slices.Clone(e.secrets), stripeSig, rawSig) {
+			if bytes.Contains(kept.Bytes(), []byte(s)) {
+				t.Errorf("quarantined delivery %d (%s) holds a secret, token or signature", seq, m.Subject)
+			}
+		}
 	}
 
 	// Nothing crashed: the gateway still stores a valid delivery.
@@ -692,10 +728,16 @@ func catCheckBody(t *testing.T, e *catEnv, c catCase, status int, body string, h
 		var ans struct {
 			Stored, Duplicates *int
 			IDs                []string
+			Quarantined        int
+			QuarantineID       string `json:"quarantine_id"`
+			Reason             string
 		}
 		if err := json.Unmarshal([]byte(body), &ans); err != nil || ans.Stored == nil || ans.Duplicates == nil {
 			t.Errorf("a 200 answer is not {stored,duplicates,ids}: %.300s", body)
 			return
+		}
+		if kept := ans.Quarantined == 1 && ans.Reason == c.quarantined && strings.HasPrefix(ans.QuarantineID, "qr_"); kept != (c.quarantined != "") {
+			t.Errorf("answer %s, want quarantined %q", body, c.quarantined)
 		}
 		if *ans.Stored != c.stored || *ans.Duplicates != c.dups || len(ans.IDs) != c.stored+c.dups {
 			t.Errorf("answer %s, want stored %d duplicates %d", body, c.stored, c.dups)

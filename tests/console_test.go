@@ -48,7 +48,7 @@ func screenshotDir(t *testing.T) string {
 // dead-lettered; an operator logs in with the token, finds the event by its id and by
 // the contact's e-mail, sees it dead-lettered in the crmwriter, opens the DLQ and the
 // letter, replays it with a why once the cause is fixed, and sees it completed on the
-// event page. Every page is screenshotted.
+// event page; then opens a quarantined delivery. Every page is screenshotted.
 func TestConsoleInChromium(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("%s is missing (%v): the console test needs Debian's chromium; .ci/run installs it (apt-get install chromium)", chromiumPath, err)
@@ -226,4 +226,31 @@ func TestConsoleInChromium(t *testing.T) {
 	if n := len(p.notesFor(id)); n != 1 {
 		t.Fatalf("%d HubSpot notes after the replay", n)
 	}
+
+	// A delivery its parser refuses is quarantined; the Quarantine page lists it and its
+	// page shows why, its headers and its body as text.
+	p.mu.Lock()
+	hook := p.gwURL + "/hooks/instantly/tok-instantly-0123456789"
+	p.mu.Unlock()
+	resp, err := http.Post(hook, "application/json", strings.NewReader(`{"event_type":"reply_received","reply_text":"<b>truncated`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("the unparseable delivery: %d", resp.StatusCode)
+	}
+	do("quarantine", chromedp.Click(chromedp.CSS(`header nav a[href="/console/quarantine"]`)), chromedp.WaitVisible(chromedp.CSS("#quarantined")))
+	if r := text("#quarantined"); !strings.Contains(r, "malformed_body") || !strings.Contains(r, "instantly") || !strings.Contains(r, "open") {
+		t.Fatalf("quarantine list:\n%s", r)
+	}
+	shot("10-quarantine")
+	do("quarantined delivery", chromedp.Click(chromedp.CSS(`#quarantined a`)), chromedp.WaitVisible(chromedp.CSS("#replay-form")))
+	if b := text("#body"); !strings.Contains(b, `"reply_text":"<b>truncated`) {
+		t.Fatalf("the body is not shown as text: %q", b)
+	}
+	if v := text("#replay-verdict"); !strings.Contains(v, "would be refused: still refused: malformed_body") {
+		t.Fatalf("replay verdict: %q", v)
+	}
+	shot("11-quarantined")
 }

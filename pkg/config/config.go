@@ -93,6 +93,10 @@ const MaxBatch = 1000
 type Gateway struct {
 	BodyLimit int64 `yaml:"body_limit"` // bytes, default 1 MiB
 	MaxEvents int   `yaml:"max_events"` // events per delivery, default 1000
+	// QuarantineCap is the most the gateway reads of a delivery (default 8 MiB, at
+	// least body_limit): a verified body over body_limit but within it is kept in the
+	// quarantine; a body over it is refused (413) unread and unverified.
+	QuarantineCap int64 `yaml:"quarantine_cap"`
 	// DedupTTL is how long a stored event id is remembered to answer late
 	// redeliveries, default 7 days: longer than any provider's retry horizon.
 	DedupTTL       time.Duration `yaml:"dedup_ttl"`
@@ -467,6 +471,9 @@ func (c *Config) applyDefaults() {
 	if c.Gateway.MaxEvents == 0 {
 		c.Gateway.MaxEvents = 1000
 	}
+	if c.Gateway.QuarantineCap == 0 {
+		c.Gateway.QuarantineCap = max(8<<20, c.Gateway.BodyLimit)
+	}
 	if c.Gateway.DedupTTL == 0 {
 		c.Gateway.DedupTTL = 7 * 24 * time.Hour
 	}
@@ -607,6 +614,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.BodyLimit < 1024 {
 		fail(0, "gateway.body_limit %d: want at least 1024 bytes", c.Gateway.BodyLimit)
+	}
+	if c.Gateway.QuarantineCap < c.Gateway.BodyLimit {
+		fail(0, "gateway.quarantine_cap %d: want at least gateway.body_limit (%d): a verified body between the two is kept in the quarantine", c.Gateway.QuarantineCap, c.Gateway.BodyLimit)
 	}
 	if c.DLQ.SLO < 0 {
 		fail(0, "dlq.slo must be positive")

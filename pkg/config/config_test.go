@@ -412,3 +412,23 @@ func TestConsumerTuning(t *testing.T) {
 		}
 	}
 }
+
+// The quarantine's cap: 8 MiB by default, never under body_limit (the default follows a
+// larger body_limit); a cap under body_limit names the file and both settings.
+func TestQuarantineCap(t *testing.T) {
+	c, err := Parse([]byte(good), "exacto.yaml", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gateway.QuarantineCap != 8<<20 {
+		t.Fatalf("default quarantine_cap %d", c.Gateway.QuarantineCap)
+	}
+	c, err = Parse([]byte("gateway: {body_limit: 10485760}\n"+good), "exacto.yaml", env(goodEnv))
+	if err != nil || c.Gateway.QuarantineCap != 10<<20 {
+		t.Fatalf("quarantine_cap with a larger body_limit: %v %d", err, c.Gateway.QuarantineCap)
+	}
+	_, err = Parse([]byte("gateway: {body_limit: 2097152, quarantine_cap: 1048576}\n"+good), "exacto.yaml", env(goodEnv))
+	if err == nil || !strings.Contains(err.Error(), "exacto.yaml:0: gateway.quarantine_cap 1048576: want at least gateway.body_limit (2097152)") {
+		t.Fatalf("quarantine_cap under body_limit: %v", err)
+	}
+}

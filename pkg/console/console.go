@@ -1,6 +1,7 @@
 // Package console is the operator console on the admin address: event search with
 // each event's status in every consumer, the dead-letter queue with replay and
-// discard, the reconciliation diff queue with approve and reject, and a live overview.
+// discard, the quarantine of deliveries the gateway could not turn into events with
+// replay, the reconciliation diff queue with approve and reject, and a live overview.
 //
 // It is server-rendered HTML (html/template, embedded; no build step, no script): every
 // page works without JavaScript, and the overview refreshes itself with a meta refresh.
@@ -43,6 +44,7 @@ import (
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/dlq"
+	"exacto.dev/pkg/quarantine"
 	"exacto.dev/pkg/reconcile"
 )
 
@@ -98,19 +100,22 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 type console struct {
-	o       Options
-	js      jetstream.JetStream
-	cfg     *config.Config
-	dlq     *dlq.Queue
-	diffs   DiffQueue
-	log     *slog.Logger
-	pages   map[string]*template.Template
-	token   [32]byte // SHA-256 of the bearer token; zero when none
-	hasTok  bool
-	users   map[string][32]byte
-	key     [32]byte // CSRF and session key, made at start-up
-	mu      sync.Mutex
-	session map[string]session
+	o   Options
+	js  jetstream.JetStream
+	cfg *config.Config
+	dlq *dlq.Queue
+	// quarantine keeps the verified deliveries the gateway could not turn into events;
+	// replays run under this process's config.
+	quarantine *quarantine.Store
+	diffs      DiffQueue
+	log        *slog.Logger
+	pages      map[string]*template.Template
+	token      [32]byte // SHA-256 of the bearer token; zero when none
+	hasTok     bool
+	users      map[string][32]byte
+	key        [32]byte // CSRF and session key, made at start-up
+	mu         sync.Mutex
+	session    map[string]session
 }
 
 type session struct {
@@ -163,6 +168,9 @@ func New(o Options) (http.Handler, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	c.dlq = q
+	if c.quarantine, err = quarantine.New(ctx, o.JS); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
 	c.diffs = o.Diffs
 	if c.diffs == nil {
 		rq, err := reconcile.OpenQueue(ctx, o.JS)
@@ -190,6 +198,9 @@ func New(o Options) (http.Handler, error) {
 	mux.Handle("GET "+Prefix+"dlq/{seq}", c.auth(c.letter))
 	mux.Handle("POST "+Prefix+"dlq/{seq}/replay", c.auth(c.post(c.replay)))
 	mux.Handle("POST "+Prefix+"dlq/{seq}/discard", c.auth(c.post(c.discard)))
+	mux.Handle("GET "+Prefix+"quarantine", c.auth(c.quarantineList))
+	mux.Handle("GET "+Prefix+"quarantine/{id}", c.auth(c.quarantined))
+	mux.Handle("POST "+Prefix+"quarantine/{id}/replay", c.auth(c.post(c.quarantineReplay)))
 	mux.Handle("GET "+Prefix+"diffs", c.auth(c.diffList))
 	mux.Handle("POST "+Prefix+"diffs/{tenant}/{id}", c.auth(c.post(c.decide)))
 	mux.Handle(Prefix, c.auth(func(w http.ResponseWriter, r *http.Request, _ who) {

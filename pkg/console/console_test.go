@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
@@ -25,6 +28,9 @@ import (
 	"exacto.dev/pkg/dlq/dlqtest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/ingest"
+	"exacto.dev/pkg/providers"
+	"exacto.dev/pkg/quarantine"
 	"exacto.dev/pkg/reconcile"
 	"exacto.dev/pkg/stream"
 )
@@ -57,6 +63,7 @@ func testEnv(name string) string {
 
 type fixture struct {
 	t     *testing.T
+	conn  *broker.Conn
 	js    jetstream.JetStream
 	srv   *httptest.Server
 	fresh string // event ids
@@ -64,6 +71,9 @@ type fixture struct {
 	evil  string
 	// dead letter sequences
 	freshDL, oldDL uint64
+	// quarantined deliveries: one over a body limit since raised (a replay stores its
+	// event), one its parser still refuses
+	keptBig, keptBad string
 }
 
 // metricsText is a gateway's /metrics: distinctive values, labels summed by the
@@ -97,7 +107,7 @@ func setup(t *testing.T, opts ...func(*Options)) *fixture {
 		t.Fatal(err)
 	}
 	conn := brokertest.Start(t, "")
-	f := &fixture{t: t, js: conn.JS}
+	f := &fixture{t: t, conn: conn, js: conn.JS}
 	ctx := context.Background()
 	now := time.Now().UTC()
 	f.fresh = f.publish(ctx, "reply.received", "ana@northwind.example", "camp-1", "pe-fresh", "Can you send pricing?", now.Add(-time.Minute))
@@ -105,6 +115,9 @@ func setup(t *testing.T, opts ...func(*Options)) *fixture {
 	f.evil = f.publish(ctx, "reply.received", "eve@evil.example", "camp-2", "pe-evil", `<script>alert("x")</script><b>bold</b>`, now)
 	f.freshDL = f.deadLetter(ctx, f.fresh, "hubspot: 400 property does not exist")
 	f.oldDL = f.deadLetter(ctx, f.old, "hubspot: 400 <img src=x onerror=alert(1)>")
+	f.keptBig = f.quarantine(cfg, 1024, fmt.Appendf(nil, `{"timestamp":%q,"event_type":"reply_received","campaign_id":"camp-1","lead_email":"dee@northwind.example","email_id":"em-q-1","reply_text":"<script>alert(\"q\")</script>yes, call me","pad":%q}`,
+		now.Format(time.RFC3339), strings.Repeat("x", 1200)))
+	f.keptBad = f.quarantine(cfg, 1<<20, []byte(`{"event_type": "reply_received", "truncated`))
 	// A finding waiting for a decision.
 	kv, err := conn.JS.KeyValue(ctx, stream.Diffs)
 	if err != nil {
@@ -162,6 +175,35 @@ func (f *fixture) store(ctx context.Context, env envelope.Envelope) string {
 		f.t.Fatal(err)
 	}
 	return env.ID
+}
+
+// quarantine keeps a verified delivery of body to the instantly endpoint as the gateway
+// does when it is over bodyLimit or unparseable, with a hostile header, and returns its id.
+func (f *fixture) quarantine(cfg *config.Config, bodyLimit int64, body []byte) string {
+	f.t.Helper()
+	ep, err := ingest.FindEndpoint(cfg, "acme", "instantly")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	header := http.Header{"Content-Type": {"application/json"}, "X-Note": {`<img src=x onerror=alert(2)>`}, "Authorization": {"Bearer " + consoleToken}}
+	d := ingest.Delivery{Endpoint: ep, Request: &providers.Request{Method: http.MethodPost, Header: header, Body: body, Now: time.Now().UTC()},
+		Size: len(body), SHA256: hex.EncodeToString(sum[:])}
+	lim := cfg.Gateway
+	lim.BodyLimit = bodyLimit
+	_, refused := d.Envelopes(lim)
+	if refused == nil {
+		f.t.Fatal("the delivery to quarantine was not refused")
+	}
+	q, err := quarantine.New(context.Background(), f.js)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	rec, kept := quarantine.NewRecord(d, refused)
+	if _, err := q.Put(context.Background(), rec, kept); err != nil {
+		f.t.Fatal(err)
+	}
+	return rec.ID
 }
 
 // deadLetter records event id as dead-lettered by the crmwriter, as the consumer does.
@@ -319,7 +361,7 @@ func TestPagesRenderWithoutSecrets(t *testing.T) {
 	f := setup(t)
 	auth := basic("ana", anaPassword)
 	pages := map[string][]string{
-		"/console/":                                         {"Events per minute", `id="exacto_gateway_duplicates">7317<`, "open dead letters"},
+		"/console/":                                         {"Events per minute", `id="exacto_gateway_duplicates">7317<`, "open dead letters", `id="quarantined-open">2<`},
 		"/console/events":                                   {f.fresh, f.old, f.evil},
 		"/console/events?q=" + f.fresh:                      {f.fresh, "ana@northwind.example"},
 		"/console/events?q=ANA%40northwind.example":         {f.fresh},
@@ -330,6 +372,11 @@ func TestPagesRenderWithoutSecrets(t *testing.T) {
 		"/console/dlq?consumer=crmwriter&older=1h":          {"No dead letter matches"},
 		"/console/dlq/" + strconv.FormatUint(f.freshDL, 10): {f.fresh, "Replay", "Discard", `name="csrf"`},
 		"/console/diffs":                                    {"fd_0123", "missed_unsubscribe", "Approve", "Reject"},
+		"/console/quarantine":                               {f.keptBig, f.keptBad, "body_too_large", "malformed_body", `href="/console/quarantine" class="on"`},
+		"/console/quarantine?reason=body_too_large":         {f.keptBig},
+		"/console/quarantine?tenant=acme.x":                 {"nothing listed: tenant &#34;acme.x&#34; is not an id"},
+		"/console/quarantine/" + f.keptBig:                  {"A replay now would store 1 of 1 events", "reply.received", "X-Note", "Authorization", "(credentials and signatures)", `name="csrf"`, "/hooks/instantly/REDACTED"},
+		"/console/quarantine/" + f.keptBad:                  {"A replay now would be refused: still refused: malformed_body", "truncated"},
 		"/console/diffs?status=":                            {"fd_0123"},
 	}
 	for path, want := range pages {
@@ -364,6 +411,12 @@ func TestPagesRenderWithoutSecrets(t *testing.T) {
 	if code, _, _ := f.get("/console/dlq/nine", auth); code != 404 {
 		t.Errorf("bad letter id: %d", code)
 	}
+	if code, _, _ := f.get("/console/quarantine/qr_nine", auth); code != 404 {
+		t.Errorf("bad quarantine id: %d", code)
+	}
+	if _, body, _ := f.get("/console/quarantine?reason=body_too_large", auth); strings.Contains(body, f.keptBad) {
+		t.Errorf("the reason filter lists a malformed_body delivery")
+	}
 	if code, _, _ := f.get("/console/static/console.css", nil); code != 200 {
 		t.Errorf("css: %d", code)
 	}
@@ -372,7 +425,8 @@ func TestPagesRenderWithoutSecrets(t *testing.T) {
 func TestEscaping(t *testing.T) {
 	f := setup(t)
 	auth := bearer(consoleToken)
-	for _, path := range []string{"/console/events/" + f.evil, "/console/events?q=camp-2", "/console/dlq/" + strconv.FormatUint(f.oldDL, 10), "/console/dlq?all=1", "/console/events?q=%3Cscript%3E"} {
+	for _, path := range []string{"/console/events/" + f.evil, "/console/events?q=camp-2", "/console/dlq/" + strconv.FormatUint(f.oldDL, 10), "/console/dlq?all=1", "/console/events?q=%3Cscript%3E",
+		"/console/quarantine/" + f.keptBig} {
 		_, body, _ := f.get(path, auth)
 		if strings.Contains(body, "<script") || strings.Contains(body, "<img") || strings.Contains(body, "<b>bold") {
 			t.Errorf("%s renders a hostile field as markup", path)
@@ -385,6 +439,10 @@ func TestEscaping(t *testing.T) {
 	_, body, _ = f.get("/console/dlq?all=1", auth)
 	if !strings.Contains(body, "hubspot: 400 &lt;img src=x onerror=alert(1)&gt;") {
 		t.Errorf("the dead letter's error is not shown as text:\n%s", body)
+	}
+	_, body, _ = f.get("/console/quarantine/"+f.keptBig, auth)
+	if !strings.Contains(body, `&lt;script&gt;alert(\&#34;q\&#34;)&lt;/script&gt;yes`) || !strings.Contains(body, "&lt;img src=x onerror=alert(2)&gt;") {
+		t.Errorf("the quarantined body and headers are not shown as text:\n%s", body)
 	}
 }
 
@@ -789,5 +847,73 @@ func TestDecider(t *testing.T) {
 		if got, err := decider(form(by, "fixed"), token); err == nil || !strings.Contains(err.Error(), "at most 64 characters") {
 			t.Errorf("decider(by %q) = %q, %v; want refused", by, got, err)
 		}
+	}
+}
+
+// A quarantined delivery is replayed from its page: a same-origin POST with the CSRF
+// token and a why, recorded with who; the one its parser still refuses is refused
+// with its reason; a refused replay stores nothing and changes nothing; replaying
+// again stores nothing new.
+func TestQuarantineReplay(t *testing.T) {
+	f := setup(t)
+	auth := basic("ana", anaPassword)
+	events := func() uint64 { return brokertest.Count(t, f.conn, stream.Events) }
+	before := events()
+	page, tok := f.form("/console/quarantine/"+f.keptBig, auth)
+	if !strings.Contains(page, `id="replay-why" size="40" placeholder="what was fixed" required`) || strings.Contains(page, `name="by"`) {
+		t.Errorf("the replay form does not ask a console user just for a why:\n%s", page)
+	}
+	replay := func(id string, form url.Values, auth func(*http.Request)) (int, string) {
+		t.Helper()
+		code, _, h := f.post("/console/quarantine/"+id+"/replay", form, auth)
+		if code != http.StatusSeeOther {
+			return code, ""
+		}
+		_, body, _ := f.get(h.Get("Location"), auth)
+		return code, body
+	}
+	if code, _ := replay(f.keptBig, url.Values{"why": {"limit raised"}}, auth); code != http.StatusForbidden {
+		t.Fatalf("replay without CSRF: %d", code)
+	}
+	for _, why := range []string{"", "  "} {
+		if _, body := replay(f.keptBig, url.Values{"why": {why}, "csrf": {tok}}, auth); !strings.Contains(body, "replay refused: a why is required") ||
+			!strings.Contains(body, `id="quarantine-status">open`) {
+			t.Errorf("replay with why %q:\n%s", why, body)
+		}
+	}
+	if _, body := replay(f.keptBad, url.Values{"why": {"try"}, "csrf": {tok}}, auth); !strings.Contains(body, "replay refused: still refused: malformed_body") ||
+		!strings.Contains(body, `id="quarantine-status">open`) {
+		t.Errorf("replay of what its parser still refuses:\n%s", body)
+	}
+	if events() != before {
+		t.Fatalf("refused replays stored %d events", events()-before)
+	}
+	_, body := replay(f.keptBig, url.Values{"why": {"body_limit raised"}, "csrf": {tok}}, auth)
+	for _, w := range []string{"replayed: 1 events stored, 0 already stored", `id="quarantine-status">replayed`, "<td>ana</td>", "body_limit raised", "/console/events/ev_",
+		"A replay now would store 0 of 1 events", "already stored"} {
+		if !strings.Contains(body, w) {
+			t.Errorf("after the replay: %q missing", w)
+		}
+	}
+	if events() != before+1 {
+		t.Fatalf("the replay stored %d events, want 1", events()-before)
+	}
+	// The shared token names nobody: its form asks who, and records the name given.
+	_, _, h := f.get("/console/?token="+url.QueryEscape(consoleToken), nil)
+	cookie := strings.SplitN(h.Get("Set-Cookie"), ";", 2)[0]
+	withCookie := func(r *http.Request) { r.Header.Set("Cookie", cookie) }
+	page, ctok := f.form("/console/quarantine/"+f.keptBig, withCookie)
+	if !strings.Contains(page, `<input name="by" id="replay-by" size="16" required>`) {
+		t.Errorf("the shared token's replay form does not ask who")
+	}
+	if _, body := replay(f.keptBig, url.Values{"why": {"again"}, "csrf": {ctok}}, withCookie); !strings.Contains(body, "replay refused: who decides is required") {
+		t.Errorf("a replay by the token without a name:\n%s", body)
+	}
+	if _, body := replay(f.keptBig, url.Values{"why": {"again"}, "by": {"ben"}, "csrf": {ctok}}, withCookie); !strings.Contains(body, "replayed: 0 events stored, 1 already stored") ||
+		!strings.Contains(body, "<td>ben (console token)</td>") || events() != before+1 {
+		t.Errorf("second replay:\n%s", body)
+	}
+	if _, body, _ := f.get("/console/quarantine", auth); strings.Contains(body, f.keptBig) || !strings.Contains(body, f.keptBad) {
+		t.Errorf("the open list after the replay:\n%s", body)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/dlq"
+	"exacto.dev/pkg/quarantine"
 	"exacto.dev/pkg/stream"
 )
 
@@ -52,8 +53,11 @@ type overviewData struct {
 	Breakers   []kv
 	DLQ        dlq.Summary
 	DLQErr     string
-	SLO        time.Duration
-	OverSLO    bool
+	// Quarantined counts the open quarantined deliveries.
+	Quarantined   int
+	QuarantineErr string
+	SLO           time.Duration
+	OverSLO       bool
 }
 
 type counter struct {
@@ -92,6 +96,11 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, u who) {
 		d.DLQErr = err.Error()
 	}
 	d.OverSLO = d.DLQ.Open > 0 && d.SLO > 0 && d.DLQ.Oldest > d.SLO
+	if open, err := c.quarantine.List(ctx, quarantine.Filter{}); err != nil {
+		d.QuarantineErr = err.Error()
+	} else {
+		d.Quarantined = len(open)
+	}
 	c.render(w, http.StatusOK, "overview", u, view{Title: "Overview", Nav: "overview", Refresh: 10, Data: d})
 }
 

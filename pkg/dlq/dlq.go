@@ -140,49 +140,23 @@ func actionKey(consumerName, eventID string) string { return consumerName + "." 
 
 // List returns the dead letters f selects, oldest first.
 func (q *Queue) List(ctx context.Context, f Filter) ([]Letter, error) {
-	info, err := q.dlq.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if info.State.Msgs == 0 {
-		return nil, nil
-	}
-	c, err := q.dlq.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.subject()}})
-	if err != nil {
-		return nil, err
-	}
 	var out []Letter
 	now := q.now()
-	for {
-		ci, err := c.Info(ctx)
+	err := stream.Scan(ctx, q.dlq, jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.subject()}}, func(msg jetstream.Msg) error {
+		md, err := msg.Metadata()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if ci.NumPending == 0 {
-			break
-		}
-		batch, err := c.FetchNoWait(200)
+		l, err := q.letter(ctx, md.Sequence.Stream, msg.Data())
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for msg := range batch.Messages() {
-			md, err := msg.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			l, err := q.letter(ctx, md.Sequence.Stream, msg.Data())
-			if err != nil {
-				return nil, err
-			}
-			if f.match(l, now) {
-				out = append(out, l)
-			}
+		if f.match(l, now) {
+			out = append(out, l)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, err
-		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // Get returns the dead letter with sequence seq.

@@ -129,6 +129,19 @@ type Spec struct {
 	// own secret (Smartlead), returns the headers that sign the final body with one of
 	// an endpoint's signing_secrets. nil for the others: they take no signing_secrets.
 	SignOptional func(body []byte, signingSecret string) http.Header
+	// Redact removes a secret the provider carries in the body (Smartlead's
+	// secret_key), leaving every other byte as it is; nil for providers that carry
+	// none. Whatever keeps a body (an event's raw payload, the quarantine) keeps it
+	// redacted.
+	Redact func(body []byte) []byte
+}
+
+// RedactBody is body without the secret the provider carries in it, if any.
+func (s Spec) RedactBody(body []byte) []byte {
+	if s.Redact == nil {
+		return body
+	}
+	return s.Redact(body)
 }
 
 // Auth is the envelope's authmethod for an endpoint of this provider configured with

@@ -48,6 +48,12 @@ const (
 	DLQActions = "EXACTO_DLQ_ACTIONS"
 	// Diffs is the reconciler's diff queue: each finding, where, and the repair.
 	Diffs = "EXACTO_DIFFS"
+	// Quarantine keeps every verified delivery the gateway could not turn into events
+	// (pkg/quarantine), one message each on quarantine.<tenant>.<endpoint>.<id>.
+	Quarantine = "EXACTO_QUARANTINE"
+	// QuarantineActions records every replay of a quarantined delivery: who, why, when,
+	// what it stored.
+	QuarantineActions = "EXACTO_QUARANTINE_ACTIONS"
 	// ProjectionPrefix starts the projections' buckets (pkg/projection):
 	// EXACTO_PROJ_CONTACTS, _CAMPAIGNS, _SUPPRESSION live; a replay's go into
 	// EXACTO_PROJ_<PROJECTION>_<NAME>.
@@ -122,6 +128,15 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Duplicates:  o.DuplicateWindow,
 			Replicas:    o.Replicas,
 		},
+		{
+			// No MaxAge: a quarantined delivery stays until an operator purges it.
+			Name:        Quarantine,
+			Description: "verified deliveries the gateway could not turn into events; Nats-Msg-Id = quarantine id",
+			Subjects:    []string{"quarantine.>"},
+			Storage:     jetstream.FileStorage,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
 	}
 }
 
@@ -136,6 +151,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		// No TTL: audit records and findings stay until an operator removes them.
 		{Bucket: DLQActions, Description: "consumer.event id -> replays and discards of its dead letter", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: Diffs, Description: "tenant.finding id -> a reconciliation finding and its repair", Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		{Bucket: QuarantineActions, Description: "quarantine id.time -> one replay of a quarantined delivery", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: a contact's ids are its identity.
 		{Bucket: ContactIDs, Description: "tenant identity keys -> contact id; contact id -> internal and external ids", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// The live projections: rebuilt from the stream by a replay, so they never expire.
@@ -315,6 +331,11 @@ func OutcomeSubject(consumer, tenant, provider, typ string) string {
 	return "outcomes." + consumer + "." + tenant + "." + provider + "." + typ
 }
 
+// QuarantineSubject is where the quarantined delivery id of tenant's endpoint is kept.
+func QuarantineSubject(tenant, endpoint, id string) string {
+	return "quarantine." + tenant + "." + endpoint + "." + id
+}
+
 // Ensure creates or updates every stream and bucket.
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Streams(o) {
@@ -387,6 +408,43 @@ func Load(ctx context.Context, js jetstream.JetStream, id string) (env envelope.
 		return env, false, fmt.Errorf("event %s: %w", id, err)
 	}
 	return env, true, nil
+}
+
+// Scan calls fn with every message of st that an ordered consumer of cfg delivers, in
+// stream order, and returns once it has seen every message stored when it began.
+func Scan(ctx context.Context, st jetstream.Stream, cfg jetstream.OrderedConsumerConfig, fn func(jetstream.Msg) error) error {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	c, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for {
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if ci.NumPending == 0 {
+			return nil
+		}
+		batch, err := c.FetchNoWait(200)
+		if err != nil {
+			return err
+		}
+		for msg := range batch.Messages() {
+			if err := fn(msg); err != nil {
+				return err
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return err
+		}
+	}
 }
 
 // ProjectionBucket declares the bucket of projection name: the live one (into "") or a

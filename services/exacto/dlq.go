@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"exacto.dev/pkg/config"
@@ -30,16 +31,9 @@ func dlqCmd() *cobra.Command {
 		if err != nil {
 			return nil, nil, err
 		}
-		js, closeConn, err := dial(natsURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		q, err := dlq.New(ctx, js, cfg.DLQ)
-		if err != nil {
-			closeConn()
-			return nil, nil, err
-		}
-		return q, closeConn, nil
+		return dialBound(ctx, natsURL, func(ctx context.Context, js jetstream.JetStream) (*dlq.Queue, error) {
+			return dlq.New(ctx, js, cfg.DLQ)
+		})
 	}
 	get := func(ctx context.Context, q *dlq.Queue, id string) (dlq.Letter, error) {
 		seq, err := strconv.ParseUint(id, 10, 64)
@@ -253,20 +247,25 @@ lets the replay in hand finish, then exits with status 1.`,
 			return nil
 		},
 	}
-	operator := os.Getenv("USER")
-	if operator == "" {
-		operator = "operator"
-	}
 	for _, c := range []*cobra.Command{list, show, replay, discard} {
 		c.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
 		c.Flags().StringVar(&cfgPath, "config", "", "config file (its dlq.freshness rules; default ./exacto.yaml, else the built-in demo)")
 		cmd.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{replay, discard} {
-		c.Flags().StringVar(&by, "by", operator, "who decides (recorded)")
-		c.Flags().StringVar(&why, "why", "", "why (recorded; required)")
+		whoWhyFlags(c, &by, &why)
 	}
 	return cmd
+}
+
+// whoWhyFlags gives c --by (default $USER) and --why, recorded with its decision.
+func whoWhyFlags(c *cobra.Command, by, why *string) {
+	operator := os.Getenv("USER")
+	if operator == "" {
+		operator = "operator"
+	}
+	c.Flags().StringVar(by, "by", operator, "who decides (recorded)")
+	c.Flags().StringVar(why, "why", "", "why (recorded; required)")
 }
 
 // needWhoWhy refuses a replay or discard without who (--by) or why (--why):
@@ -359,6 +358,14 @@ func printPreview(w io.Writer, l dlq.Letter, p dlq.Preview) {
 	fmt.Fprintf(w, "  replay: %s\n", verdict(l, p))
 }
 
+// errorCell is an error message in a table cell: its first 60 bytes, on one line.
+func errorCell(msg string) string {
+	if len(msg) > 60 {
+		msg = msg[:60] + "…"
+	}
+	return strings.ReplaceAll(msg, "\n", " ")
+}
+
 func printLetters(w io.Writer, letters []dlq.Letter) {
 	if len(letters) == 0 {
 		fmt.Fprintln(w, "no dead letters")
@@ -367,12 +374,8 @@ func printLetters(w io.Writer, letters []dlq.Letter) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCONSUMER\tTYPE\tTENANT\tPROVIDER\tCLASS\tATTEMPTS\tAGE\tOWNER\tSTATUS\tERROR")
 	for _, l := range letters {
-		msg := l.Error
-		if len(msg) > 60 {
-			msg = msg[:60] + "…"
-		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", l.Seq, l.Consumer, l.Type, l.Tenant, l.Provider, l.Class,
-			l.Attempts, time.Since(l.LastAttempt).Round(time.Second), l.Owner, l.Status, strings.ReplaceAll(msg, "\n", " "))
+			l.Attempts, time.Since(l.LastAttempt).Round(time.Second), l.Owner, l.Status, errorCell(l.Error))
 	}
 	tw.Flush()
 }

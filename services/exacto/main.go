@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -26,7 +27,7 @@ func main() {
 	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(),
 		partCmd(stream.Projector, "Run the projector alone against EXACTO_NATS_URL"),
 		partCmd(stream.Reconciler, "Run the scheduled reconciliation alone against EXACTO_NATS_URL"),
-		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), reconcileCmd(), classifyCmd(), simulateCmd())
+		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), quarantineCmd(), reconcileCmd(), classifyCmd(), simulateCmd())
 	bindEnv(root)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "exacto:", err)
@@ -52,6 +53,20 @@ func bindEnv(cmd *cobra.Command) {
 	for _, c := range cmd.Commands() {
 		bindEnv(c)
 	}
+}
+
+// dialBound connects to the deployment's NATS at url and binds what bind builds on it
+// (a queue, a store); closeConn closes the connection.
+func dialBound[T any](ctx context.Context, url string, bind func(context.Context, jetstream.JetStream) (T, error)) (v T, closeConn func(), err error) {
+	js, closeConn, err := dial(url)
+	if err != nil {
+		return v, nil, err
+	}
+	if v, err = bind(ctx, js); err != nil {
+		closeConn()
+		return v, nil, err
+	}
+	return v, closeConn, nil
 }
 
 // dial connects the operator's tools to the deployment's NATS at url.

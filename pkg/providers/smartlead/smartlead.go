@@ -43,6 +43,7 @@ var Spec = providers.Spec{
 	Sample:           Sample,
 	Sign:             Sign,
 	SignOptional:     SignOptional,
+	Redact:           Redact,
 }
 
 type provider struct {

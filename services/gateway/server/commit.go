@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"exacto.dev/pkg/ingest"
 	"exacto.dev/pkg/stream"
 )
 
@@ -240,8 +241,9 @@ func (c *committer) atomic(ctx context.Context, reqs []*commitReq) error {
 func (c *committer) each(ctx context.Context, reqs []*commitReq) []commitRes {
 	out := make([]commitRes, len(reqs))
 	waits := make([]func() (bool, error), len(reqs))
+	publish := ingest.PublishOne(c.js)
 	for i, r := range reqs {
-		waits[i], out[i].err = publishOne(ctx, c.js, r.msg)
+		waits[i], out[i].err = publish(ctx, r.msg)
 	}
 	for i, wait := range waits {
 		if wait != nil {
@@ -249,23 +251,4 @@ func (c *committer) each(ctx context.Context, reqs []*commitReq) []commitRes {
 		}
 	}
 	return out
-}
-
-// publishOne publishes msg to EXACTO_EVENTS on its own; the returned func waits for its
-// PubAck: stored, or a duplicate of a stored event.
-func publishOne(ctx context.Context, js jetstream.JetStream, msg *nats.Msg) (wait func() (duplicate bool, err error), err error) {
-	ack, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream.Events))
-	if err != nil {
-		return nil, err
-	}
-	return func() (bool, error) {
-		select {
-		case pa := <-ack.Ok():
-			return pa.Duplicate, nil
-		case err := <-ack.Err():
-			return false, err
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/ingest"
 )
 
 // access is the one wide log line written per request.
@@ -54,6 +55,7 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 
 type metrics struct {
 	events, duplicates, rejections, invalidSignatures metric.Int64Counter
+	quarantine                                        metric.Int64Counter
 	batchSize                                         metric.Int64Histogram
 	version                                           attribute.KeyValue // the workflow version label
 }
@@ -72,6 +74,9 @@ func newMetrics(workflowVersion string) (*metrics, error) {
 		return nil, err
 	}
 	if ms.invalidSignatures, err = m.Int64Counter("exacto_gateway_invalid_signatures", metric.WithDescription("deliveries whose signature, secret or timestamp did not verify")); err != nil {
+		return nil, err
+	}
+	if ms.quarantine, err = m.Int64Counter("exacto_gateway_quarantined", metric.WithDescription("verified deliveries the gateway could not turn into events, kept in the quarantine (a retry of one already kept is not counted)")); err != nil {
 		return nil, err
 	}
 	if ms.batchSize, err = m.Int64Histogram("exacto_gateway_commit_batch_events", metric.WithDescription("events per group commit (one fsync each)"),
@@ -101,9 +106,21 @@ func (m *metrics) rejected(tenant, provider, reason string) {
 	m.rejections.Add(context.Background(), 1, metric.WithAttributes(attribute.String("tenant", tenant), attribute.String("provider", provider), attribute.String("reason", reason), m.version))
 }
 
-// zero shows an endpoint's duplicate and signature counters at 0 from the start.
+func (m *metrics) quarantined(ep *ingest.Endpoint, reason string, n int64) {
+	m.quarantine.Add(context.Background(), n, metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name),
+		attribute.String("endpoint", ep.ID), attribute.String("reason", reason), m.version))
+}
+
+// quarantineReasons are the reasons a verified delivery is quarantined.
+var quarantineReasons = []string{ingest.BodyTooLarge, ingest.TooManyEvents, ingest.Malformed, ingest.EmptyBatch}
+
+// zero shows an endpoint's duplicate, signature and quarantine counters at 0 from the
+// start, so increase() sees their first delivery.
 func (m *metrics) zero(ep *Endpoint) {
 	at := metric.WithAttributes(attribute.String("tenant", ep.Tenant), attribute.String("provider", ep.Spec.Name), m.version)
 	m.duplicates.Add(context.Background(), 0, at)
 	m.invalidSignatures.Add(context.Background(), 0, at)
+	for _, reason := range quarantineReasons {
+		m.quarantined(ep.Endpoint, reason, 0)
+	}
 }

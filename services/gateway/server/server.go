@@ -24,11 +24,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"exacto.dev/pkg/config"
-	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/ingest"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/meta"
-	"exacto.dev/pkg/providers/registry"
-	"exacto.dev/pkg/stream"
+	"exacto.dev/pkg/quarantine"
 	"exacto.dev/pkg/telemetry"
 )
 
@@ -36,10 +35,7 @@ var tracer = telemetry.Tracer("gateway")
 
 // Endpoint is one configured endpoint, built for serving.
 type Endpoint struct {
-	Tenant, ID   string
-	Spec         providers.Spec
-	Provider     providers.Provider
-	AuthMethod   string
+	*ingest.Endpoint
 	PublicURL    string
 	VerifyTokens []string
 	tokenSum     [32]byte
@@ -48,12 +44,10 @@ type Endpoint struct {
 // Server serves POST /hooks/{endpoint_id}/{path_token}.
 type Server struct {
 	endpoints      map[string]*Endpoint
-	js             jetstream.JetStream
-	index          jetstream.KeyValue
-	arrivals       jetstream.KeyValue
-	bodyLimit      int64
-	maxEvents      int
+	limits         config.Gateway
 	publishTimeout time.Duration
+	events         *ingest.Store
+	quarantine     *quarantine.Store
 	log            *slog.Logger
 	now            func() time.Time
 	metrics        *metrics
@@ -74,9 +68,7 @@ type Options struct {
 func New(ctx context.Context, o Options) (*Server, error) {
 	s := &Server{
 		endpoints:      map[string]*Endpoint{},
-		js:             o.JS,
-		bodyLimit:      o.Config.Gateway.BodyLimit,
-		maxEvents:      o.Config.Gateway.MaxEvents,
+		limits:         o.Config.Gateway,
 		publishTimeout: o.Config.Gateway.PublishTimeout,
 		log:            o.Log,
 		now:            o.Now,
@@ -88,35 +80,30 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		s.now = time.Now
 	}
 	var err error
-	if s.index, err = o.JS.KeyValue(ctx, stream.EventIndex); err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", stream.EventIndex, err)
-	}
-	if s.arrivals, err = o.JS.KeyValue(ctx, stream.Arrivals); err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", stream.Arrivals, err)
-	}
 	if s.metrics, err = newMetrics(o.Config.WorkflowVersion); err != nil {
 		return nil, err
 	}
+	var publish ingest.Publish
 	if gc := o.Config.Gateway.GroupCommit; gc.MaxEvents > 1 {
 		s.commits = newCommitter(o.JS, gc.MaxEvents, gc.MaxWait, s.publishTimeout, s.metrics.batch)
+		publish = func(ctx context.Context, msg *nats.Msg) (func() (bool, error), error) {
+			return s.commits.publish(ctx, msg), nil
+		}
+	}
+	if s.events, err = ingest.OpenStore(ctx, o.JS, publish, s.log); err != nil {
+		return nil, err
+	}
+	if s.quarantine, err = quarantine.New(ctx, o.JS); err != nil {
+		return nil, err
 	}
 	for _, t := range o.Config.Tenants {
 		for i := range t.Endpoints {
 			ec := &t.Endpoints[i]
-			spec, ok := registry.Lookup(ec.Provider)
-			if !ok {
-				return nil, fmt.Errorf("endpoint %s: unknown provider %q", ec.ID, ec.Provider)
-			}
-			p, err := spec.New(ec.ProviderConfig())
+			built, err := ingest.NewEndpoint(t.ID, ec)
 			if err != nil {
-				return nil, fmt.Errorf("endpoint %s: %w", ec.ID, err)
+				return nil, err
 			}
-			ep := &Endpoint{
-				Tenant: t.ID, ID: ec.ID, Spec: spec, Provider: p,
-				AuthMethod: spec.Auth(ec.ProviderConfig()),
-				PublicURL:  ec.PublicURL,
-				tokenSum:   sha256.Sum256([]byte(ec.PathToken.Value)),
-			}
+			ep := &Endpoint{Endpoint: built, PublicURL: ec.PublicURL, tokenSum: sha256.Sum256([]byte(ec.PathToken.Value))}
 			if ec.VerifyToken.Value != "" {
 				ep.VerifyTokens = []string{ec.VerifyToken.Value}
 			}
@@ -175,11 +162,15 @@ func (s *Server) route(id, token string) *Endpoint {
 	return ep
 }
 
-// answer is the JSON body of a successful delivery.
+// answer is the JSON body of a 200: what was stored, or the quarantine that keeps the
+// delivery.
 type answer struct {
-	Stored     int      `json:"stored"`
-	Duplicates int      `json:"duplicates"`
-	IDs        []string `json:"ids"`
+	ingest.Result
+	Quarantined  int    `json:"quarantined,omitempty"`
+	QuarantineID string `json:"quarantine_id,omitempty"`
+	// AlreadyQuarantined: a retry of a delivery the quarantine already keeps.
+	AlreadyQuarantined bool   `json:"already_quarantined,omitempty"`
+	Reason             string `json:"reason,omitempty"` // why it is quarantined
 }
 
 func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
@@ -218,11 +209,19 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, rec, http.StatusBadRequest, "wrong_content_type", "the body must be JSON")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.bodyLimit))
+	// Up to the quarantine's cap, not body_limit: a verified body over the limit is
+	// kept, so it must be read whole to be verified. What is over the cap is refused
+	// unread (its announced length) or as soon as the cap is passed.
+	if r.ContentLength > s.limits.QuarantineCap {
+		w.Header().Set("Connection", "close") // rather than read the body to reuse the connection
+		s.refuseOverCap(w, rec)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.limits.QuarantineCap))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			s.reject(w, rec, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body is over %d bytes", s.bodyLimit))
+		var over *http.MaxBytesError
+		if errors.As(err, &over) {
+			s.refuseOverCap(w, rec)
 			return
 		}
 		s.reject(w, rec, http.StatusBadRequest, "unreadable_body", "the body could not be read")
@@ -232,131 +231,50 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 	req := &providers.Request{Method: r.Method, URL: fullURL(ep, r), Header: r.Header, Body: body, Now: s.now()}
 	if err := ep.Provider.Verify(req); err != nil {
 		if errors.Is(err, providers.ErrMalformed) {
-			s.reject(w, rec, http.StatusBadRequest, "malformed_body", err.Error())
+			s.reject(w, rec, http.StatusBadRequest, ingest.Malformed, err.Error())
 			return
 		}
 		s.metrics.invalidSignature(ep)
 		s.reject(w, rec, http.StatusUnauthorized, "invalid_signature", publicReason(err))
 		return
 	}
-	evs, err := ep.Provider.Events(req)
-	if err != nil {
-		s.reject(w, rec, http.StatusBadRequest, "malformed_body", err.Error())
-		return
-	}
-	switch {
-	case len(evs) == 0:
-		s.reject(w, rec, http.StatusBadRequest, "empty_batch", "the delivery holds no events")
-		return
-	case len(evs) > s.maxEvents:
-		s.reject(w, rec, http.StatusRequestEntityTooLarge, "too_many_events", fmt.Sprintf("the delivery holds %d events, over the limit of %d", len(evs), s.maxEvents))
-		return
-	}
 	sum := sha256.Sum256(body)
-	received := s.now()
-	envs := make([]envelope.Envelope, len(evs))
-	for i, ev := range evs {
-		envs[i] = ev.Envelope(ep.Spec, ep.Tenant, ep.ID, ep.AuthMethod, received, hex.EncodeToString(sum[:]))
-	}
+	d := ingest.Delivery{Endpoint: ep.Endpoint, Request: req, Size: len(body), SHA256: hex.EncodeToString(sum[:])}
 	ctx, cancel := context.WithTimeout(r.Context(), s.publishTimeout)
 	defer cancel()
-	ans, err := s.store(ctx, envs)
+	envs, refused := d.Envelopes(s.limits)
+	if refused != nil {
+		s.keep(ctx, w, rec, d, refused)
+		return
+	}
+	res, err := s.events.Store(ctx, envs)
 	if err != nil {
 		s.log.Warn("publish failed", "endpoint", ep.ID, "err", err)
 		s.reject(w, rec, http.StatusServiceUnavailable, "store_unavailable", "the event store did not acknowledge; retry later")
 		return
 	}
-	rec.status, rec.stored, rec.duplicates = http.StatusOK, ans.Stored, ans.Duplicates
-	s.metrics.received(ep, envs, ans.Duplicates)
-	writeJSON(w, http.StatusOK, ans)
+	rec.status, rec.stored, rec.duplicates = http.StatusOK, res.Stored, res.Duplicates
+	s.metrics.received(ep, envs, res.Duplicates)
+	writeJSON(w, http.StatusOK, answer{Result: res})
 }
 
-// store publishes every envelope not already stored and waits for every PubAck.
-// Duplicates are caught twice: by the index of stored ids (late redeliveries, past the
-// stream's window) and by Nats-Msg-Id within the window (concurrent redeliveries).
-func (s *Server) store(ctx context.Context, envs []envelope.Envelope) (answer, error) {
-	ans := answer{IDs: make([]string, 0, len(envs))}
-	type pending struct {
-		id   string
-		wait func() (duplicate bool, err error)
+// keep puts a verified delivery the gateway cannot turn into events in the quarantine
+// and answers 200 once the quarantine has it on disk: the provider's retries would add
+// nothing, and a provider that keeps being refused disables its webhook. Until then
+// the answer is 503, so the provider retries and nothing is lost.
+func (s *Server) keep(ctx context.Context, w http.ResponseWriter, rec *access, d ingest.Delivery, why *ingest.Refusal) {
+	qr, body := quarantine.NewRecord(d, why)
+	already, err := s.quarantine.Put(ctx, qr, body)
+	if err != nil {
+		s.log.Warn("quarantine failed", "endpoint", d.Endpoint.ID, "reason", why.Reason, "err", err)
+		s.reject(w, rec, http.StatusServiceUnavailable, "quarantine_unavailable", "the quarantine did not acknowledge; retry later")
+		return
 	}
-	var waits []pending
-	var dups []string
-	seen := map[string]bool{}
-	for i := range envs {
-		env := &envs[i]
-		ans.IDs = append(ans.IDs, env.ID)
-		if seen[env.ID] { // the same event twice in one delivery
-			dups = append(dups, env.ID)
-			continue
-		}
-		seen[env.ID] = true
-		if stored, err := stream.Stored(ctx, s.index, env.ID); err != nil {
-			return ans, err
-		} else if stored {
-			dups = append(dups, env.ID)
-			continue
-		}
-		msg, err := stream.EventMessage(ctx, *env)
-		if err != nil {
-			return ans, err
-		}
-		wait, err := s.publish(ctx, msg)
-		if err != nil {
-			return ans, fmt.Errorf("publish %s: %w", env.ID, err)
-		}
-		waits = append(waits, pending{env.ID, wait})
+	if !already {
+		s.metrics.quarantined(d.Endpoint, why.Reason, 1)
 	}
-	for _, p := range waits {
-		dup, err := p.wait()
-		if err != nil {
-			return ans, fmt.Errorf("publish %s: %w", p.id, err)
-		}
-		if dup {
-			dups = append(dups, p.id)
-		} else {
-			ans.Stored++
-		}
-	}
-	ans.Duplicates = len(dups)
-	for _, id := range dups {
-		if err := s.countArrival(ctx, id); err != nil {
-			s.log.Warn("arrival count", "id", id, "err", err)
-		}
-	}
-	return ans, nil
-}
-
-// publish sends msg to EXACTO_EVENTS, through the group committer when it is on; the
-// returned func waits until msg is stored (or found a duplicate).
-func (s *Server) publish(ctx context.Context, msg *nats.Msg) (wait func() (duplicate bool, err error), err error) {
-	if s.commits != nil {
-		return s.commits.publish(ctx, msg), nil
-	}
-	return publishOne(ctx, s.js, msg)
-}
-
-// countArrival adds one to the duplicate deliveries of id (compare-and-set, so
-// concurrent gateways never lose a count).
-func (s *Server) countArrival(ctx context.Context, id string) error {
-	for range 10 {
-		e, err := s.arrivals.Get(ctx, id)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			if _, err := s.arrivals.Create(ctx, id, []byte("1")); err == nil {
-				return nil
-			}
-		case err != nil:
-			return err
-		default:
-			var n int
-			fmt.Sscan(string(e.Value()), &n)
-			if _, err := s.arrivals.Update(ctx, id, []byte(fmt.Sprint(n+1)), e.Revision()); err == nil {
-				return nil
-			}
-		}
-	}
-	return errors.New("arrival count: too much contention")
+	rec.status, rec.reason = http.StatusOK, "quarantined_"+why.Reason
+	writeJSON(w, http.StatusOK, answer{Result: ingest.Result{IDs: []string{}}, Quarantined: 1, QuarantineID: qr.ID, AlreadyQuarantined: already, Reason: why.Reason})
 }
 
 // handshake answers Meta's GET subscription check.
@@ -370,6 +288,12 @@ func (s *Server) handshake(w http.ResponseWriter, r *http.Request, ep *Endpoint,
 	rec.status = http.StatusOK
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, challenge)
+}
+
+// refuseOverCap answers a body over the quarantine's cap: never read whole, so never
+// verified, it is kept nowhere.
+func (s *Server) refuseOverCap(w http.ResponseWriter, rec *access) {
+	s.reject(w, rec, http.StatusRequestEntityTooLarge, ingest.BodyTooLarge, fmt.Sprintf("the body is over %d bytes, the most the gateway reads", s.limits.QuarantineCap))
 }
 
 func (s *Server) reject(w http.ResponseWriter, rec *access, status int, code, msg string) {
