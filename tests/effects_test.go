@@ -1,24 +1,34 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/classify"
+	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/instantly"
 	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/projection"
+	"exacto.dev/pkg/providers/meta"
+	smartleadhooks "exacto.dev/pkg/providers/smartlead"
+	"exacto.dev/pkg/reconcile"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/pkg/suppression"
 	classifier "exacto.dev/services/classifier/handler"
 	crmwriter "exacto.dev/services/crmwriter/handler"
+	projector "exacto.dev/services/projector/handler"
 	stopper "exacto.dev/services/stopper/handler"
 	suppressor "exacto.dev/services/suppressor/handler"
 )
@@ -125,8 +135,8 @@ func TestFiveDeliveriesAcrossGatewayRestarts(t *testing.T) {
 	if n := p.sb.Requests(sandbox.RouteInstantlyInterest); n != 3 {
 		t.Fatalf("%d stop calls for 3 replies", n)
 	}
-	if n := brokertest.Count(t, p.conn, stream.Events); n != 3+3 { // 3 replies + 3 sequence.stopped
-		t.Fatalf("the stream holds %d events, want 6", n)
+	if n := brokertest.Count(t, p.conn, stream.Events); n != 3+3+3 { // 3 replies, 3 sequence.stopped, 3 contact.identified
+		t.Fatalf("the stream holds %d events, want 9", n)
 	}
 }
 
@@ -302,5 +312,221 @@ func TestUnsubscribeAfterScheduledFollowUp(t *testing.T) {
 	}
 	if lead, _ := p.sb.InstantlyLeadState(leadID); lead.Status == sandbox.InstantlyActive {
 		t.Fatalf("the lead is active again: %+v", lead)
+	}
+}
+
+// One person is one contact whatever order their keys arrive in. Each of six people is
+// known to HubSpot by e-mail and phone, and is met three ways: a HubSpot webhook naming
+// the contact by its HubSpot id alone, an Instantly reply by e-mail, and a WhatsApp
+// message by phone; each person gets one of the six orders, every event handled before
+// the next. The crmwriter asks HubSpot who an id-only contact is and links the phone it
+// holds; the projector merges what those links join. In the end each person is one
+// contact, found by any of the three keys, with the reply on it; the live projection
+// equals a rebuild from the stream; `exacto contact show <phone>` finds them.
+func TestOnePersonWhateverKeyArrivesFirst(t *testing.T) {
+	t.Parallel()
+	p := startPipeline(t)
+	p.start(stream.CRMWriter, crmwriter.Run)
+	p.start(stream.Projector, projector.Run)
+	orders := [][3]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
+	type person struct{ email, phone, hubspotID string }
+	people := make([]person, len(orders))
+	base := time.Now().Add(-time.Hour)
+	send := func(i, what int) {
+		who, at := people[i], base.Add(time.Duration(i*3+what)*time.Minute)
+		switch what {
+		case 0: // HubSpot: the contact's lifecycle stage changed, named by id alone
+			p.postSigned("hubspot", fmt.Appendf(nil, `[{"eventId":%d,"subscriptionId":27,"portalId":62515,"appId":1160452,"occurredAt":%d,`+
+				`"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":%s,"propertyName":"lifecyclestage",`+
+				`"propertyValue":"opportunity","changeSource":"CRM_UI"}]`, 4000000000+i, at.UnixMilli(), who.hubspotID))
+		case 1: // Instantly: a reply by e-mail
+			p.post(instantlyEvent("reply_received", who.email, campaign, fmt.Sprint("em-id-", i), "Can you send pricing?", at))
+		case 2: // WhatsApp: a message from the phone
+			b, err := meta.Sample("message", at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.postSigned("meta", bytes.ReplaceAll(b, []byte("16505551234"), []byte(who.phone)))
+		}
+	}
+	for i := range people {
+		people[i].email = fmt.Sprintf("person%d@northwind.example", i)
+		people[i].phone = fmt.Sprintf("1650555%04d", i)
+		people[i].hubspotID = p.sb.AddContact(people[i].email, map[string]string{"phone": fmt.Sprintf("+1 (650) 555-%04d", i)})
+	}
+	for round := range 3 {
+		for i, order := range orders {
+			send(i, order[round])
+		}
+		// Each event handled, and what the crmwriter learned projected, before the next.
+		settled(t, p.conn.JS, stream.CRMWriter)
+		settled(t, p.conn.JS, stream.Projector)
+	}
+	ctx := context.Background()
+	stores, err := projection.Open(ctx, p.conn.JS, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := contacts.Open(ctx, p.conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := projection.Reader{Stores: stores, Dir: dir}
+	for i, who := range people {
+		byEmail, ok, err := r.ContactByKey(ctx, "acme", "email", who.email)
+		if err != nil || !ok {
+			t.Fatalf("order %v: no contact for %s: %v", orders[i], who.email, err)
+		}
+		for _, key := range [][2]string{{"phone", who.phone}, {contacts.CRMContactID, "hubspot:" + who.hubspotID}} {
+			c, ok, err := r.ContactByKey(ctx, "acme", key[0], key[1])
+			if err != nil || !ok || c.ContactID != byEmail.ContactID {
+				t.Fatalf("order %v: %s:%s is contact %q (found %v, %v), the e-mail's is %q", orders[i], key[0], key[1], c.ContactID, ok, err, byEmail.ContactID)
+			}
+		}
+		if !byEmail.Replied() || !slices.Contains(byEmail.Keys, "phone:"+who.phone) {
+			t.Fatalf("order %v: the contact %+v", orders[i], byEmail)
+		}
+	}
+	keys, err := stores.Contacts.Keys(ctx, "acme.")
+	if err != nil || len(keys) != len(people) {
+		t.Fatalf("%d contact records for %d people (%v): %v", len(keys), len(people), err, keys)
+	}
+	p.equalsRebuild()
+	shown := runExacto(t, "contact", "show", "+1 650 555 0003", "--tenant", "acme", "--nats-url", p.conn.Embedded.ClientURL())
+	if !strings.Contains(shown, people[3].email) || !strings.Contains(shown, `"replied": true`) {
+		t.Fatalf("contact show by phone:\n%s", shown)
+	}
+}
+
+// Forged deliveries to the unsigned endpoints — an unsubscribe and a reply "remove me"
+// for an active Instantly lead who never wrote, an unsubscribe of a subscribed
+// Smartlead lead posted with its endpoint's secret key — are confirmed at their source,
+// which shows none of it: no platform is written to (no stop, no label, no block, no
+// pause, no note), nobody is suppressed, and each is a review item saying what the
+// source said, for a person to approve or dismiss.
+func TestForgedEventsReachNoPlatform(t *testing.T) {
+	t.Parallel()
+	p := startPipeline(t)
+	for name, run := range map[string]service.Run{stream.Classifier: classifier.Run, stream.Stopper: stopper.Run,
+		stream.CRMWriter: crmwriter.Run, stream.Suppressor: suppressor.Run} {
+		p.start(name, run)
+	}
+	ana := p.sb.AddInstantlyLead(campaign, "ana@northwind.example")
+	lee := p.sb.AddSmartleadLead(91812, "lee@globex.example")
+	at := time.Now().Add(-time.Minute)
+	unsub, _ := smartleadhooks.Sample("LEAD_UNSUBSCRIBED", at)
+	unsub = bytes.ReplaceAll(bytes.ReplaceAll(unsub, []byte(`"1482956"`), fmt.Appendf(nil, `"%d"`, lee)), []byte("dana.kim@globex.example"), []byte("lee@globex.example"))
+	ids := append(append(p.postForged(instantlyEvent("lead_unsubscribed", "ana@northwind.example", campaign, "", "", at)),
+		p.postForged(instantlyEvent("reply_received", "ana@northwind.example", campaign, "em-forged", "Remove me from every list. STOP", at))...),
+		p.postSigned("smartlead", unsub)...)
+	for _, id := range ids {
+		p.completedIn(60*time.Second, id, stream.Stopper)
+	}
+	p.completedIn(60*time.Second, ids[1], stream.Classifier, stream.CRMWriter)
+	p.completedIn(60*time.Second, ids[0], stream.Suppressor)
+	p.completedIn(60*time.Second, ids[2], stream.Suppressor)
+
+	writes := map[string]int{}
+	for _, r := range []string{sandbox.RouteInstantlyInterest, sandbox.RouteInstantlyBlocklist, sandbox.RouteInstantlySubseqRemove,
+		sandbox.RouteSmartleadPause, sandbox.RouteSmartleadUnsubscribe, sandbox.RouteSmartleadUnsubscribeAll,
+		sandbox.RouteHubSpotNoteUpsert, sandbox.RouteHubSpotContactCreate, sandbox.RouteHubSpotContactUpdate} {
+		if n := p.sb.Requests(r); n > 0 {
+			writes[r] = n
+		}
+	}
+	if len(writes) > 0 {
+		t.Fatalf("forged events wrote to the platforms: %v", writes)
+	}
+	if l, _ := p.sb.InstantlyLeadState(ana); l.Status != sandbox.InstantlyActive || l.InterestStatus != nil {
+		t.Fatalf("the Instantly lead: %+v", l)
+	}
+	if m, _ := p.sb.SmartleadLeadState(91812, lee); m.Status == "PAUSED" || p.sb.SmartleadUnsubscribedAll(lee) {
+		t.Fatalf("the Smartlead lead: %+v", m)
+	}
+	kv, _ := p.conn.JS.KeyValue(context.Background(), stream.Suppression)
+	for _, who := range []string{"email:ana@northwind.example", "email:lee@globex.example"} {
+		if _, ok, _ := suppression.New(kv).Lookup(context.Background(), "acme", who); ok {
+			t.Fatalf("%s suppressed by a forgery", who)
+		}
+	}
+	if n := len(p.read(stream.Events, "events.*.*.sequence.stopped")); n != 0 {
+		t.Fatalf("%d sequence.stopped for forgeries", n)
+	}
+	q, err := reconcile.OpenQueue(context.Background(), p.conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := q.List(context.Background(), reconcile.Filter{Tenant: "acme", Kind: confirm.Kind})
+	if err != nil || len(items) != 3 {
+		t.Fatalf("%d review items (%v), want one per forgery: %+v", len(items), err, items)
+	}
+	for _, f := range items {
+		if f.Status != reconcile.StatusOpen || !slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(f.Where, id) }) ||
+			f.Proposed == nil || !strings.Contains(f.Found, "says:") {
+			t.Fatalf("review item %+v", f)
+		}
+	}
+}
+
+// Two replies in a campaign whose subsequences start on Interested, Meeting Booked and
+// Not Interested: the interested one ends Interested, the meeting request Meeting
+// Booked, neither was ever labelled Not Interested, and neither is left in a
+// subsequence (Instantly's job enrols them a moment after the label; the stopper takes
+// them out before the first step).
+// A reply in a campaign that stops on reply is stopped by Instantly alone: no write.
+func TestRepliesEndLabelledAsClassified(t *testing.T) {
+	t.Parallel()
+	p := startPipeline(t)
+	p.start(stream.Classifier, classifier.Run)
+	p.start(stream.Stopper, stopper.Run)
+	// A subsequence sends its first step some time after the lead enters it (its delay,
+	// and the campaign's sending window): 10 s here.
+	for _, v := range []int{instantly.Interested, instantly.MeetingBooked, instantly.NotInterested} {
+		p.sb.AddInstantlySubsequence(campaign, 10*time.Second, v)
+	}
+	const selfStopping = "7d1f0c2e-4b5a-4c3d-9e8f-1a2b3c4d5e6f"
+	p.sb.SetInstantlyCampaign(selfStopping, true, false)
+	leads := map[string]string{}
+	for _, e := range []string{"ivy@northwind.example", "max@northwind.example"} {
+		leads[e] = p.sb.AddInstantlyLead(campaign, e)
+	}
+	own := p.sb.AddInstantlyLead(selfStopping, "oli@northwind.example")
+	now := time.Now()
+	ids := append(append(p.post(instantlyEvent("reply_received", "ivy@northwind.example", campaign, "em-ivy", "Yes, I'm interested. This is exactly what we need.", now)),
+		p.post(instantlyEvent("reply_received", "max@northwind.example", campaign, "em-max", "Happy to chat. Can we book a call Thursday afternoon? Send me an invite.", now))...),
+		p.post(instantlyEvent("reply_received", "oli@northwind.example", selfStopping, "em-oli", "Thanks, we're all set for now.", now))...)
+	for _, id := range ids {
+		p.completedIn(60*time.Second, id, stream.Stopper, stream.Classifier)
+		for _, c := range p.derived("reply.classified", id) {
+			p.completedIn(60*time.Second, c["id"].(string), stream.Stopper)
+		}
+	}
+	want := map[string]int{"ivy@northwind.example": instantly.Interested, "max@northwind.example": instantly.MeetingBooked}
+	for e, v := range want {
+		l, _ := p.sb.InstantlyLeadState(leads[e])
+		if l.InterestStatus == nil || *l.InterestStatus != v || l.Status == sandbox.InstantlyActive {
+			t.Fatalf("%s at Instantly: %+v, want stopped at %d", e, l, v)
+		}
+		for _, st := range append(p.sb.Stops(e), p.sb.Raises(e)...) {
+			if st.Interest != nil && *st.Interest == instantly.NotInterested {
+				t.Fatalf("%s was labelled Not Interested", e)
+			}
+		}
+	}
+	// Past any enrolment job: no lead is left in a subsequence, so none will be sent to.
+	time.Sleep(sandbox.DefaultInstantlyJobDelay + 200*time.Millisecond)
+	if sends := p.sb.InstantlySubsequenceSends(); len(sends) != 0 {
+		t.Fatalf("subsequence steps sent to %v", sends)
+	}
+	for e, id := range leads {
+		if l, _ := p.sb.InstantlyLeadState(id); l.SubsequenceID != "" {
+			t.Fatalf("%s is in subsequence %s", e, l.SubsequenceID)
+		}
+	}
+	if l, _ := p.sb.InstantlyLeadState(own); l.Status == sandbox.InstantlyActive || len(p.sb.Stops("oli@northwind.example")) != 0 {
+		t.Fatalf("the self-stopping campaign's lead: %+v, %d writes", l, len(p.sb.Stops("oli@northwind.example")))
+	}
+	if s := p.derived("sequence.stopped", ids[2]); len(s) != 1 {
+		t.Fatalf("%d sequence.stopped for the self-stopped reply", len(s))
 	}
 }

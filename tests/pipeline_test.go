@@ -21,6 +21,7 @@ import (
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/providers/registry"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/services/gateway/server"
@@ -53,6 +54,9 @@ tenants:
     endpoints:
       - {id: instantly, provider: instantly, path_token: tok-instantly-0123456789}
       - {id: stripe, provider: stripe, path_token: tok-stripe-0123456789, secrets: [whsec_test_secret]}
+      - {id: smartlead, provider: smartlead, path_token: tok-smartlead-0123456789, secrets: [smartlead-secret-key]}
+      - {id: hubspot, provider: hubspot, path_token: tok-hubspot-0123456789, secrets: [hubspot-client-secret]}
+      - {id: meta, provider: meta, path_token: tok-meta-0123456789, secrets: [meta-app-secret], verify_token: meta-verify-token}
 `
 
 func startPipeline(t *testing.T) *pipeline {
@@ -112,13 +116,19 @@ func (p *pipeline) restartGateway() {
 // start runs a consumer service until the test ends, and waits until it is bound.
 func (p *pipeline) start(name string, run service.Run) {
 	p.t.Helper()
+	p.startIn(p.env, name, run)
+}
+
+// startIn runs a consumer service with env (another replica's platforms, say).
+func (p *pipeline) startIn(env *service.Env, name string, run service.Run) {
+	p.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	up := make(chan struct{})
 	done := make(chan struct{})
 	var once sync.Once
 	go func() {
 		defer close(done)
-		if err := run(ctx, p.env, func() { once.Do(func() { close(up) }) }); err != nil && ctx.Err() == nil {
+		if err := run(ctx, env, func() { once.Do(func() { close(up) }) }); err != nil && ctx.Err() == nil {
 			p.t.Errorf("%s: %v", name, err)
 		}
 	}()
@@ -190,6 +200,45 @@ func (p *pipeline) postForged(body []byte) []string {
 	}
 	if err := json.Unmarshal(data, &out); err != nil || len(out.IDs) == 0 {
 		p.t.Fatalf("webhook answer %s: %v", data, err)
+	}
+	return out.IDs
+}
+
+// postSigned delivers body to endpoint ep (hubspot, meta, stripe), signed with its
+// secret by the provider's own signing helper, and returns the stored event ids.
+func (p *pipeline) postSigned(ep string, body []byte) []string {
+	p.t.Helper()
+	var endpoint config.Endpoint
+	for _, e := range p.env.Config.Tenants[0].Endpoints {
+		if e.ID == ep {
+			endpoint = e
+		}
+	}
+	spec, ok := registry.Lookup(endpoint.Provider)
+	if !ok {
+		p.t.Fatalf("no endpoint %q", ep)
+	}
+	p.mu.Lock()
+	url := p.gwURL + "/hooks/" + ep + "/" + endpoint.PathToken.Value
+	p.mu.Unlock()
+	h, b, err := spec.Sign(http.MethodPost, url, body, endpoint.Secrets[0].Value, time.Now())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	req.Header = h
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var out struct {
+		IDs []string `json:"ids"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(data, &out) != nil || len(out.IDs) == 0 {
+		p.t.Fatalf("webhook to %s: %d %s", ep, resp.StatusCode, data)
 	}
 	return out.IDs
 }

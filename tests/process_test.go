@@ -19,7 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/platform/sandbox"
+	stopper "exacto.dev/services/stopper/handler"
 )
 
 // exactoBin is the binary built once for the tests that run it as a child process.
@@ -37,6 +39,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building exacto:", err)
 		os.Exit(1)
 	}
+	// The consumers this process runs wait less on the platforms than in production:
+	// an unsigned event the source does not show is concluded 2 s after its receipt
+	// (not a minute), and a lead given a value that starts a subsequence is watched
+	// for 2 s (not 30). `exacto up` children keep the production values.
+	confirm.Window, stopper.SubsequenceSettle = 2*time.Second, 2*time.Second
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

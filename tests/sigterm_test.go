@@ -268,15 +268,16 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	for _, e := range events {
 		byType[e.Type]++
 	}
+	// Each reply's note also links its contact to HubSpot's (contact.identified).
 	want := map[string]int{envelope.TypeReplyReceived: replies, envelope.TypeLeadUnsubscribed: unsubs,
-		envelope.TypeReplyClassified: replies, envelope.TypeSequenceStopped: replies + unsubs}
+		envelope.TypeReplyClassified: replies, envelope.TypeSequenceStopped: replies + unsubs, envelope.TypeContactIdentified: replies}
 	for typ, w := range want {
 		if byType[typ] != w {
 			t.Errorf("%d %s in the stream, want %d", byType[typ], typ, w)
 		}
 	}
-	if len(events) != replies*2+unsubs+replies+unsubs {
-		t.Errorf("%d events in the stream, want %d: %v", len(events), replies*2+unsubs+replies+unsubs, byType)
+	if len(events) != replies*3+unsubs+replies+unsubs {
+		t.Errorf("%d events in the stream, want %d: %v", len(events), replies*3+unsubs+replies+unsubs, byType)
 	}
 
 	// Effects, counted at the platforms (write calls, not state).

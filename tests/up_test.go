@@ -365,13 +365,14 @@ func TestUpClassifiesAReplyAndSuppressesOnRequest(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// The stopper stops the (sandboxed) sequence whatever the label: one sequence.stopped.
+	// The stopper stops the (sandboxed) sequence whatever the label: one sequence.stopped;
+	// the crmwriter links the contact to HubSpot's: one contact.identified.
 	for {
-		if c := storedIDs(t, js); len(c) == 3 {
+		if c := storedIDs(t, js); len(c) == 4 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the stream holds %d events, want the reply, its classification and its stop", len(storedIDs(t, js)))
+			t.Fatalf("the stream holds %d events, want the reply, its classification, its stop and its contact's link", len(storedIDs(t, js)))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -18,7 +18,7 @@
 //     context (Text), so what reaches the CRM or the classifier is what the lead wrote,
 //     never what the webhook claims;
 //   - not confirmed: the attempt fails transiently (the platform may not show it yet)
-//     up to Asks attempts; then the event is not acted on: a review item (diff queue,
+//     for a while (Window, Asks); then the event is not acted on: a review item (diff queue,
 //     kind unconfirmed_event: the event, the reason, what the source said) is recorded
 //     once, counted (exacto_unconfirmed_events) and alerted, and the attempt completes.
 //     Nothing is lost — the event stays in the history and the item holds it — and
@@ -52,10 +52,20 @@ import (
 // Kind is the review item's kind in the diff queue.
 const Kind = "unconfirmed_event"
 
-// Asks is how many attempts of a consumer ask the source before it concludes that an
-// event is not confirmed: with the consumers' backoff, a source that shows the event a
-// few seconds after its webhook still confirms it.
-const Asks = 4
+// An event its source does not show is asked about again, on the consumer's next
+// attempts, until Window has passed since the gateway received it and at least Asks
+// asks were made — a platform may show a reply or an unsubscribe some time after its
+// webhook fires — or the consumer's last attempt comes; only then is it concluded
+// unconfirmed. Window is a variable for tests only.
+var Window = time.Minute
+
+// Asks is the fewest asks before an event is concluded unconfirmed.
+const Asks = 2
+
+// final reports whether a verdict that does not confirm subject ends the asking.
+func final(ev consumer.Event, subject envelope.Envelope) bool {
+	return ev.Last || (ev.Attempt >= Asks && time.Since(subject.ReceivedAt) >= Window)
+}
 
 // Operator is the worker name of the copy an operator's approval publishes.
 const Operator = "operator"
@@ -130,16 +140,12 @@ func (g *Gate) Wrap(acts func(envelope.Envelope) bool, next consumer.Handler) co
 		if !acts(env) || !Needs(env) {
 			return next(ctx, ev)
 		}
-		subject, err := g.subject(ctx, env)
+		v, subject, err := g.judge(ctx, ev)
 		if err != nil {
 			return err
 		}
-		if !Needs(subject) {
+		if v == nil { // its cause is signed, or read from the platform
 			return next(ctx, ev)
-		}
-		v, err := g.verdict(ctx, ev, subject)
-		if err != nil {
-			return err
 		}
 		if v.Confirmed {
 			if v.Text != "" {
@@ -147,40 +153,51 @@ func (g *Gate) Wrap(acts func(envelope.Envelope) bool, next consumer.Handler) co
 			}
 			return next(ctx, ev)
 		}
-		g.Log.WarnContext(ctx, "unsigned event not confirmed at its source: not acted on", "id", env.ID, "subject", subject.ID,
-			"provider", subject.Provider, "type", subject.Type, "said", v.Said)
+		g.Log.WarnContext(ctx, "unsigned event not confirmed at its source: not acted on", "id", env.ID, "subject", subject,
+			"provider", env.Provider, "type", env.Type, "said", v.Said)
 		return nil
 	}
 }
 
-// subject is the event whose truth env depends on: env, or a derived event's cause.
-func (g *Gate) subject(ctx context.Context, env envelope.Envelope) (envelope.Envelope, error) {
+// judge is the verdict on ev's event, of the event it depends on (subject: itself, or
+// a derived event's cause), nil when that needs none.
+func (g *Gate) judge(ctx context.Context, ev consumer.Event) (v *Verdict, subject string, err error) {
+	env := ev.Envelope
 	if env.AuthMethod != envelope.AuthDerived || env.Data.Cause == "" {
-		return env, nil
+		kept, err := g.verdict(ctx, ev, env)
+		return &kept, env.ID, err
 	}
-	cause, found, err := stream.Load(ctx, g.JS, env.Data.Cause)
+	// A derived event is as its cause, whose verdict is usually kept already (the
+	// classifier confirmed the reply before classifying it): no need to load it.
+	subject = env.Data.Cause
+	if kept, ok, err := g.kept(ctx, env.Tenant+"."+subject); err != nil || ok {
+		return &kept, subject, err
+	}
+	cause, found, err := stream.Load(ctx, g.JS, subject)
 	if err != nil {
-		return env, retry.Transiently("confirm", fmt.Errorf("load cause %s: %w", env.Data.Cause, err))
+		return nil, subject, retry.Transiently("confirm", fmt.Errorf("load cause %s: %w", subject, err))
 	}
 	if !found {
-		// Out of the index (older than its TTL): nothing left to confirm against.
-		return env, nil
+		// The index is written just after the stream: the cause is there in a moment.
+		return nil, subject, retry.Transiently("confirm", fmt.Errorf("cause %s of %s is not in the event index yet", subject, env.ID))
 	}
-	return cause, nil
+	if !Needs(cause) {
+		return nil, subject, nil
+	}
+	kept, err := g.verdict(ctx, ev, cause)
+	return &kept, subject, err
 }
 
 // verdict is subject's final verdict: kept, or asked now. A verdict that does not
-// confirm is final only from the Asks-th attempt; before it, the attempt fails
-// transiently so the source is asked again.
+// confirm is final only once final says so; before, the attempt fails transiently so
+// the source is asked again.
 func (g *Gate) verdict(ctx context.Context, ev consumer.Event, subject envelope.Envelope) (Verdict, error) {
 	key := subject.Tenant + "." + subject.ID
-	if e, err := g.Verdicts.Get(ctx, key); err == nil {
-		var v Verdict
-		if json.Unmarshal(e.Value(), &v) == nil {
-			return v, nil
+	if v, ok, err := g.kept(ctx, key); err != nil || ok {
+		if err == nil && !v.Confirmed {
+			err = g.reviewed(ctx, subject, v)
 		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Verdict{}, retry.Transiently("confirm", fmt.Errorf("verdict of %s: %w", subject.ID, err))
+		return v, err
 	}
 	var v Verdict
 	var err error
@@ -197,20 +214,58 @@ func (g *Gate) verdict(ctx context.Context, ev consumer.Event, subject envelope.
 		}
 	}
 	v.At = time.Now().UTC()
-	if !v.Confirmed && ev.Attempt < Asks && Askable(subject) {
+	if !v.Confirmed && !final(ev, subject) && Askable(subject) {
 		return Verdict{}, retry.Transiently(subject.Provider, fmt.Errorf("%s not confirmed at %s yet: %s", subject.ID, subject.Provider, v.Said))
+	}
+	// The first verdict kept is every consumer's: two consumers concluding at once
+	// (one seeing the reply, one not yet) act alike.
+	data, _ := json.Marshal(v)
+	if _, err := g.Verdicts.Create(ctx, key, data); errors.Is(err, jetstream.ErrKeyExists) {
+		if v, ok, err := g.kept(ctx, key); err != nil || ok {
+			if err == nil && !v.Confirmed {
+				err = g.reviewed(ctx, subject, v)
+			}
+			return v, err
+		}
+	} else if err != nil {
+		// Only the sharing is lost: the next consumer asks again.
+		g.Log.WarnContext(ctx, "verdict not kept", "id", subject.ID, "err", err)
 	}
 	if !v.Confirmed {
 		if err := g.review(ctx, subject, v); err != nil {
 			return Verdict{}, err
 		}
 	}
-	data, _ := json.Marshal(v)
-	if _, err := g.Verdicts.Put(ctx, key, data); err != nil {
-		// Only the sharing is lost: the next consumer asks again.
-		g.Log.WarnContext(ctx, "verdict not kept", "id", subject.ID, "err", err)
-	}
 	return v, nil
+}
+
+// kept is the verdict kept under key, ok false when there is none.
+func (g *Gate) kept(ctx context.Context, key string) (Verdict, bool, error) {
+	e, err := g.Verdicts.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Verdict{}, false, nil
+	}
+	if err != nil {
+		return Verdict{}, false, retry.Transiently("confirm", fmt.Errorf("verdict %s: %w", key, err))
+	}
+	var v Verdict
+	if json.Unmarshal(e.Value(), &v) != nil {
+		return Verdict{}, false, nil
+	}
+	return v, true, nil
+}
+
+// reviewed makes sure subject's review item is recorded: one an earlier attempt failed
+// to record after keeping the verdict is not lost.
+func (g *Gate) reviewed(ctx context.Context, subject envelope.Envelope, v Verdict) error {
+	_, recorded, err := g.Review.Get(ctx, subject.Tenant, reconcile.FindingID(Kind, subject.Tenant, subject.Provider, subject.ID))
+	if err == nil && !recorded {
+		err = g.review(ctx, subject, v)
+	}
+	if err != nil {
+		return retry.Transiently("confirm", fmt.Errorf("review item of %s: %w", subject.ID, err))
+	}
+	return nil
 }
 
 // review records subject as a review item, once, and counts it when new.

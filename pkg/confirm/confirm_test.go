@@ -88,22 +88,25 @@ func TestConfirmedReplyCarriesTheSourceText(t *testing.T) {
 	}
 }
 
-// A forged unsubscribe of an active lead is asked again for Asks attempts, then kept
-// for review — the event, the reason, what Instantly said — and never handled; another
-// consumer then finds the verdict without asking. Signed events and facts read from the
-// platform pass without a question.
+// A forged unsubscribe of an active lead is asked about again while the window after
+// its receipt lasts (however many attempts that takes), then kept for review — the
+// event, the reason, what Instantly said — and never handled; another consumer then
+// finds the verdict without asking. Signed events and facts read from the platform
+// pass without a question.
 func TestForgedUnsubscribeBecomesAReviewItem(t *testing.T) {
 	r := newRig(t)
 	r.sb.AddInstantlyLead("c-1", "ben@example.com")
 	env := webhook(envelope.TypeLeadUnsubscribed, "ben@example.com", "", "", time.Now())
-	for n := 1; n < Asks; n++ {
+	env.ReceivedAt = time.Now()
+	for n := 1; n <= 6; n++ {
 		err := r.attempt(env, n)
 		if retry.Of(err).Class != retry.Transient || !strings.Contains(err.Error(), "not confirmed at instantly yet") {
-			t.Fatalf("attempt %d: %v, want a transient error", n, err)
+			t.Fatalf("attempt %d within the window: %v, want a transient error", n, err)
 		}
 	}
-	if err := r.attempt(env, Asks); err != nil {
-		t.Fatalf("attempt %d: %v, want completed without effect", Asks, err)
+	env.ReceivedAt = time.Now().Add(-Window)
+	if err := r.attempt(env, 7); err != nil {
+		t.Fatalf("attempt 7, past the window: %v, want completed without effect", err)
 	}
 	if len(r.calls) != 0 {
 		t.Fatalf("the handler acted on a forged unsubscribe: %v", r.calls)
@@ -196,5 +199,58 @@ func TestSmartleadReplyByMessageID(t *testing.T) {
 	e, err := r.gate.Verdicts.Get(context.Background(), tenant+"."+envelope.ID(tenant, "smartlead", "<forged@example.com>"))
 	if err != nil || json.Unmarshal(e.Value(), &v) != nil || v.Confirmed || !strings.Contains(v.Said, "holds no reply <forged@example.com>") {
 		t.Fatalf("verdict %+v %v", v, err)
+	}
+}
+
+// The window is bounded by the consumer: its last attempt concludes, however fresh the
+// event; and at least Asks asks are made, however old it is (a consumer that was down).
+func TestTheLastAttemptConcludes(t *testing.T) {
+	r := newRig(t)
+	r.sb.AddInstantlyLead("c-1", "cal@example.com")
+	fresh := webhook(envelope.TypeLeadUnsubscribed, "cal@example.com", "", "", time.Now())
+	fresh.ReceivedAt = time.Now()
+	if err := r.h(context.Background(), consumer.Event{Envelope: fresh, Attempt: 3, Last: true}); err != nil {
+		t.Fatalf("the last attempt: %v, want concluded", err)
+	}
+	old := webhook(envelope.TypeLeadUnsubscribed, "cal@example.com", "", "", time.Now().Add(-time.Hour))
+	old.ID += "-old"
+	old.ReceivedAt = time.Now().Add(-time.Hour)
+	if err := r.attempt(old, 1); retry.Of(err).Class != retry.Transient {
+		t.Fatalf("the first ask of an old event: %v, want asked again", err)
+	}
+	if err := r.attempt(old, Asks); err != nil {
+		t.Fatalf("ask %d of an old event: %v, want concluded", Asks, err)
+	}
+	items, _ := r.gate.Review.List(context.Background(), reconcile.Filter{Tenant: tenant, Kind: Kind})
+	if len(items) != 2 || len(r.calls) != 0 {
+		t.Fatalf("%d review items, %d handled", len(items), len(r.calls))
+	}
+}
+
+// A classification whose cause is confirmed is acted on by the cause's kept verdict,
+// even when the cause is not in the event index yet (the index trails the stream); with
+// no verdict kept, such a classification waits for the index — it is never concluded
+// unconfirmed for it.
+func TestDerivedUsesItsCausesVerdict(t *testing.T) {
+	r := newRig(t)
+	at := time.Now().Add(-time.Minute)
+	r.sb.AddInstantlyReply("c-1", "dia@example.com", "em-7", "Sounds good", false, at)
+	reply := webhook(envelope.TypeReplyReceived, "dia@example.com", "em-7", "Sounds good", at)
+	if err := r.attempt(reply, 1); err != nil { // the classifier confirms the reply
+		t.Fatal(err)
+	}
+	cls := envelope.Derive(reply, stream.Classifier, envelope.TypeReplyClassified,
+		envelope.Data{Classification: &envelope.Classification{Label: "interested"}}, at)
+	if err := r.attempt(cls, 1); err != nil || len(r.calls) != 2 || r.calls[1] != cls.ID+"|Sounds good" {
+		t.Fatalf("a classification of a confirmed reply missing from the index: %v, calls %v", err, r.calls)
+	}
+	orphan := envelope.Derive(webhook(envelope.TypeReplyReceived, "eve@example.com", "em-8", "x", at), stream.Classifier,
+		envelope.TypeReplyClassified, envelope.Data{Classification: &envelope.Classification{Label: "interested"}}, at)
+	err := r.attempt(orphan, 9)
+	if retry.Of(err).Class != retry.Transient || !strings.Contains(err.Error(), "not in the event index yet") || len(r.calls) != 2 {
+		t.Fatalf("a classification whose cause is unknown: %v, calls %v", err, r.calls)
+	}
+	if items, _ := r.gate.Review.List(context.Background(), reconcile.Filter{Tenant: tenant, Kind: Kind}); len(items) != 0 {
+		t.Fatalf("review items %+v", items)
 	}
 }

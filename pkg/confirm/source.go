@@ -160,6 +160,9 @@ func within(a, b time.Time) bool {
 	return !a.IsZero() && d < timeSlack && d > -timeSlack
 }
 
+// bounceWindow is how long before a bounce's webhook its e-mail may have been sent.
+const bounceWindow = time.Hour
+
 func askSmartlead(ctx context.Context, call Call, c *smartlead.Client, env envelope.Envelope, email, campaign string) (Verdict, error) {
 	// The lead: by the id the event carries, else by e-mail.
 	var lead smartlead.Lead
@@ -223,7 +226,10 @@ func askSmartlead(ctx context.Context, call Call, c *smartlead.Client, env envel
 		var cl smartlead.CampaignLead
 		var found bool
 		if err := call(ctx, "smartlead", func(ctx context.Context) (err error) {
-			cl, found, err = c.FindInCampaign(ctx, cid, lead.ID, smartlead.Filter{EmailStatus: "is_bounced"}, 2)
+			// The bounced e-mail was sent shortly before its bounce: the campaign's bounced
+			// leads active since an hour before are few, whatever the campaign's size.
+			f := smartlead.Filter{EmailStatus: "is_bounced", ActiveAfter: env.Time.Add(-bounceWindow)}
+			cl, found, err = c.FindInCampaign(ctx, cid, lead.ID, f, 2)
 			return err
 		}); err != nil {
 			return Verdict{}, err

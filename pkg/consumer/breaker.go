@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
@@ -36,13 +37,11 @@ func (b *Breakers) of(dep string) *gobreaker.CircuitBreaker[struct{}] {
 	cb, ok := b.byDep[dep]
 	if !ok {
 		cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        dep,
-			MaxRequests: 1,
-			Timeout:     b.open,
-			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= b.trips },
-			// Only a dependency that does not answer trips it: a permanent error is the
-			// event's fault, not the dependency's.
-			IsSuccessful: func(err error) bool { return err == nil || retry.Of(err).Class == retry.Permanent },
+			Name:         dep,
+			MaxRequests:  1,
+			Timeout:      b.open,
+			ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= b.trips },
+			IsSuccessful: answered,
 			OnStateChange: func(name string, from, to gobreaker.State) {
 				if b.OnChange != nil {
 					b.OnChange(name, from, to)
@@ -72,6 +71,18 @@ func (b *Breakers) waitClosed(ctx context.Context, dep string, max time.Duration
 		}
 	}
 	return true
+}
+
+// answered reports whether the dependency answered as a live one does: only one that
+// does not answer trips its breaker. A permanent error is the event's fault, a 429 a
+// live dependency asking for patience (the pacer holds its calls), and a call that
+// never left (its rate limit's wait ran out) says nothing of it.
+func answered(err error) bool {
+	if err == nil {
+		return true
+	}
+	e := retry.Of(err)
+	return e.Class == retry.Permanent || e.Unsent || e.Status == http.StatusTooManyRequests
 }
 
 // errRefused means the breaker refused the call: it says nothing of the event.

@@ -41,6 +41,11 @@ type Event struct {
 	// Resumed: an earlier attempt died mid-effect, so the effect may have happened:
 	// look its external key up before making it again.
 	Resumed bool
+	// FirstAttempt is when this consumer first tried the event (zero when unknown);
+	// Last says this attempt is the last one a transient failure leaves it before
+	// it is dead-lettered. A handler that waits on a platform bounds its wait by them.
+	FirstAttempt time.Time
+	Last         bool
 
 	pacer    *retry.Pacer
 	breakers *Breakers
@@ -351,7 +356,8 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	r.outcome(ctx, env, a.Record)
 	crashPoint(CrashAfterGuard)
-	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, pacer: r.o.Pacer, breakers: r.o.Breakers, runner: r}
+	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, FirstAttempt: a.Record.FirstAttempt,
+		Last: r.o.Sub.MaxDeliver > 0 && a.Record.Attempts >= r.o.Sub.MaxDeliver, pacer: r.o.Pacer, breakers: r.o.Breakers, runner: r}
 	herr := r.o.Handle(ctx, ev)
 	if herr == nil {
 		crashPoint(CrashAfterEffect)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sony/gobreaker/v2"
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -720,5 +721,30 @@ func TestRefusedCallsSpendNoAttempts(t *testing.T) {
 	}
 	if n := brokertest.Count(t, conn, stream.DLQ); n != 0 || fx.get(id) != 1 {
 		t.Fatalf("%d dead letters, %d effects", n, fx.get(id))
+	}
+}
+
+// Only a dependency that does not answer trips its breaker: permanent errors, 429s and
+// calls that never left (their rate limit's wait ran out) leave it closed; timeouts and
+// 5xx open it.
+func TestBreakerTripsOnlyOnADependencyThatDoesNotAnswer(t *testing.T) {
+	b := NewBreakers(time.Minute, 3)
+	for _, err := range []error{
+		retry.Permanently("hubspot", errors.New("400")),
+		&retry.Error{Class: retry.Transient, Dependency: "hubspot", Status: 429},
+		&retry.Error{Class: retry.Transient, Dependency: "hubspot", Unsent: true, Err: context.DeadlineExceeded},
+	} {
+		for range 5 {
+			b.call("hubspot", func() error { return err })
+		}
+		if s := b.State("hubspot"); s != gobreaker.StateClosed {
+			t.Fatalf("%v five times opened the breaker (%v)", err, s)
+		}
+	}
+	for range 3 {
+		b.call("hubspot", func() error { return &retry.Error{Class: retry.Transient, Dependency: "hubspot", Status: 503} })
+	}
+	if s := b.State("hubspot"); s != gobreaker.StateOpen {
+		t.Fatalf("three 503s in a row left the breaker %v", s)
 	}
 }

@@ -1,25 +1,32 @@
-// Package contacts is the directory of every contact's ids: an internal contact id and
-// account id that never change once given, and the external ids each outside system
-// knows the person by (Clay record, sending-platform lead, campaigns, messages, CRM
-// contact, CRM activities).
+// Package contacts resolves who an event is about: the directory of every contact's
+// ids — an internal contact id and account id, and the external ids each outside
+// system knows the person by (Clay record, sending-platform lead, campaigns, messages,
+// CRM contact, CRM activities).
 //
-// Identity. A contact is found by any of its identity keys: an e-mail address (trimmed
-// and lower-cased; a plus-alias is kept as written, so "ana+news@x.com" and
-// "ana@x.com" are two keys and never merged on a guess), a phone number (digits only),
-// or an external id that names one person (Clay record, sending-platform lead, CRM
-// contact). Campaign, message and activity ids are kept on the contact but find nobody:
-// many people share a campaign. So the e-mail is never the only key: a contact first
-// seen by its CRM id is the same contact when its e-mail arrives with that id.
+// Identity. Every identity key an event names is linked to the others it names: an
+// e-mail address (trimmed and lower-cased; a plus-alias is kept as written, so
+// "ana+news@x.com" and "ana@x.com" are two keys never merged on a guess), a phone number
+// (digits only), and an external id that names one person at one system (Clay record,
+// sending-platform lead, CRM contact). A contact is a group of linked keys. Campaign,
+// message and activity ids are kept on the contact but link nobody: many people share
+// a campaign. So the e-mail is never the only key: a contact first seen by its CRM id
+// alone and later by its e-mail is one contact as soon as any event names both.
 //
-// The contact id is derived from the tenant and the first identity key the contact was
-// recorded by, so replaying the same history assigns the same ids. The account id is
-// derived from the e-mail's domain (one company, one account), except for free-mail
-// domains, where each contact is its own account. When two keys already name two
-// different contacts, the first is used and nothing is merged: two contacts for one
-// person is for the reconciler to report, not for a worker to guess.
+// Order. The contact id of a group is derived from its least key (an e-mail before a
+// phone before an external id, then by value), so the same links give the same ids in
+// whatever order they arrive — a replay gives the ids live gave — and a later event
+// that links two groups merges them: the group with the greater least key is merged
+// into the other (its record says MergedInto; its keys resolve to the other's id), and
+// the winner lists the ids merged into it (Merged), so that whoever keeps state per
+// contact (the projection) folds theirs. Links come only from events on the stream
+// (the projector records them), never from a worker's guess.
+//
+// The account id is derived from the least e-mail's domain (one company, one account),
+// except for free-mail domains, where each contact is its own account.
 package contacts
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -33,6 +40,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/stream"
 )
 
@@ -47,23 +55,32 @@ const (
 )
 
 // identifying kinds name one person; the others are only kept.
-var identifying = []string{ClayRecordID, SendingPlatformContactID, CRMContactID}
+var identifying = []string{CRMContactID, SendingPlatformContactID, ClayRecordID}
 
 // Kinds lists every kind, in the order records show them.
 var Kinds = []string{ClayRecordID, SendingPlatformContactID, CampaignID, MessageID, CRMContactID, CRMActivityID}
 
-// maxPerKind bounds each list of ids on one contact (the newest are kept): a contact in
-// a thousand campaigns must not make its record unbounded.
+// maxPerKind bounds each list of ids on one contact (the least are kept: a bound that
+// depends on the set alone, so the record does not depend on arrival order).
 const maxPerKind = 100
+
+// maxHops bounds how many merges a lookup follows to the contact a key belongs to now.
+const maxHops = 32
 
 // Record is one contact's ids.
 type Record struct {
-	ContactID string              `json:"contact_id"`
-	AccountID string              `json:"account_id"`
-	Emails    []string            `json:"emails,omitempty"` // as normalised, plus-aliases kept
-	Phones    []string            `json:"phones,omitempty"`
-	External  map[string][]string `json:"external,omitempty"` // kind -> ids, oldest first
-	Updated   time.Time           `json:"updated"`
+	ContactID string `json:"contact_id"`
+	AccountID string `json:"account_id"`
+	// Keys are the identity keys of the contact (kind:value), sorted.
+	Keys     []string            `json:"keys,omitempty"`
+	Emails   []string            `json:"emails,omitempty"` // as normalised, plus-aliases kept
+	Phones   []string            `json:"phones,omitempty"`
+	External map[string][]string `json:"external,omitempty"` // kind -> ids, sorted
+	// Merged are the contact ids merged into this one; MergedInto, on a contact merged
+	// into another, names that one (and nothing else of it is current).
+	Merged     []string  `json:"merged,omitempty"`
+	MergedInto string    `json:"merged_into,omitempty"`
+	Updated    time.Time `json:"updated"`
 }
 
 // Seen is what one event tells about a contact: how to find it and which ids to add.
@@ -74,11 +91,14 @@ type Seen struct {
 }
 
 // Directory is the contact directory of one deployment, over its bucket
-// (stream.ContactIDs).
-type Directory struct{ kv jetstream.KeyValue }
+// (stream.ContactIDs), or in memory for a replay.
+type Directory struct {
+	store kvstore.Store
+	now   func() time.Time
+}
 
-// New binds the directory over kv.
-func New(kv jetstream.KeyValue) *Directory { return &Directory{kv: kv} }
+// New binds the directory over store.
+func New(store kvstore.Store) *Directory { return &Directory{store: store, now: time.Now} }
 
 // Open binds the directory over its bucket in js.
 func Open(ctx context.Context, js jetstream.JetStream) (*Directory, error) {
@@ -86,7 +106,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Directory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.ContactIDs, err)
 	}
-	return New(kv), nil
+	return New(kvstore.KV{KV: kv}), nil
 }
 
 // NormalizeEmail is the form e-mails are matched in: the bare address, trimmed and
@@ -105,8 +125,8 @@ func NormalizeEmail(s string) string {
 	return s
 }
 
-// normalizePhone keeps the digits: "+1 (555) 010-0000" and "15550100000" are one phone.
-func normalizePhone(s string) string {
+// NormalizePhone keeps the digits: "+1 (555) 010-0000" and "15550100000" are one phone.
+func NormalizePhone(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		if r >= '0' && r <= '9' {
@@ -116,21 +136,54 @@ func normalizePhone(s string) string {
 	return b.String()
 }
 
-// keys are the identity keys of what was seen, in a fixed order.
-func (s Seen) keys() []string {
+// Key is the identity key kind:value, value normalised for "email" and "phone".
+func Key(kind, value string) string {
+	switch kind {
+	case "email":
+		value = NormalizeEmail(value)
+	case "phone":
+		value = NormalizePhone(value)
+	}
+	if value == "" {
+		return ""
+	}
+	return kind + ":" + value
+}
+
+// Keys are the identity keys of what was seen.
+func (s Seen) Keys() []string {
 	var out []string
-	if e := NormalizeEmail(s.Email); e != "" {
-		out = append(out, "email:"+e)
+	if k := Key("email", s.Email); k != "" {
+		out = append(out, k)
 	}
-	if p := normalizePhone(s.Phone); p != "" {
-		out = append(out, "phone:"+p)
+	if k := Key("phone", s.Phone); k != "" {
+		out = append(out, k)
 	}
-	for _, k := range identifying {
-		if v := s.External[k]; v != "" {
-			out = append(out, k+":"+v)
+	for _, kind := range identifying {
+		if v := s.External[kind]; v != "" {
+			out = append(out, kind+":"+v)
 		}
 	}
 	return out
+}
+
+// rank orders identity keys by kind: the least key names the group.
+func rank(key string) int {
+	kind, _, _ := strings.Cut(key, ":")
+	switch kind {
+	case "email":
+		return 0
+	case "phone":
+		return 1
+	}
+	return 2 + slices.Index(identifying, kind)
+}
+
+func cmpKeys(a, b string) int {
+	if c := cmp.Compare(rank(a), rank(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
 }
 
 func hash(parts ...string) string {
@@ -142,6 +195,9 @@ func hash(parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// ContactID is the id of tenant's contact whose least identity key is key.
+func ContactID(tenant, key string) string { return "ct_" + hash(tenant, key) }
+
 func indexKey(tenant, key string) string        { return tenant + ".k." + hash(key) }
 func recordKey(tenant, contactID string) string { return tenant + ".c." + contactID }
 
@@ -150,10 +206,10 @@ var freeMail = []string{"gmail.com", "googlemail.com", "outlook.com", "hotmail.c
 	"icloud.com", "me.com", "aol.com", "proton.me", "protonmail.com", "gmx.com", "gmx.de", "web.de", "yandex.ru",
 	"mail.ru", "qq.com", "163.com", "uol.com.br", "bol.com.br", "terra.com.br", "hotmail.es", "yahoo.es"}
 
-func accountID(tenant, contactID, email string) string {
+func accountID(tenant, contactID string, emails []string) string {
 	domain := ""
-	if at := strings.LastIndexByte(email, '@'); at >= 0 {
-		domain = email[at+1:]
+	if len(emails) > 0 {
+		domain = emails[0][strings.LastIndexByte(emails[0], '@')+1:]
 	}
 	if domain == "" || slices.Contains(freeMail, domain) {
 		return "ac_" + hash(tenant, "contact", contactID)
@@ -161,147 +217,227 @@ func accountID(tenant, contactID, email string) string {
 	return "ac_" + hash(tenant, "domain", domain)
 }
 
-// Record finds the contact of tenant that s names (creating it when none of its keys is
-// known) and adds s's ids to it. Recording the same thing twice changes nothing.
+// maxTries bounds compare-and-set retries of one Record.
+const maxTries = 50
+
+// Record finds the contact of tenant that s names — linking every key s names, and
+// merging the contacts they belonged to into one — and adds s's ids to it. It returns
+// the contact's record; its Merged lists every contact id ever merged into it.
+// Recording the same thing twice changes nothing.
 func (d *Directory) Record(ctx context.Context, tenant string, s Seen) (Record, error) {
-	keys := s.keys()
+	keys := s.Keys()
 	if tenant == "" || len(keys) == 0 {
 		return Record{}, errors.New("contacts: a tenant and an e-mail, phone or identifying id are required")
 	}
-	id, err := d.resolve(ctx, tenant, keys)
-	if err != nil {
-		return Record{}, err
-	}
-	for range 20 { // compare-and-set; another worker may be adding to the same contact
-		rec, rev, err := d.load(ctx, tenant, id)
-		if err != nil {
-			return Record{}, err
-		}
-		if !merge(&rec, tenant, s) && rev != 0 {
-			return rec, nil
-		}
-		rec.Updated = time.Now().UTC()
-		data, err := json.Marshal(rec)
-		if err != nil {
-			return Record{}, err
-		}
-		if rev == 0 {
-			_, err = d.kv.Create(ctx, recordKey(tenant, id), data)
-		} else {
-			_, err = d.kv.Update(ctx, recordKey(tenant, id), data, rev)
-		}
-		if err == nil {
-			return rec, nil
-		}
-		if !isConflict(err) {
-			return Record{}, fmt.Errorf("contacts: %w", err)
+	for range maxTries {
+		rec, err := d.record(ctx, tenant, s, keys)
+		if !errors.Is(err, kvstore.ErrConflict) {
+			return rec, err
 		}
 	}
 	return Record{}, errors.New("contacts: too much contention on one contact")
 }
 
-// resolve returns the contact id keys name, giving every key that names nobody yet to
-// it. A key already naming another contact is left alone (see the package comment).
-func (d *Directory) resolve(ctx context.Context, tenant string, keys []string) (string, error) {
-	id := ""
+// loaded is a stored record and its revision.
+type loaded struct {
+	rec Record
+	rev uint64
+}
+
+// record is one try of Record: read what the keys belong to, write the group they make
+// (the winner first, then each merged contact, then the keys' index), or ErrConflict
+// when someone wrote first.
+func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []string) (Record, error) {
+	groups := map[string]loaded{}
+	pointed := map[string]loaded{} // key -> its index entry (rec.ContactID = the id it names)
 	for _, k := range keys {
-		e, err := d.kv.Get(ctx, indexKey(tenant, k))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		data, rev, err := d.store.Get(ctx, indexKey(tenant, k))
+		if err != nil {
+			return Record{}, fmt.Errorf("contacts: %w", err)
+		}
+		if rev == 0 {
 			continue
 		}
+		pointed[k] = loaded{Record{ContactID: string(data)}, rev}
+		g, err := d.root(ctx, tenant, string(data))
 		if err != nil {
-			return "", fmt.Errorf("contacts: %w", err)
+			return Record{}, err
 		}
-		id = string(e.Value())
-		break
+		if g.rev != 0 {
+			groups[g.rec.ContactID] = g
+		}
 	}
-	if id == "" {
-		id = "ct_" + hash(tenant, keys[0])
+	all := slices.Clone(keys)
+	for _, g := range groups {
+		all = append(all, g.rec.Keys...)
+	}
+	slices.SortFunc(all, cmpKeys)
+	all = slices.Compact(all)
+	winner := ContactID(tenant, all[0])
+
+	next := Record{ContactID: winner}
+	for _, id := range sortedIDs(groups) {
+		g := groups[id].rec
+		mergeInto(&next, g)
+		if id != winner {
+			next.Merged = append(next.Merged, id)
+		}
+	}
+	add(&next, s, keys)
+	next.AccountID = accountID(tenant, winner, next.Emails)
+
+	cur, isCurrent := groups[winner]
+	if !isCurrent {
+		data, rev, err := d.store.Get(ctx, recordKey(tenant, winner))
+		if err != nil {
+			return Record{}, fmt.Errorf("contacts: %w", err)
+		}
+		if rev != 0 {
+			var r Record
+			if err := json.Unmarshal(data, &r); err != nil {
+				return Record{}, fmt.Errorf("contacts: record %s: %w", winner, err)
+			}
+			if r.MergedInto != "" { // merged meanwhile: read the keys again
+				return Record{}, kvstore.ErrConflict
+			}
+			cur = loaded{r, rev}
+			mergeInto(&next, r) // written by a Record whose index writes are still to come
+			next.AccountID = accountID(tenant, winner, next.Emails)
+		}
+	}
+	next.Updated = cur.rec.Updated
+	allIndexed := true
+	for _, k := range keys {
+		allIndexed = allIndexed && pointed[k].rec.ContactID == winner
+	}
+	if isCurrent && len(groups) == 1 && allIndexed && same(cur.rec, next) {
+		return cur.rec, nil // nothing new: the common case, reads only
+	}
+	next.Updated = d.now().UTC()
+	if err := d.put(ctx, recordKey(tenant, winner), next, cur.rev); err != nil {
+		return Record{}, err
+	}
+	for id, g := range groups {
+		if id == winner {
+			continue
+		}
+		g.rec.MergedInto = winner
+		if err := d.put(ctx, recordKey(tenant, id), g.rec, g.rev); err != nil {
+			return Record{}, err
+		}
 	}
 	for _, k := range keys {
-		_, err := d.kv.Create(ctx, indexKey(tenant, k), []byte(id))
-		if err != nil && !isConflict(err) {
-			return "", fmt.Errorf("contacts: %w", err)
-		}
-	}
-	return id, nil
-}
-
-// isConflict: the key exists, or the revision moved on.
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant))
-}
-
-func (d *Directory) load(ctx context.Context, tenant, id string) (Record, uint64, error) {
-	e, err := d.kv.Get(ctx, recordKey(tenant, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Record{ContactID: id}, 0, nil
-	}
-	if err != nil {
-		return Record{}, 0, fmt.Errorf("contacts: %w", err)
-	}
-	var rec Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return Record{}, 0, fmt.Errorf("contacts: record %s: %w", id, err)
-	}
-	return rec, e.Revision(), nil
-}
-
-// merge adds s to rec; it reports whether anything changed.
-func merge(rec *Record, tenant string, s Seen) bool {
-	changed := false
-	add := func(list *[]string, v string) {
-		if v == "" || slices.Contains(*list, v) {
-			return
-		}
-		*list = append(*list, v)
-		if len(*list) > maxPerKind {
-			*list = (*list)[len(*list)-maxPerKind:]
-		}
-		changed = true
-	}
-	email := NormalizeEmail(s.Email)
-	add(&rec.Emails, email)
-	add(&rec.Phones, normalizePhone(s.Phone))
-	for _, k := range Kinds {
-		if v := s.External[k]; v != "" {
-			if rec.External == nil {
-				rec.External = map[string][]string{}
+		if p := pointed[k]; p.rec.ContactID != winner {
+			if _, err := d.store.Put(ctx, indexKey(tenant, k), []byte(winner), p.rev); err != nil {
+				return Record{}, err
 			}
-			list := rec.External[k]
-			add(&list, v)
-			rec.External[k] = list
 		}
 	}
-	if rec.AccountID == "" {
-		first := email
-		if len(rec.Emails) > 0 {
-			first = rec.Emails[0]
-		}
-		rec.AccountID = accountID(tenant, rec.ContactID, first)
-		changed = true
+	return next, nil
+}
+
+func (d *Directory) put(ctx context.Context, key string, r Record, rev uint64) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
 	}
-	return changed
+	_, err = d.store.Put(ctx, key, data, rev)
+	return err
+}
+
+// root is the contact id belongs to now: itself, or the one it was merged into (and so
+// on). rev is 0 when there is no such record.
+func (d *Directory) root(ctx context.Context, tenant, id string) (loaded, error) {
+	for range maxHops {
+		data, rev, err := d.store.Get(ctx, recordKey(tenant, id))
+		if err != nil {
+			return loaded{}, fmt.Errorf("contacts: %w", err)
+		}
+		if rev == 0 {
+			return loaded{}, nil
+		}
+		var r Record
+		if err := json.Unmarshal(data, &r); err != nil {
+			return loaded{}, fmt.Errorf("contacts: record %s: %w", id, err)
+		}
+		if r.MergedInto == "" {
+			return loaded{r, rev}, nil
+		}
+		id = r.MergedInto
+	}
+	return loaded{}, fmt.Errorf("contacts: %s: more than %d merges to follow", id, maxHops)
+}
+
+func sortedIDs(m map[string]loaded) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// mergeInto adds g's keys and ids to r.
+func mergeInto(r *Record, g Record) {
+	r.Keys = union(r.Keys, g.Keys, cmpKeys)
+	r.Emails = union(r.Emails, g.Emails, strings.Compare)
+	r.Phones = union(r.Phones, g.Phones, strings.Compare)
+	r.Merged = union(r.Merged, g.Merged, strings.Compare)
+	for kind, ids := range g.External {
+		if r.External == nil {
+			r.External = map[string][]string{}
+		}
+		r.External[kind] = union(r.External[kind], ids, strings.Compare)
+	}
+}
+
+// add adds what s saw (and its identity keys) to r.
+func add(r *Record, s Seen, keys []string) {
+	r.Keys = union(r.Keys, keys, cmpKeys)
+	if e := NormalizeEmail(s.Email); e != "" {
+		r.Emails = union(r.Emails, []string{e}, strings.Compare)
+	}
+	if p := NormalizePhone(s.Phone); p != "" {
+		r.Phones = union(r.Phones, []string{p}, strings.Compare)
+	}
+	for _, kind := range Kinds {
+		if v := s.External[kind]; v != "" {
+			if r.External == nil {
+				r.External = map[string][]string{}
+			}
+			r.External[kind] = union(r.External[kind], []string{v}, strings.Compare)
+		}
+	}
+	r.Merged = slices.DeleteFunc(union(r.Merged, nil, strings.Compare), func(id string) bool { return id == r.ContactID })
+}
+
+// union is a ∪ b, sorted by cmp, at most maxPerKind (the least).
+func union(a, b []string, cmp func(x, y string) int) []string {
+	out := append(slices.Clone(a), b...)
+	slices.SortFunc(out, cmp)
+	out = slices.Compact(out)
+	return out[:min(len(out), maxPerKind)]
+}
+
+// same reports whether a and b hold the same ids (Updated aside).
+func same(a, b Record) bool {
+	a.Updated, b.Updated = time.Time{}, time.Time{}
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
 }
 
 // Find returns the contact of tenant with identity key kind:value, where kind is
 // "email", "phone" or an identifying external kind.
 func (d *Directory) Find(ctx context.Context, tenant, kind, value string) (Record, bool, error) {
-	switch kind {
-	case "email":
-		value = NormalizeEmail(value)
-	case "phone":
-		value = normalizePhone(value)
-	}
-	e, err := d.kv.Get(ctx, indexKey(tenant, kind+":"+value))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	key := Key(kind, value)
+	if key == "" {
 		return Record{}, false, nil
 	}
-	if err != nil {
-		return Record{}, false, fmt.Errorf("contacts: %w", err)
+	data, rev, err := d.store.Get(ctx, indexKey(tenant, key))
+	if err != nil || rev == 0 {
+		return Record{}, false, err
 	}
-	rec, rev, err := d.load(ctx, tenant, string(e.Value()))
-	return rec, err == nil && rev != 0, err
+	g, err := d.root(ctx, tenant, string(data))
+	return g.rec, err == nil && g.rev != 0, err
 }

@@ -3,10 +3,13 @@ package contacts
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
 	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/internal/permute"
+	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/stream"
 )
 
@@ -17,7 +20,7 @@ func directory(t *testing.T) *Directory {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(kv)
+	return New(kvstore.KV{KV: kv})
 }
 
 func TestNormalizeEmail(t *testing.T) {
@@ -141,5 +144,93 @@ func TestConcurrentRecordsKeepEveryID(t *testing.T) {
 	rec, ok, err := d.Find(ctx, "acme", "email", "Ana@Northwind.example")
 	if err != nil || !ok || len(rec.External[MessageID]) != 12 {
 		t.Fatalf("after 12 concurrent records: %v %v %d message ids", ok, err, len(rec.External[MessageID]))
+	}
+}
+
+// One person seen by its HubSpot id alone, by e-mail, by phone, and through two links
+// (HubSpot's contact for the e-mail, HubSpot's phone for the id): in every order of
+// those five recordings, one contact, whose id is the e-mail's, found by every key;
+// the contacts made before a link came are merged into it and listed as such.
+func TestOnePersonWhateverTheOrder(t *testing.T) {
+	ctx := context.Background()
+	seens := []Seen{
+		{External: map[string]string{CRMContactID: "hubspot:901"}},
+		{Email: "Ana@Northwind.example", External: map[string]string{CampaignID: "instantly:c-1"}},
+		{Phone: "+34 600 000 000"},
+		{Email: "ana@northwind.example", External: map[string]string{CRMContactID: "hubspot:901"}},
+		{Phone: "34600000000", External: map[string]string{CRMContactID: "hubspot:901"}},
+	}
+	want := ContactID("acme", "email:ana@northwind.example")
+	orders := 0
+	for order := range permute.Orders(len(seens)) {
+		orders++
+		d := New(kvstore.NewMemory())
+		var last Record
+		for _, i := range order {
+			rec, err := d.Record(ctx, "acme", seens[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = rec
+		}
+		if last.ContactID != want {
+			t.Fatalf("order %v: the last record names %s, want %s", order, last.ContactID, want)
+		}
+		for _, k := range [][2]string{{"email", "ANA@northwind.example"}, {"phone", "+34600000000"}, {CRMContactID, "hubspot:901"}} {
+			got, ok, err := d.Find(ctx, "acme", k[0], k[1])
+			if err != nil || !ok || got.ContactID != want {
+				t.Fatalf("order %v: find %s %s: %s %v %v", order, k[0], k[1], got.ContactID, ok, err)
+			}
+			if !slices.Equal(got.Keys, []string{"email:ana@northwind.example", "phone:34600000000", "crm_contact_id:hubspot:901"}) ||
+				len(got.External[CampaignID]) != 1 {
+				t.Fatalf("order %v: record %+v", order, got)
+			}
+		}
+		for _, m := range last.Merged {
+			if m == want {
+				t.Fatalf("order %v: the contact lists itself as merged", order)
+			}
+		}
+	}
+	if orders != 120 {
+		t.Fatalf("%d orders", orders)
+	}
+}
+
+// Links recorded at once by concurrent projectors still make one contact.
+func TestConcurrentLinksMakeOneContact(t *testing.T) {
+	ctx := context.Background()
+	d := directory(t)
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := Seen{Email: fmt.Sprintf("p%d@northwind.example", i), External: map[string]string{CRMContactID: fmt.Sprint("hubspot:", i/2)}}
+			if i%2 == 1 { // odd ones link their id to the next pair's too
+				s = Seen{External: map[string]string{CRMContactID: fmt.Sprint("hubspot:", i/2)}, Phone: "555000"}
+			}
+			if _, err := d.Record(ctx, "acme", s); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	// The phone links every odd recording's HubSpot id: ids 0..4 and their e-mails are one person.
+	first, ok, err := d.Find(ctx, "acme", "email", "p0@northwind.example")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	for i := range 10 {
+		if i%2 == 1 {
+			continue
+		}
+		got, ok, err := d.Find(ctx, "acme", "email", fmt.Sprintf("p%d@northwind.example", i))
+		if err != nil || !ok || got.ContactID != first.ContactID {
+			t.Fatalf("p%d: %s, want %s (%v %v)", i, got.ContactID, first.ContactID, ok, err)
+		}
+	}
+	if first.ContactID != ContactID("acme", "email:p0@northwind.example") {
+		t.Fatalf("the group's id is %s, not its least key's", first.ContactID)
 	}
 }

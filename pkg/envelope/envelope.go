@@ -54,10 +54,15 @@ const (
 const (
 	TypeReplyClassified = "reply.classified"
 	TypeSequenceStopped = "sequence.stopped"
+	// TypeContactIdentified says that the ids in its contact name one person, as a
+	// system of record told a worker (HubSpot's contact for an e-mail, or an id-only
+	// contact's e-mail and phone): the link lives in the history, so a replay resolves
+	// the same contacts.
+	TypeContactIdentified = "contact.identified"
 )
 
 // DerivedTypes lists the derived types.
-var DerivedTypes = []string{TypeReplyClassified, TypeSequenceStopped}
+var DerivedTypes = []string{TypeReplyClassified, TypeSequenceStopped, TypeContactIdentified}
 
 // AllTypes is every type an envelope may carry: provider events, then derived ones.
 var AllTypes = append(append([]string{}, Types...), DerivedTypes...)
@@ -280,6 +285,8 @@ func Complete(typ string, d Data) bool {
 		return d.Classification != nil && d.Classification.Label != "" && d.Cause != ""
 	case TypeSequenceStopped:
 		return contact && d.Cause != ""
+	case TypeContactIdentified:
+		return d.Contact != nil && d.Contact.ExternalID != "" && (d.Contact.Email != "" || d.Contact.Phone != "") && d.Cause != ""
 	}
 	return false
 }

@@ -45,10 +45,19 @@ type HTTP struct {
 	// shared by every process using the same account), so that a burst of events waits
 	// here instead of collecting 429s; a 429 holds it for the wait the provider asked.
 	Limit ratelimit.Limiter
+	// HoldLimit is the limiter a 429 holds, when not Limit: a call paced by two
+	// limiters (an endpoint's own rate within the account's) answered 429 by the
+	// endpoint's limit holds that one, not every call of the account.
+	HoldLimit ratelimit.Limiter
 }
 
-// DefaultHold is how long a 429 that names no wait holds the account's limiter.
-const DefaultHold = time.Second
+// DefaultHold is how long a 429 that names no wait holds the account's limiter;
+// MaxHold bounds any wait a provider asks for (a Retry-After of a day is a provider's
+// bug, and holding a tenant's every call that long is worse than asking again).
+const (
+	DefaultHold = time.Second
+	MaxHold     = 10 * time.Minute
+)
 
 // Do sends method path?query with in as the JSON body (nil for none) and
 // decodes a 2xx body into out (nil to discard). Non-2xx and transport
@@ -69,17 +78,20 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 		}
 		span.End()
 	}()
+	// The rate limit's wait comes before the request's timeout starts: a request that
+	// waited its turn still gets its whole time at the provider. A wait the caller's
+	// context ends was never sent, which says nothing of the provider's health.
+	if h.Limit != nil {
+		if err := h.Limit.Wait(ctx); err != nil {
+			return &Error{Dependency: h.Dependency, Transient: true, Unsent: true, Msg: "waiting for the rate limit: " + err.Error()}
+		}
+	}
 	timeout := h.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if h.Limit != nil {
-		if err := h.Limit.Wait(ctx); err != nil {
-			return &Error{Dependency: h.Dependency, Transient: true, Msg: "waiting for the rate limit: " + err.Error()}
-		}
-	}
 
 	u := strings.TrimRight(h.BaseURL, "/") + path
 	if len(query) > 0 {
@@ -145,8 +157,13 @@ func (h *HTTP) hold(ctx context.Context, e *Error, header http.Header, body []by
 	if e.RetryAfter == 0 && h.RetryAfter != nil {
 		e.RetryAfter = h.RetryAfter(header, body)
 	}
-	if h.Limit != nil {
-		_ = h.Limit.Hold(context.WithoutCancel(ctx), cmp.Or(e.RetryAfter, DefaultHold))
+	e.RetryAfter = min(e.RetryAfter, MaxHold)
+	l := h.Limit
+	if h.HoldLimit != nil {
+		l = h.HoldLimit
+	}
+	if l != nil {
+		_ = l.Hold(context.WithoutCancel(ctx), cmp.Or(e.RetryAfter, DefaultHold))
 	}
 }
 

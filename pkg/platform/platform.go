@@ -25,7 +25,10 @@ type Error struct {
 	Status     int           // HTTP status; 0 for transport failures
 	RetryAfter time.Duration // from a Retry-After header; 0 if absent
 	Transient  bool
-	Msg        string
+	// Unsent: the request never left (its rate limit's wait ran out), so the error
+	// says nothing of the dependency's health.
+	Unsent bool
+	Msg    string
 }
 
 func (e *Error) Error() string {
@@ -91,7 +94,7 @@ func (e *Error) Retry() *retry.Error {
 	if e.Transient {
 		c = retry.Transient
 	}
-	return &retry.Error{Class: c, Dependency: e.Dependency, Status: e.Status, RetryAfter: e.RetryAfter, Err: errors.New(e.Msg)}
+	return &retry.Error{Class: c, Dependency: e.Dependency, Status: e.Status, RetryAfter: e.RetryAfter, Unsent: e.Unsent, Err: errors.New(e.Msg)}
 }
 
 // IsTransient reports whether err is an *Error that may succeed on retry.

@@ -154,8 +154,9 @@ func TestTransportErrorsAreTransient(t *testing.T) {
 	}
 }
 
-// A limiter paces requests at the provider's rate; a wait that would outlast the
-// request's deadline fails at once, transiently, without sending anything.
+// A limiter paces requests at the provider's rate; a wait that outlasts the caller's
+// deadline fails transiently, marked unsent, without sending anything. The wait is not
+// part of the request's own timeout: a request that waited its turn is still sent.
 func TestRateLimit(t *testing.T) {
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
@@ -171,15 +172,48 @@ func TestRateLimit(t *testing.T) {
 	if d := time.Since(began); d < 160*time.Millisecond {
 		t.Fatalf("5 requests at one per 40 ms took %v", d)
 	}
-	slow := HTTP{Dependency: "dep", BaseURL: srv.URL, Timeout: 20 * time.Millisecond, Limit: ratelimit.NewLocal(ratelimit.Rate{N: 1, Per: time.Hour})}
+	slow := HTTP{Dependency: "dep", BaseURL: srv.URL, Limit: ratelimit.NewLocal(ratelimit.Rate{N: 1, Per: time.Hour})}
 	if err := slow.Do(context.Background(), http.MethodGet, "/", nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	before := hits.Load()
-	err := slow.Do(context.Background(), http.MethodGet, "/", nil, nil, nil)
-	if !IsTransient(err) || hits.Load() != before {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := slow.Do(ctx, http.MethodGet, "/", nil, nil, nil)
+	if !IsTransient(err) || !retry.Of(err).Unsent || hits.Load() != before {
 		t.Fatalf("a wait past the deadline: %v, %d requests sent", err, hits.Load()-before)
 	}
+	// A turn that comes after longer than the request's timeout still sends it.
+	paced := HTTP{Dependency: "dep", BaseURL: srv.URL, Timeout: 30 * time.Millisecond, Limit: ratelimit.NewLocal(ratelimit.Rate{N: 1, Per: 100 * time.Millisecond})}
+	for range 2 {
+		if err := paced.Do(context.Background(), http.MethodGet, "/", nil, nil, nil); err != nil {
+			t.Fatalf("a request that waited longer than its timeout for its turn: %v", err)
+		}
+	}
+}
+
+// A 429 holds HoldLimit when set (an endpoint's own limit), not the account's; a
+// Retry-After of a day holds at most MaxHold.
+func TestTooManyRequestsHoldsItsOwnLimit(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "86400")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	account, endpoint := &recordingLimiter{}, &recordingLimiter{}
+	h := HTTP{Dependency: "dep", BaseURL: srv.URL, Limit: ratelimit.All(account, endpoint), HoldLimit: endpoint}
+	err := h.Do(context.Background(), http.MethodGet, "/", nil, nil, nil)
+	if RetryAfter(err) != MaxHold || len(endpoint.holds) != 1 || endpoint.holds[0] != MaxHold || len(account.holds) != 0 {
+		t.Fatalf("429 asking a day: %v; endpoint held %v, account held %v", err, endpoint.holds, account.holds)
+	}
+}
+
+type recordingLimiter struct{ holds []time.Duration }
+
+func (*recordingLimiter) Wait(context.Context) error { return nil }
+func (l *recordingLimiter) Hold(_ context.Context, d time.Duration) error {
+	l.holds = append(l.holds, d)
+	return nil
 }
 
 // A 429 holds the account's limiter for the wait it asked — Retry-After, else what the

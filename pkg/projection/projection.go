@@ -64,6 +64,20 @@ type Contact struct {
 // View is the contact's own status; InCampaign its effective status in a campaign.
 func (c Contact) View() lifecycle.View { return c.Lifecycle.View() }
 
+// Replied reports whether the contact replied anywhere: a reply is a fact of the
+// campaign it answers, so the contact-level view alone does not show it.
+func (c Contact) Replied() bool {
+	if c.View().Replied {
+		return true
+	}
+	for campaign := range c.Campaigns {
+		if c.InCampaign(campaign).Replied {
+			return true
+		}
+	}
+	return false
+}
+
 // InCampaign is the contact's effective lifecycle view in campaign: what happened in it,
 // and what happened to the contact everywhere (an opt-out, a bounce).
 func (c Contact) InCampaign(campaign string) lifecycle.View {
@@ -133,9 +147,11 @@ type Stores struct {
 	Contacts, Campaigns, Suppression Store
 }
 
-// identity is who an event is about: the contact id, account id and the contact key.
+// identity is who an event is about: the contact id, account id and the contact key,
+// and the contact ids merged into it (whose records are folded into its own).
 type identity struct {
 	contactID, accountID, key string
+	merged                    []string
 }
 
 // Identities name contacts: the contact directory, or a replay's memo of it.
@@ -143,9 +159,10 @@ type Identities interface {
 	Record(ctx context.Context, tenant string, s contacts.Seen) (contacts.Record, error)
 }
 
-// identify resolves env's contact to its internal ids through the contact directory
-// (the same ids the workers record), else, for a contact the directory cannot name
-// (a chat user id, a payment customer), to an id derived from its contact key.
+// identify resolves env's contact to its internal ids through the contact directory,
+// which links every key the event names (pkg/contacts), else, for a contact the
+// directory cannot name (a chat user id, a payment customer), to an id derived from its
+// contact key.
 func identify(ctx context.Context, dir Identities, env envelope.Envelope) (identity, error) {
 	key := env.ContactKey()
 	id := identity{key: key}
@@ -155,7 +172,7 @@ func identify(ctx context.Context, dir Identities, env envelope.Envelope) (ident
 			if err != nil {
 				return id, err
 			}
-			id.contactID, id.accountID = rec.ContactID, rec.AccountID
+			id.contactID, id.accountID, id.merged = rec.ContactID, rec.AccountID, rec.Merged
 			return id, nil
 		}
 	}
@@ -170,8 +187,7 @@ func directorySeen(env envelope.Envelope) (contacts.Seen, bool) {
 		return contacts.Seen{}, false
 	}
 	s := contacts.Seen{Email: c.Email, Phone: c.Phone, External: external(env)}
-	return s, contacts.NormalizeEmail(s.Email) != "" || s.Phone != "" || s.External[contacts.SendingPlatformContactID] != "" ||
-		s.External[contacts.CRMContactID] != "" || s.External[contacts.ClayRecordID] != ""
+	return s, len(s.Keys()) > 0
 }
 
 // external are the ids env names, by contacts kind.
@@ -204,8 +220,8 @@ func merge(c *Contact, who identity, env envelope.Envelope, keys []lifecycle.Key
 	if c.ContactID == "" {
 		c.ContactID = who.contactID
 	}
-	if c.AccountID == "" {
-		c.AccountID = who.accountID
+	if who.accountID != "" {
+		c.AccountID = who.accountID // the contact's account as its keys now say
 	}
 	if who.key != "" && !slices.Contains(c.Keys, who.key) {
 		c.Keys = append(c.Keys, who.key)
@@ -245,8 +261,9 @@ type Result struct {
 }
 
 // Apply merges env into the projections, naming its contact through dir (nil: by
-// derived ids). An event the lifecycle does not follow, or that names no contact,
-// changes nothing.
+// derived ids). The ids env names are linked in dir, and the records of contacts that
+// link merged are folded into the one they became (fold). An event the lifecycle does
+// not follow changes nothing more; one that names no contact, nothing at all.
 func Apply(ctx context.Context, s Stores, dir *contacts.Directory, env envelope.Envelope) (Result, error) {
 	if dir == nil {
 		return apply(ctx, s, nil, env)
@@ -256,12 +273,19 @@ func Apply(ctx context.Context, s Stores, dir *contacts.Directory, env envelope.
 
 func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope) (Result, error) {
 	keys := lifecycle.Keys(env)
-	if len(keys) == 0 {
+	_, names := directorySeen(env)
+	if len(keys) == 0 && (!names || dir == nil) {
 		return Result{}, nil
 	}
 	who, err := identify(ctx, dir, env)
 	if err != nil {
 		return Result{}, err
+	}
+	if err := fold(ctx, s, env.Tenant, who); err != nil {
+		return Result{}, err
+	}
+	if len(keys) == 0 && env.Type != envelope.TypeContactIdentified {
+		return Result{}, nil // a link, and nothing the lifecycle follows
 	}
 	var res Result
 	data, rev, err := update(ctx, s.Contacts, ContactKey(env.Tenant, who.contactID), func(old []byte) ([]byte, bool, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/internal/permute"
+	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/lifecycle"
 )
 
@@ -75,19 +78,7 @@ func TestAnyOrderAnyProjectorsOneProjection(t *testing.T) {
 	}
 	shuffled := append(append([]envelope.Envelope{}, evs...), evs[:len(evs)/2]...)
 	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	var wg sync.WaitGroup
-	for p := range 2 { // two projectors, interleaving on the same contacts
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := p; i < len(shuffled); i += 2 {
-				if _, err := Apply(ctx, live, dir, shuffled[i]); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	applyConcurrently(t, live, dir, shuffled) // two projectors, interleaving on the same contacts
 	for _, name := range Names {
 		a, _ := inOrder.Of(name)
 		b, _ := live.Of(name)
@@ -227,4 +218,98 @@ func sameProjections(ctx context.Context, a, b Stores) error {
 		}
 	}
 	return nil
+}
+
+// identityHistory is one person met four ways — by HubSpot id alone (a lead status
+// change), by e-mail (a reply in a campaign), by phone (a WhatsApp message) — and HubSpot
+// telling who its contact is (contact.identified: the id, the e-mail, the phone); and a
+// second person, by e-mail only.
+func identityHistory() []envelope.Envelope {
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	hs := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "hubspot", "status-901"), Type: envelope.TypeLeadStatusChanged,
+		Tenant: "acme", Provider: "hubspot", Endpoint: "hs", Time: at(1), ReceivedAt: at(1), Version: "1",
+		Data: envelope.Data{ProviderType: "contact.propertyChange", Status: "IN_PROGRESS", Contact: &envelope.Contact{ExternalID: "901"}}}
+	reply := event(1, envelope.TypeReplyReceived, "Ana@Northwind.example", "camp-1", 5*time.Minute)
+	chat := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "meta", "wamid.1"), Type: envelope.TypeMessageReceived,
+		Tenant: "acme", Provider: "meta", Endpoint: "wa", Time: at(9), ReceivedAt: at(9), Channel: "whatsapp",
+		Data: envelope.Data{ProviderType: "messages", Contact: &envelope.Contact{Phone: "+34 600 000 000"}, Message: &envelope.Message{ID: "wamid.1", Text: "hola"}}}
+	identified := envelope.Derive(hs, "crmwriter", envelope.TypeContactIdentified, envelope.Data{ProviderType: envelope.TypeContactIdentified,
+		Contact: &envelope.Contact{ExternalID: "901", Email: "ana@northwind.example", Phone: "34600000000"}}, at(2))
+	other := event(2, envelope.TypeReplyReceived, "ben@northwind.example", "camp-1", 7*time.Minute)
+	return []envelope.Envelope{hs, reply, chat, identified, other}
+}
+
+// Every order of a history that names one person by HubSpot id, e-mail and phone gives
+// one contact for that person — with every key, and every fact — and the same
+// projection; projectors merging the same events concurrently, with duplicates, do too.
+func TestMixedIdentitiesEveryOrderOneContact(t *testing.T) {
+	ctx := context.Background()
+	evs := identityHistory()
+	var first Stores
+	orders := 0
+	for order := range permute.Orders(len(evs)) {
+		orders++
+		s := Memories()
+		dir := contacts.New(kvstore.NewMemory())
+		for _, i := range order {
+			if _, err := Apply(ctx, s, dir, evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys, err := s.Contacts.Keys(ctx, "")
+		if err != nil || len(keys) != 2 {
+			t.Fatalf("order %v: %d contact records (want 2: ana, ben): %v %v", order, len(keys), keys, err)
+		}
+		ana, ok, err := Reader{Stores: s, Dir: dir}.ContactByKey(ctx, "acme", "phone", "+34600000000")
+		if err != nil || !ok || ana.ContactID != contacts.ContactID("acme", "email:ana@northwind.example") {
+			t.Fatalf("order %v: ana by phone: %+v %v %v", order, ana.ContactID, ok, err)
+		}
+		if v := ana.View(); !v.Replied || len(ana.Lifecycle.Facts)+len(ana.Campaigns["camp-1"].Facts) < 3 {
+			t.Fatalf("order %v: ana's facts %+v %+v", order, ana.Lifecycle, ana.Campaigns)
+		}
+		if first.Contacts == nil {
+			first = s
+			continue
+		}
+		if err := sameProjections(ctx, first, s); err != nil {
+			t.Fatalf("order %v: %v", order, err)
+		}
+	}
+	if orders != 120 {
+		t.Fatalf("%d orders", orders)
+	}
+
+	// Two projectors on the live buckets, the events shuffled and some twice.
+	conn := brokertest.Start(t, "")
+	live, err := Open(ctx, conn.JS, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := contacts.Open(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shuffled := append(slices.Clone(evs), evs[:2]...)
+	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	applyConcurrently(t, live, dir, shuffled)
+	if err := sameProjections(ctx, first, live); err != nil {
+		t.Fatalf("concurrent projectors: %v", err)
+	}
+}
+
+// applyConcurrently applies evs into s as two projectors would, one taking the even
+// events and the other the odd ones, at the same time.
+func applyConcurrently(t *testing.T, s Stores, dir *contacts.Directory, evs []envelope.Envelope) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Go(func() {
+			for i := p; i < len(evs); i += 2 {
+				if _, err := Apply(context.Background(), s, dir, evs[i]); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -66,8 +66,15 @@ func (r Reader) addRecorded(ctx context.Context, c *Contact) error {
 
 // ContactByEmail returns the record of tenant's contact with email.
 func (r Reader) ContactByEmail(ctx context.Context, tenant, email string) (Contact, bool, error) {
+	return r.ContactByKey(ctx, tenant, "email", email)
+}
+
+// ContactByKey returns the record of tenant's contact with identity key kind:value —
+// "email", "phone", or an identifying external kind (contacts.CRMContactID with
+// "hubspot:<id>", …) — whatever key it was first met by.
+func (r Reader) ContactByKey(ctx context.Context, tenant, kind, value string) (Contact, bool, error) {
 	if r.Dir != nil {
-		rec, ok, err := r.Dir.Find(ctx, tenant, "email", email)
+		rec, ok, err := r.Dir.Find(ctx, tenant, kind, value)
 		if err != nil || ok {
 			if err != nil {
 				return Contact{}, false, err
@@ -75,8 +82,14 @@ func (r Reader) ContactByEmail(ctx context.Context, tenant, email string) (Conta
 			return r.Contact(ctx, tenant, rec.ContactID)
 		}
 	}
-	env := envelope.Envelope{Tenant: tenant, Data: envelope.Data{Contact: &envelope.Contact{Email: email}}}
-	who, err := identify(ctx, nil, env)
+	if kind != "email" && kind != "phone" {
+		return Contact{}, false, nil
+	}
+	c := &envelope.Contact{Email: value}
+	if kind == "phone" {
+		c = &envelope.Contact{Phone: value}
+	}
+	who, err := identify(ctx, nil, envelope.Envelope{Tenant: tenant, Data: envelope.Data{Contact: c}})
 	if err != nil {
 		return Contact{}, false, err
 	}

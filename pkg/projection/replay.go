@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -221,8 +223,9 @@ func nextStored(ctx context.Context, st jetstream.Stream, seq uint64) (uint64, e
 	return msg.Sequence, nil
 }
 
-// memo resolves contacts through the directory once per contact during a replay: the
-// ids are stable, and a million events must not cost a million directory round trips.
+// memo resolves contacts through the directory once per contact during a replay: a
+// million events must not cost a million directory round trips. A Record that merges
+// contacts drops what the memo kept of the merged ones.
 type memo struct {
 	mu   sync.Mutex
 	dir  *contacts.Directory
@@ -230,10 +233,7 @@ type memo struct {
 }
 
 func (m *memo) Record(ctx context.Context, tenant string, s contacts.Seen) (contacts.Record, error) {
-	key := tenant + "\x00" + contacts.NormalizeEmail(s.Email) + "\x00" + s.Phone
-	for _, k := range []string{contacts.SendingPlatformContactID, contacts.CRMContactID, contacts.ClayRecordID} {
-		key += "\x00" + s.External[k]
-	}
+	key := tenant + "\x00" + strings.Join(s.Keys(), "\x00")
 	m.mu.Lock()
 	rec, ok := m.seen[key]
 	m.mu.Unlock()
@@ -241,10 +241,18 @@ func (m *memo) Record(ctx context.Context, tenant string, s contacts.Seen) (cont
 		return rec, nil
 	}
 	rec, err := m.dir.Record(ctx, tenant, s)
-	if err == nil {
-		m.mu.Lock()
-		m.seen[key] = rec
-		m.mu.Unlock()
+	if err != nil {
+		return rec, err
 	}
-	return rec, err
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(rec.Merged) > 0 {
+		for k, r := range m.seen {
+			if r.ContactID != rec.ContactID && slices.Contains(rec.Merged, r.ContactID) {
+				delete(m.seen, k)
+			}
+		}
+	}
+	m.seen[key] = rec
+	return rec, nil
 }

@@ -4,30 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/stream"
 )
 
 // ErrConflict: the key's revision moved on since it was read (another projector wrote
 // it): read again and merge again.
-var ErrConflict = errors.New("projection: revision conflict")
+var ErrConflict = kvstore.ErrConflict
 
 // Store holds one projection's keys, each value with a revision: a KV bucket live, a map
-// during a replay.
-type Store interface {
-	// Get returns the value of key and its revision; revision 0 when it is absent.
-	Get(ctx context.Context, key string) ([]byte, uint64, error)
-	// Put writes key if its revision is still rev (0: if it is absent) and returns the
-	// new revision, or ErrConflict.
-	Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error)
-	// Keys lists the keys under prefix (ending in "."), sorted.
-	Keys(ctx context.Context, prefix string) ([]string, error)
-}
+// during a replay (pkg/kvstore).
+type (
+	Store  = kvstore.Store
+	KV     = kvstore.KV
+	Memory = kvstore.Memory
+)
+
+// NewMemory returns an empty Memory store.
+func NewMemory() *Memory { return kvstore.NewMemory() }
 
 // update applies merge to key's value with optimistic concurrency: read, merge, write
 // at the revision read, and again on a conflict. merge gets nil for an absent key and
@@ -51,92 +48,6 @@ func update(ctx context.Context, s Store, key string, merge func(old []byte) ([]
 		}
 	}
 	return nil, 0, fmt.Errorf("projection: %s: too much contention", key)
-}
-
-// KV is a Store over a JetStream key-value bucket.
-type KV struct{ KV jetstream.KeyValue }
-
-func (s KV) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	e, err := s.KV.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	return e.Value(), e.Revision(), nil
-}
-
-func (s KV) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	var err error
-	if rev == 0 {
-		rev, err = s.KV.Create(ctx, key, value)
-	} else {
-		rev, err = s.KV.Update(ctx, key, value, rev)
-	}
-	var apiErr *jetstream.APIError
-	if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)) {
-		return 0, ErrConflict
-	}
-	return rev, err
-}
-
-func (s KV) Keys(ctx context.Context, prefix string) ([]string, error) {
-	filter := ">"
-	if prefix != "" {
-		filter = prefix + ">"
-	}
-	l, err := s.KV.ListKeysFiltered(ctx, filter)
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	for k := range l.Keys() { // the channel closes once every key is listed
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys, nil
-}
-
-// Memory is a Store in memory: a replay builds its projection here, then copies it out.
-type Memory struct {
-	mu   sync.Mutex
-	vals map[string][]byte
-	revs map[string]uint64
-}
-
-// NewMemory returns an empty Memory store.
-func NewMemory() *Memory { return &Memory{vals: map[string][]byte{}, revs: map[string]uint64{}} }
-
-func (m *Memory) Get(_ context.Context, key string) ([]byte, uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.vals[key], m.revs[key], nil
-}
-
-func (m *Memory) Put(_ context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.revs[key] != rev {
-		return 0, ErrConflict
-	}
-	m.vals[key] = slices.Clone(value)
-	m.revs[key] = rev + 1
-	return rev + 1, nil
-}
-
-func (m *Memory) Keys(_ context.Context, prefix string) ([]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var keys []string
-	for k := range m.vals {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	return keys, nil
 }
 
 // Open binds the stores of the live projections (into "") or of a replay's (into NAME),

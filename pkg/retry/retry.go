@@ -40,7 +40,9 @@ type Error struct {
 	Dependency string        // hubspot, instantly, smartlead, classifier, …
 	Status     int           // the HTTP status, when there was one
 	RetryAfter time.Duration // from a 429 or 503's Retry-After
-	Err        error
+	// Unsent: the call never reached the dependency (its rate limit's wait ran out).
+	Unsent bool
+	Err    error
 }
 
 func (e *Error) Error() string {

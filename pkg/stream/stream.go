@@ -230,14 +230,19 @@ func subjects(types ...string) []string {
 // which ack wait, attempts and backoff. Derived events (reply.classified,
 // sequence.stopped) are published by the services onto the same stream.
 var Subscriptions = []Subscription{
+	// Ten attempts: an unsigned reply is asked of its source for a minute or so
+	// (pkg/confirm) before the classifier concludes it unconfirmed.
 	{Durable: Classifier, Subjects: subjects("reply.received", "message.received"),
-		AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000},
+		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000},
 	// The stopper acts on any reply without waiting for its classification: a safety
 	// rule, so it must keep up even when the classifier is down. The classification
 	// only raises the lead's label at the platform afterwards.
 	{Durable: Stopper, Subjects: subjects("reply.received", "message.received", "lead.unsubscribed", "email.bounced", "email.complained", "reply.classified"),
 		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},
-	{Durable: CRMWriter, Subjects: subjects("reply.received", "reply.classified", "meeting.booked", "opportunity.created"),
+	// The crmwriter also reads HubSpot's own contact events, to ask HubSpot who an
+	// id-only contact is (contact.identified).
+	{Durable: CRMWriter, Subjects: append(subjects("reply.received", "reply.classified", "meeting.booked", "opportunity.created"),
+		"events.*.hubspot.contact.updated", "events.*.hubspot.lead.status_changed", "events.*.hubspot.lead.unsubscribed"),
 		AckWait: 60 * time.Second, MaxDeliver: 10, BackoffBase: 2 * time.Second, BackoffMax: 10 * time.Minute, MaxAckPending: 500},
 	{Durable: Suppressor, Subjects: subjects("lead.unsubscribed", "email.bounced", "email.complained", "reply.classified"),
 		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -16,7 +17,7 @@ import (
 
 // contactCmd and campaignCmd read the live projections through their read API.
 func contactCmd() *cobra.Command {
-	return showCmd("contact", "EMAIL", "A contact's ids, status and status in each campaign")
+	return showCmd("contact", "EMAIL|PHONE|PLATFORM:ID", "A contact's ids, status and status in each campaign (found by e-mail, phone, or an id such as hubspot:901 or instantly:<lead id>)")
 }
 
 func campaignCmd() *cobra.Command {
@@ -57,7 +58,8 @@ func showCmd(what, arg, short string) *cobra.Command {
 				}
 				out = map[string]any{"tenant": tenant, "campaign": args[0], "counts": counts}
 			} else {
-				c, ok, err := r.ContactByEmail(ctx, tenant, args[0])
+				kind, value := contactKey(args[0])
+				c, ok, err := r.ContactByKey(ctx, tenant, kind, value)
 				if err != nil {
 					return err
 				}
@@ -73,7 +75,7 @@ func showCmd(what, arg, short string) *cobra.Command {
 					return err
 				}
 				shown := map[string]any{"tenant": tenant, "contact_id": c.ContactID, "account_id": c.AccountID, "keys": c.Keys,
-					"external": c.External, "view": c.View(), "campaigns": inCampaigns}
+					"external": c.External, "view": c.View(), "replied": c.Replied(), "campaigns": inCampaigns}
 				if suppressed {
 					shown["suppression"] = s
 				}
@@ -88,4 +90,24 @@ func showCmd(what, arg, short string) *cobra.Command {
 	show.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
 	cmd.AddCommand(show)
 	return cmd
+}
+
+// contactKey reads what `contact show` was given: an e-mail, an id of a system
+// ("hubspot:901", "instantly:<lead id>", "smartlead:<lead id>", "clay:<record id>"), or
+// a phone number.
+func contactKey(arg string) (kind, value string) {
+	if p, _, ok := strings.Cut(arg, ":"); ok && !strings.Contains(arg, "@") {
+		switch p {
+		case "hubspot":
+			return contacts.CRMContactID, arg
+		case "instantly", "smartlead":
+			return contacts.SendingPlatformContactID, arg
+		case "clay":
+			return contacts.ClayRecordID, arg
+		}
+	}
+	if strings.Contains(arg, "@") {
+		return "email", arg
+	}
+	return "phone", arg
 }

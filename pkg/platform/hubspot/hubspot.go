@@ -209,21 +209,10 @@ var ErrNoUniqueProperty = errors.New("hubspot: the note property " + ExternalIDP
 // with HubSpot's words: hasUniqueValue cannot be changed once set, so a person must
 // act. Other failures (401, 429, 5xx) come back as they are.
 func (c *Client) EnsureNoteProperty(ctx context.Context) error {
-	var prop struct {
-		Name           string `json:"name"`
-		HasUniqueValue bool   `json:"hasUniqueValue"`
-	}
-	err := c.h.Do(ctx, http.MethodGet, "/crm/v3/properties/notes/"+ExternalIDProperty, nil, nil, &prop)
-	switch {
-	case err == nil && prop.HasUniqueValue:
-		return nil
-	case err == nil:
-		return fmt.Errorf("%w: the portal has a note property %s without unique values (HubSpot cannot change that once set): delete or rename it",
-			ErrNoUniqueProperty, ExternalIDProperty)
-	case platform.StatusOf(err) != http.StatusNotFound:
+	if found, err := c.noteProperty(ctx); found || err != nil {
 		return err
 	}
-	err = c.h.Do(ctx, http.MethodGet, "/crm/v3/properties/notes/groups/"+PropertyGroup, nil, nil, nil)
+	err := c.h.Do(ctx, http.MethodGet, "/crm/v3/properties/notes/groups/"+PropertyGroup, nil, nil, nil)
 	if platform.StatusOf(err) == http.StatusNotFound {
 		err = c.h.Do(ctx, http.MethodPost, "/crm/v3/properties/notes/groups", nil,
 			map[string]any{"name": PropertyGroup, "label": "Exacto"}, nil)
@@ -243,12 +232,38 @@ func (c *Client) EnsureNoteProperty(ctx context.Context) error {
 	switch s := platform.StatusOf(err); {
 	case err == nil:
 		return nil
-	case s == http.StatusConflict: // created meanwhile: read it again
-		return c.EnsureNoteProperty(ctx)
+	case s == http.StatusConflict:
+		// Created meanwhile (read it again, once), or the name is taken by an archived
+		// property the read does not show.
+		if found, err := c.noteProperty(ctx); found || err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: HubSpot says a note property %s exists (409) but does not show it: it may be archived; restore it with unique values, or purge it",
+			ErrNoUniqueProperty, ExternalIDProperty)
 	case s == http.StatusBadRequest || s == http.StatusForbidden:
 		return fmt.Errorf("%w: HubSpot refused to create it: %v", ErrNoUniqueProperty, err)
 	}
 	return err
+}
+
+// noteProperty reads the portal's ExternalIDProperty: found with unique values is
+// ready; found without is ErrNoUniqueProperty; not found is found false.
+func (c *Client) noteProperty(ctx context.Context) (found bool, err error) {
+	var prop struct {
+		Name           string `json:"name"`
+		HasUniqueValue bool   `json:"hasUniqueValue"`
+	}
+	err = c.h.Do(ctx, http.MethodGet, "/crm/v3/properties/notes/"+ExternalIDProperty, nil, nil, &prop)
+	switch {
+	case platform.StatusOf(err) == http.StatusNotFound:
+		return false, nil
+	case err != nil:
+		return false, err
+	case !prop.HasUniqueValue:
+		return true, fmt.Errorf("%w: the portal has a note property %s without unique values (HubSpot cannot change that once set): delete or rename it",
+			ErrNoUniqueProperty, ExternalIDProperty)
+	}
+	return true, nil
 }
 
 // notesBatch is the answer of notes/batch/read and notes/batch/upsert: results, and
@@ -312,15 +327,25 @@ func (c *Client) UpsertNote(ctx context.Context, n Note) (note Note, created boo
 		return Note{}, false, err
 	}
 	if len(resp.Results) != 1 {
-		msg := "note upsert answered no result"
+		// A 207 names each input's error by category: a rate limit or HubSpot's own
+		// failure may pass on retry; a validation error will not. No result and no
+		// error is an answer we cannot read: tried again.
+		e := &platform.Error{Dependency: "hubspot", Status: http.StatusMultiStatus, Transient: true, Msg: "note upsert answered no result"}
 		if len(resp.Errors) > 0 {
-			msg = "note upsert: " + resp.Errors[0].Category + ": " + resp.Errors[0].Message
+			cat := resp.Errors[0].Category
+			e.Msg = "note upsert: " + cat + ": " + resp.Errors[0].Message
+			e.Transient = transientCategories[cat]
 		}
-		return Note{}, false, &platform.Error{Dependency: "hubspot", Msg: msg}
+		return Note{}, false, e
 	}
 	n.ID = resp.Results[0].ID
 	return n, resp.Results[0].New, nil
 }
+
+// transientCategories are the batch error categories that may pass on retry (the
+// error-handling guide names RATE_LIMITS; the others are assumed from HubSpot's
+// standard error categories).
+var transientCategories = map[string]bool{"RATE_LIMITS": true, "RATE_LIMIT": true, "INTERNAL_ERROR": true, "SERVICE_UNAVAILABLE": true, "TIMEOUT": true}
 
 // Associate gives note noteID the default association to contact contactID (v4,
 // note→contact). Associating twice leaves one association.

@@ -3,7 +3,9 @@ package hubspot_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -326,5 +328,40 @@ func TestCreateContactConflictNamesExisting(t *testing.T) {
 	got, err := c.GetContact(context.Background(), existing)
 	if err != nil || got.Properties["firstname"] != "Ada" {
 		t.Fatalf("get: %+v %v", got, err)
+	}
+}
+
+// Answers the sandbox does not give, from a server that gives only them: a 207 upsert
+// is tried again for a rate limit and not for a validation error; a property create
+// answered 409 whose property the read does not show (archived) is named, not retried
+// for ever.
+func TestAnswersBesideTheSandbox(t *testing.T) {
+	category := "RATE_LIMITS"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/crm/v3/objects/notes/batch/upsert":
+			w.WriteHeader(http.StatusMultiStatus)
+			fmt.Fprintf(w, `{"status":"COMPLETE","results":[],"errors":[{"status":"error","category":%q,"message":"m"}]}`, category)
+		case r.Method == http.MethodPost && r.URL.Path == "/crm/v3/properties/notes":
+			w.WriteHeader(http.StatusConflict)
+		case strings.HasPrefix(r.URL.Path, "/crm/v3/properties/notes/groups/"):
+			w.Write([]byte(`{"name":"exacto"}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	hs := hubspot.New(hubspot.Config{BaseURL: srv.URL, Token: "t"})
+	ctx := context.Background()
+	note := hubspot.Note{ContactID: "1", Body: "b", ExternalID: "ev_1"}
+	if _, _, err := hs.UpsertNote(ctx, note); !platform.IsTransient(err) || !strings.Contains(err.Error(), "RATE_LIMITS") {
+		t.Fatalf("207 with a rate limit: %v, want transient", err)
+	}
+	category = "VALIDATION_ERROR"
+	if _, _, err := hs.UpsertNote(ctx, note); err == nil || platform.IsTransient(err) {
+		t.Fatalf("207 with a validation error: %v, want permanent", err)
+	}
+	if err := hs.EnsureNoteProperty(ctx); !errors.Is(err, hubspot.ErrNoUniqueProperty) || !strings.Contains(err.Error(), "archived") {
+		t.Fatalf("409 for a property not shown: %v", err)
 	}
 }

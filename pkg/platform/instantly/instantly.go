@@ -103,6 +103,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	labels map[string]LeadLabel // custom labels found or made, by name
+	making sync.Mutex           // one EnsureLabel lists and makes at a time
 }
 
 // New returns a Client for cfg.
@@ -120,7 +121,8 @@ func New(cfg Config) *Client {
 		Limit:      cfg.Limit,
 	}
 	emails := h
-	emails.Limit = ratelimit.All(cfg.Limit, cfg.EmailLimit)
+	// A 429 of the listing is its own limit's (20 a minute): it holds that one only.
+	emails.Limit, emails.HoldLimit = ratelimit.All(cfg.Limit, cfg.EmailLimit), cfg.EmailLimit
 	return &Client{h: h, emails: emails, labels: map[string]LeadLabel{}}
 }
 
@@ -151,6 +153,10 @@ type Lead struct {
 	TimestampLastReply string `json:"timestamp_last_reply,omitempty"`
 	// SubsequenceID is the subsequence the lead is in, if any.
 	SubsequenceID string `json:"subsequence_id,omitempty"`
+	// TimestampLastInterestChange is when its interest value last changed (the v2
+	// lead schema's timestamp_last_interest_change): a subsequence it starts is
+	// entered by a background job some time after.
+	TimestampLastInterestChange string `json:"timestamp_last_interest_change,omitempty"`
 }
 
 // maxLeadPages bounds a campaign's lead listing (100 leads a page).
@@ -302,14 +308,56 @@ const maxLabelPages = 20
 
 // EnsureLabel returns the workspace's custom label named name of kind, creating it
 // when there is none. The answer is kept for the client's life: labels are few and
-// rarely change (ForgetLabel drops one Instantly no longer has).
+// rarely change (ForgetLabel drops one Instantly no longer has). One caller of the
+// client looks and makes at a time; two processes making it at once may both create
+// one (the reference documents no uniqueness), so after a create the list is read
+// again and every process settles on the same label: the least id of that name.
 func (c *Client) EnsureLabel(ctx context.Context, name, kind, description string) (LeadLabel, error) {
-	c.mu.Lock()
-	l, ok := c.labels[name]
-	c.mu.Unlock()
-	if ok {
+	if l, ok := c.keptLabel(name); ok {
 		return l, nil
 	}
+	c.making.Lock()
+	defer c.making.Unlock()
+	if l, ok := c.keptLabel(name); ok { // made while this caller waited
+		return l, nil
+	}
+	l, found, err := c.findLabel(ctx, name, kind)
+	if err != nil {
+		return LeadLabel{}, err
+	}
+	if !found {
+		req := map[string]string{"label": name, "interest_status_label": kind, "description": description}
+		err := c.h.Do(ctx, http.MethodPost, "/api/v2/lead-labels", nil, req, &l)
+		if err != nil && platform.StatusOf(err) != http.StatusConflict && platform.StatusOf(err) != http.StatusBadRequest {
+			return LeadLabel{}, err
+		}
+		// Made (by this call, or by another process: a refused create is read back).
+		made := l
+		if l, found, err = c.findLabel(ctx, name, kind); err != nil {
+			return LeadLabel{}, err
+		}
+		if !found {
+			if made.ID == "" {
+				return LeadLabel{}, errors.New("instantly: label " + strconv.Quote(name) + ": the create was refused and no such label is listed")
+			}
+			l = made // the listing has not caught up with the create
+		}
+	}
+	c.mu.Lock()
+	c.labels[name] = l
+	c.mu.Unlock()
+	return l, nil
+}
+
+func (c *Client) keptLabel(name string) (LeadLabel, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.labels[name]
+	return l, ok
+}
+
+// findLabel lists the labels named name of kind and returns the one with the least id.
+func (c *Client) findLabel(ctx context.Context, name, kind string) (LeadLabel, bool, error) {
 	all, err := listAll("lead label list", maxLabelPages, func(after string, page *listPage[LeadLabel]) error {
 		q := url.Values{"limit": {"100"}, "search": {name}, "interest_status": {kind}}
 		if after != "" {
@@ -318,25 +366,16 @@ func (c *Client) EnsureLabel(ctx context.Context, name, kind, description string
 		return c.h.Do(ctx, http.MethodGet, "/api/v2/lead-labels", q, nil, page)
 	})
 	if err != nil {
-		return LeadLabel{}, err
+		return LeadLabel{}, false, err
 	}
+	var best LeadLabel
 	found := false
 	for _, x := range all {
-		if x.Label == name && x.Kind == kind {
-			l, found = x, true
-			break
+		if x.Label == name && x.Kind == kind && (!found || x.ID < best.ID) {
+			best, found = x, true
 		}
 	}
-	if !found {
-		req := map[string]string{"label": name, "interest_status_label": kind, "description": description}
-		if err := c.h.Do(ctx, http.MethodPost, "/api/v2/lead-labels", nil, req, &l); err != nil {
-			return LeadLabel{}, err
-		}
-	}
-	c.mu.Lock()
-	c.labels[name] = l
-	c.mu.Unlock()
-	return l, nil
+	return best, found, nil
 }
 
 // ForgetLabel drops what the client kept of the label named name.

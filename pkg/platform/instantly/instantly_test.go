@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,8 +222,40 @@ func TestEnsureLabel(t *testing.T) {
 	}
 }
 
+// Many callers of one client make the label once; clients of several processes making
+// it at once (Instantly documents no uniqueness of names, and the sandbox keeps every
+// one made) all settle on the same label.
+func TestEnsureLabelConcurrently(t *testing.T) {
+	sb, _, _ := setup(t)
+	clients := make([]*instantly.Client, 3)
+	for i := range clients {
+		clients[i] = instantly.New(instantly.Config{BaseURL: sb.URL, APIKey: sandbox.InstantlyKey})
+	}
+	got := make([]instantly.LeadLabel, len(clients)*8)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() {
+			l, err := clients[i%len(clients)].EnsureLabel(context.Background(), "Stopped", instantly.KindNeutral, "")
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = l
+		})
+	}
+	wg.Wait()
+	for _, l := range got {
+		if l.ID == "" || l.ID != got[0].ID {
+			t.Fatalf("callers settled on different labels: %+v", got)
+		}
+	}
+	if n := len(sb.InstantlyLabels()); n > len(clients) {
+		t.Fatalf("%d labels made by %d clients", n, len(clients))
+	}
+}
+
 // A subsequence keyed on an interest value takes in a lead given that value (the bite
-// the stopper guards against); removing the lead takes it out before its first step.
+// the stopper guards against) — not at once: a background job does, after the value's
+// change, which the lead dates; removing the lead takes it out before its first step.
 func TestSubsequences(t *testing.T) {
 	sb, c, id := setup(t)
 	ctx := context.Background()
@@ -231,12 +264,19 @@ func TestSubsequences(t *testing.T) {
 	if err != nil || len(subs) != 1 || !subs[0].StartsOn(instantly.Interested) || subs[0].StartsOn(instantly.MeetingBooked) {
 		t.Fatalf("subsequences %+v %v", subs, err)
 	}
+	given := time.Now()
 	if err := c.SetInterest(ctx, campaign, "lead@example.com", ptr(instantly.Interested)); err != nil {
 		t.Fatal(err)
 	}
 	l, _ := c.GetLead(ctx, id)
+	changed, err := time.Parse(time.RFC3339Nano, l.TimestampLastInterestChange)
+	if l.SubsequenceID != "" || err != nil || changed.Before(given.Add(-time.Second)) {
+		t.Fatalf("lead just given Interested: %+v (%v), want no subsequence yet and the change dated", l, err)
+	}
+	time.Sleep(sandbox.DefaultInstantlyJobDelay + 50*time.Millisecond)
+	l, _ = c.GetLead(ctx, id)
 	if l.SubsequenceID != sub || l.Stopped() {
-		t.Fatalf("lead given Interested: %+v, want active in subsequence %s", l, sub)
+		t.Fatalf("lead given Interested, after the job: %+v, want active in subsequence %s", l, sub)
 	}
 	if l, err = c.RemoveFromSubsequence(ctx, id); err != nil || l.SubsequenceID != "" || !l.Stopped() {
 		t.Fatalf("removed: %+v %v", l, err)

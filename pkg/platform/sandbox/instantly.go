@@ -55,6 +55,12 @@ type InstantlyLead struct {
 	// SubsequenceID is the subsequence the lead is in, since SubsequenceSince.
 	SubsequenceID    string    `json:"subsequence_id,omitempty"`
 	SubsequenceSince time.Time `json:"-"`
+	// TimestampLastInterestChange is when its interest value last changed (RFC 3339).
+	TimestampLastInterestChange string `json:"timestamp_last_interest_change,omitempty"`
+	// enrolIn is the subsequence Instantly's background job will put the lead in at
+	// enrolAt: the value that starts it was given, the job has not run yet.
+	enrolIn string
+	enrolAt time.Time
 }
 
 // InstantlyStop is one accepted update-interest-status call.
@@ -133,9 +139,24 @@ type instantlyState struct {
 	// labelsKeepActive makes an interest status leave an active lead active: the v2
 	// reference does not say a status completes the sequence (only v1 does).
 	labelsKeepActive bool
+	// jobDelay is how long after an interest value is given the background job that
+	// enrols the lead in a subsequence starting on it runs.
+	jobDelay time.Duration
 }
 
-func (st *instantlyState) init() {}
+func (st *instantlyState) init() { st.jobDelay = DefaultInstantlyJobDelay }
+
+// DefaultInstantlyJobDelay is how long the sandbox's Instantly takes to run the
+// background job that enrols a lead in a subsequence after its interest value changed
+// (the reference says the update is a background job, not how long it takes).
+const DefaultInstantlyJobDelay = 300 * time.Millisecond
+
+// SetInstantlyJobDelay sets how long the enrolment job takes (0: at once).
+func (s *Server) SetInstantlyJobDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inst.jobDelay = d
+}
 
 func (st *instantlyState) id() string {
 	st.nextID++
@@ -320,8 +341,15 @@ func (s *Server) InstantlySubsequenceSends() []string {
 	return slices.Clone(s.inst.subsequenceSends)
 }
 
-// sendSubsequences sends the first step of every subsequence whose delay has passed.
+// sendSubsequences runs the enrolment jobs that are due, then sends the first step of
+// every subsequence whose delay has passed.
 func (st *instantlyState) sendSubsequences(now time.Time) {
+	for _, l := range st.leads {
+		if l.enrolIn != "" && !now.Before(l.enrolAt) {
+			l.SubsequenceID, l.SubsequenceSince, l.Status = l.enrolIn, l.enrolAt, InstantlyActive
+			l.enrolIn, l.enrolAt = "", time.Time{}
+		}
+	}
 	for _, l := range st.leads {
 		if l.SubsequenceID == "" {
 			continue
@@ -424,7 +452,8 @@ func (st *instantlyState) knownInterest(v int) bool {
 // of the address) gets the value; an active lead's sequence is completed (the v1
 // reference's behaviour, assumed for v2; SetInstantlyLabelsKeepActive turns it off);
 // and a lead given a value an active subsequence of its campaign starts on enters that
-// subsequence — active again, to be sent its steps.
+// subsequence — active again, to be sent its steps — when the background job runs,
+// the job delay later (its timestamp_last_interest_change says when the value changed).
 func (s *Server) inInterest(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		LeadEmail     string `json:"lead_email"`
@@ -452,6 +481,8 @@ func (s *Server) inInterest(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		l.InterestStatus = req.InterestValue
+		l.TimestampLastInterestChange = now.UTC().Format(time.RFC3339Nano)
+		l.enrolIn, l.enrolAt = "", time.Time{}
 		if req.InterestValue == nil {
 			continue
 		}
@@ -460,7 +491,7 @@ func (s *Server) inInterest(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, sub := range s.inst.subsequences {
 			if sub.ParentCampaign == l.Campaign && sub.Status == 1 && slices.Contains(sub.Conditions.CRMStatus, *req.InterestValue) {
-				l.SubsequenceID, l.SubsequenceSince, l.Status = sub.ID, now, InstantlyActive
+				l.enrolIn, l.enrolAt = sub.ID, now.Add(s.inst.jobDelay)
 			}
 		}
 	}

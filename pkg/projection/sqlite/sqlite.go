@@ -408,7 +408,7 @@ func (w *writer) contacts(ctx context.Context, st projection.Store) error {
 		}
 		campaigns := slices.Sorted(maps.Keys(c.Campaigns))
 		if _, err := w.contact.ExecContext(ctx, c.Tenant, c.ContactID, c.AccountID, string(v.Status), v.StatusEvent, when(v.Since),
-			list(c.Keys), list(emails), list(phones), list(campaigns), flag(v.Replied), flag(v.Bounced), v.SoftBounces,
+			list(c.Keys), list(emails), list(phones), list(campaigns), flag(c.Replied()), flag(v.Bounced), v.SoftBounces,
 			flag(v.Unsubscribed), flag(v.Suppressed), flag(v.MeetingBooked), flag(v.Opportunity), v.AutoReplies, v.LeadStatus,
 			len(v.Discrepancies), len(v.Undecided), string(value)); err != nil {
 			return err

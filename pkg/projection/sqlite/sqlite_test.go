@@ -160,6 +160,14 @@ func TestTablesAnswerAsTheReader(t *testing.T) {
 	if n := query[int](t, db, `SELECT replies FROM campaigns WHERE campaign = 'camp-1'`); n != 1 {
 		t.Fatalf("camp-1 replies %d", n)
 	}
+	// A reply is a campaign's fact; the contact who sent it replied all the same.
+	lead3 := contact(t, r, "lead3@northwind.example")
+	if n := query[int](t, db, `SELECT replied FROM contacts WHERE contact_id = ?`, lead3.ContactID); n != 1 || lead3.View().Replied {
+		t.Fatalf("contacts.replied of lead3 %d (its contact-level view says %v)", n, lead3.View().Replied)
+	}
+	if n := query[int](t, db, `SELECT count(*) FROM contacts WHERE replied = 1`); n != 1 {
+		t.Fatalf("%d contacts replied, want 1", n)
+	}
 
 	// The follow-up after the unsubscribe, listed with SQL.
 	lead1 := contact(t, r, "lead1@northwind.example")

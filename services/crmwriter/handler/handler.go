@@ -92,6 +92,7 @@ type Written struct {
 	// found by its key (the reply's own Written named the contact).
 	ContactID string
 	NoteID    string
+	Phone     string // the contact's phone as HubSpot holds it, "" for none
 	Owner     string // the note's hubspot_owner_id, "" for none
 	Created   bool   // this attempt created the note (false: it was there, or was updated)
 }
@@ -109,10 +110,16 @@ type Options struct {
 	// found again and OnWritten called again, so it must be idempotent.
 	OnWritten func(ctx context.Context, env envelope.Envelope, w Written) error
 	// Known, if set, gives the HubSpot contact id already recorded for tenant's contact
-	// with email ("" if none): the contact is then read by its id, and searched by
-	// e-mail only when it has none (or HubSpot no longer has it).
+	// with email ("" if none): the contact is then read by its id, and by e-mail only
+	// when it has none (or HubSpot no longer has it).
 	Known func(ctx context.Context, tenant, email string) (string, error)
-	Log   *slog.Logger
+	// Linked, if set, gives the contact tenant's directory links to HubSpot contact id
+	// (ok false: none); Publish stores a derived event. With both, the crmwriter puts
+	// on the stream what HubSpot told it of who a contact is (contact.identified,
+	// identify.go), once: the projector resolves contacts from the stream alone.
+	Linked  func(ctx context.Context, tenant, hubspotID string) (rec contacts.Record, ok bool, err error)
+	Publish func(ctx context.Context, env envelope.Envelope) error
+	Log     *slog.Logger
 }
 
 type writer struct{ o Options }
@@ -135,6 +142,10 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
+	d, err := consumer.NewDeriver(ctx, env.Conn.JS)
+	if err != nil {
+		return err
+	}
 	if err := EnsureProperty(ctx, env.Config.TenantIDs(), func(tenant string) *hubspot.Client {
 		c, _ := env.Platforms.For(tenant)
 		return c.HubSpot
@@ -150,10 +161,11 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 			c, ok := env.Platforms.For(tenant)
 			return c.HubSpot, ok && c.HubSpot != nil
 		},
-		Route:     env.Config.CRMOwner,
-		OnWritten: Record(dir),
-		Known:     Known(dir),
-		Log:       env.Log,
+		Route:   env.Config.CRMOwner,
+		Known:   Known(dir),
+		Linked:  Linked(dir),
+		Publish: d.Publish,
+		Log:     env.Log,
 	})
 	// Two workers: each event makes up to five requests, two of them searches, and
 	// HubSpot's search endpoints have a tight per-second limit of their own.
@@ -200,8 +212,8 @@ func EnsureProperty(ctx context.Context, tenants []string, client func(tenant st
 	return nil
 }
 
-// Known finds the HubSpot contact id dir has for a contact's e-mail: the latest
-// recorded.
+// Known finds the HubSpot contact id dir has for a contact's e-mail (the greatest, when
+// one person has two HubSpot contacts: the reconciler reports those).
 func Known(dir *contacts.Directory) func(ctx context.Context, tenant, email string) (string, error) {
 	return func(ctx context.Context, tenant, email string) (string, error) {
 		rec, ok, err := dir.Find(ctx, tenant, "email", email)
@@ -215,27 +227,6 @@ func Known(dir *contacts.Directory) func(ctx context.Context, tenant, email stri
 			}
 		}
 		return "", nil
-	}
-}
-
-// Record keeps what HubSpot has of a contact in dir: its CRM contact id and each
-// activity written for it. Recording the same again changes nothing.
-func Record(dir *contacts.Directory) func(ctx context.Context, env envelope.Envelope, w Written) error {
-	return func(ctx context.Context, env envelope.Envelope, w Written) error {
-		seen := contacts.Seen{External: map[string]string{contacts.CRMActivityID: "hubspot:" + w.NoteID}}
-		if c := env.Data.Contact; c != nil {
-			seen.Email, seen.Phone = c.Email, c.Phone
-		}
-		if m := env.Data.Meeting; m != nil && seen.Email == "" {
-			seen.Email = m.Invitee
-		}
-		if w.ContactID != "" {
-			seen.External[contacts.CRMContactID] = "hubspot:" + w.ContactID
-		}
-		if _, err := dir.Record(ctx, env.Tenant, seen); err != nil {
-			return retry.Transiently("contacts", err)
-		}
-		return nil
 	}
 }
 
@@ -256,6 +247,8 @@ func (w *writer) handle(ctx context.Context, ev consumer.Event) error {
 		res, err = w.classified(ctx, ev, hs)
 	case envelope.TypeMeetingBooked, envelope.TypeOpportunityCreated:
 		res, err = w.activity(ctx, ev, hs)
+	case envelope.TypeContactUpdated, envelope.TypeLeadStatusChanged, envelope.TypeLeadUnsubscribed:
+		return w.identify(ctx, ev, hs) // HubSpot's own events of a contact named by its id
 	default:
 		w.o.Log.Warn("crmwriter: event type not written to the CRM", "id", env.ID, "type", env.Type)
 		return nil
@@ -266,6 +259,9 @@ func (w *writer) handle(ctx context.Context, ev consumer.Event) error {
 	w.o.Log.InfoContext(ctx, "crm activity written", "id", env.ID, "type", env.Type, "tenant", env.Tenant,
 		"hubspot_contact_id", res.ContactID, "hubspot_note_id", res.NoteID, "external_id", res.ExternalID,
 		"owner", res.Owner, "created", res.Created, "resumed", ev.Resumed, "attempt", ev.Attempt)
+	if err := w.link(ctx, env, res.ContactID, "", res.Phone); err != nil {
+		return fmt.Errorf("after writing note %s: %w", res.NoteID, err)
+	}
 	if w.o.OnWritten != nil {
 		if err := w.o.OnWritten(ctx, env, res); err != nil {
 			return fmt.Errorf("after writing note %s: %w", res.NoteID, err)
@@ -295,8 +291,10 @@ func (w *writer) reply(ctx context.Context, ev consumer.Event, hs *hubspot.Clien
 		m.Text = text // the reply as its source holds it, not as the webhook claims
 		env.Data.Message = &m
 	}
-	return w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: replyBody(env),
+	res, err := w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: replyBody(env),
 		Timestamp: eventTime(env), OwnerID: owner, ExternalID: env.ID})
+	res.Phone = contact.Properties["phone"]
+	return res, err
 }
 
 func (w *writer) classified(ctx context.Context, ev consumer.Event, hs *hubspot.Client) (Written, error) {
@@ -372,8 +370,10 @@ func (w *writer) activity(ctx context.Context, ev consumer.Event, hs *hubspot.Cl
 	if err != nil {
 		return Written{}, err
 	}
-	return w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: activityBody(env),
+	res, err := w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: activityBody(env),
 		Timestamp: eventTime(env), OwnerID: owner, ExternalID: env.ID})
+	res.Phone = contact.Properties["phone"]
+	return res, err
 }
 
 // ensureNote is hubspot.EnsureNote with each request made through ev.Call: read the

@@ -649,39 +649,85 @@ func TestBodies(t *testing.T) {
 	}
 }
 
-// Record keeps HubSpot's contact id and every activity on the contact's directory
-// entry; the classification's update adds nothing new, and a repeat changes nothing.
-func TestRecordKeepsCRMIDs(t *testing.T) {
+// What HubSpot tells of who a contact is goes on the stream, once: a reply's note names
+// the contact it was written on (e-mail ↔ HubSpot id); an id-only HubSpot event is
+// asked of HubSpot (its e-mail and phone). Once the directory links them, nothing more
+// is published; Known reads the id back by any spelling of the e-mail.
+func TestLinksWhatHubSpotKnows(t *testing.T) {
 	ctx := context.Background()
 	conn := brokertest.Start(t, "")
 	dir, err := contacts.Open(ctx, conn.JS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := Record(dir)
+	sb := sandbox.Start(t)
+	hs := hubspot.New(hubspot.Config{BaseURL: sb.URL, Token: sandbox.HubSpotToken})
+	notePropertyMade(t, hs)
+	var published []envelope.Envelope
+	h := New(Options{
+		HubSpot: func(string) (*hubspot.Client, bool) { return hs, true },
+		Known:   Known(dir), Linked: Linked(dir),
+		Publish: func(_ context.Context, env envelope.Envelope) error {
+			published = append(published, env)
+			// The projector records the link from the stream.
+			_, err := dir.Record(ctx, env.Tenant, contacts.Seen{Email: env.Data.Contact.Email, Phone: env.Data.Contact.Phone,
+				External: map[string]string{contacts.CRMContactID: "hubspot:" + env.Data.Contact.ExternalID}})
+			return err
+		},
+	})
 	r := reply(7, "Ada@Example.com")
 	for range 2 {
-		if err := rec(ctx, r, Written{EventID: r.ID, ExternalID: r.ID, ContactID: "501", NoteID: "9001", Created: true}); err != nil {
+		if err := h(ctx, consumer.Event{Envelope: r}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cl := classified(r, "interested")
-	if err := rec(ctx, cl, Written{EventID: cl.ID, ExternalID: r.ID, NoteID: "9001"}); err != nil {
+	contact := sb.Contacts()[0].ID
+	if len(published) != 1 {
+		t.Fatalf("%d contact.identified for one reply handled twice", len(published))
+	}
+	id := published[0]
+	if id.Type != envelope.TypeContactIdentified || id.Provider != "hubspot" || id.Data.Cause != r.ID ||
+		id.Data.Contact.ExternalID != contact || id.Data.Contact.Email != "ada@example.com" || !envelope.Complete(id.Type, id.Data) {
+		t.Fatalf("contact.identified: %+v %+v", id, id.Data.Contact)
+	}
+	if got, err := Known(dir)(ctx, "acme", " ADA@example.com"); err != nil || got != contact {
+		t.Fatalf("known: %q %v", got, err)
+	}
+	if got, err := Known(dir)(ctx, "acme", "nobody@example.com"); err != nil || got != "" {
+		t.Fatalf("known for a stranger: %q %v", got, err)
+	}
+
+	// HubSpot's webhook of a contact it knows by id alone: asked once, linked once.
+	grace := sb.AddContact("grace@example.com", map[string]string{"phone": "+1 555 0100"})
+	upd := envelope.Envelope{ID: "ev_hs_1", Tenant: "acme", Provider: "hubspot", Type: envelope.TypeContactUpdated,
+		Data: envelope.Data{Contact: &envelope.Contact{ExternalID: grace}, Property: &envelope.Property{Name: "lifecyclestage", Value: "lead"}}}
+	for range 2 {
+		if err := h(ctx, consumer.Event{Envelope: upd}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(published) != 2 || published[1].Data.Contact.Email != "grace@example.com" || published[1].Data.Contact.Phone != "+1 555 0100" ||
+		published[1].Data.Contact.ExternalID != grace {
+		t.Fatalf("published %+v", published)
+	}
+	// The reply's contact read by e-mail, then (linked) by its id; grace by id once.
+	if n := sb.Requests(sandbox.RouteHubSpotContactGet); n != 3 {
+		t.Fatalf("%d contact reads, want 3", n)
+	}
+	// An id HubSpot no longer has: nothing to link, no error.
+	gone := upd
+	gone.ID, gone.Data.Contact = "ev_hs_2", &envelope.Contact{ExternalID: "424242"}
+	if err := h(ctx, consumer.Event{Envelope: gone}); err != nil || len(published) != 2 {
+		t.Fatalf("a deleted contact: %v, %d published", err, len(published))
+	}
+	// A reply from a contact HubSpot holds with a phone links the phone too, so the same
+	// person writing on WhatsApp is the same contact.
+	lin := sb.AddContact("lin@example.com", map[string]string{"phone": "+1 (555) 0199"})
+	if err := h(ctx, consumer.Event{Envelope: reply(8, "lin@example.com")}); err != nil {
 		t.Fatal(err)
 	}
-	got, ok, err := dir.Find(ctx, "acme", contacts.CRMContactID, "hubspot:501")
-	if err != nil || !ok {
-		t.Fatalf("find by the CRM id: %v %v", ok, err)
-	}
-	if len(got.Emails) != 1 || got.Emails[0] != "ada@example.com" || len(got.External[contacts.CRMActivityID]) != 1 || got.External[contacts.CRMActivityID][0] != "hubspot:9001" {
-		t.Fatalf("directory entry %+v", got)
-	}
-	// Known reads it back for the next event of the contact, by any spelling of its e-mail.
-	if id, err := Known(dir)(ctx, "acme", " ADA@example.com"); err != nil || id != "501" {
-		t.Fatalf("known: %q %v", id, err)
-	}
-	if id, err := Known(dir)(ctx, "acme", "nobody@example.com"); err != nil || id != "" {
-		t.Fatalf("known for a stranger: %q %v", id, err)
+	if len(published) != 3 || published[2].Data.Contact.Phone != "+1 (555) 0199" || published[2].Data.Contact.ExternalID != lin {
+		t.Fatalf("the reply of a contact with a phone published %+v", published[len(published)-1].Data.Contact)
 	}
 }
 

@@ -35,6 +35,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -48,7 +49,6 @@ import (
 
 	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
-	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/retry"
@@ -169,18 +169,17 @@ type stop struct {
 type handler struct {
 	d         *consumer.Deriver
 	platforms Platforms
-	dir       *contacts.Directory
 	log       *slog.Logger
 	campaigns campaigns // Instantly campaigns' stop settings, read once a while
 }
 
-// New returns the stopper's handler. dir, if not nil, records the ids the platforms
-// confirmed (lead, campaign, message) on the contact.
-func New(d *consumer.Deriver, platforms Platforms, dir *contacts.Directory, log *slog.Logger) consumer.Handler {
+// New returns the stopper's handler. The lead id the platform confirmed rides on the
+// sequence.stopped it publishes: the projector links it to the contact from there.
+func New(d *consumer.Deriver, platforms Platforms, log *slog.Logger) consumer.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return (&handler{d: d, platforms: platforms, dir: dir, log: log}).handle
+	return (&handler{d: d, platforms: platforms, log: log}).handle
 }
 
 func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
@@ -202,7 +201,8 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 		return retry.Permanently(stream.Stopper, fmt.Errorf("tenant %q is not configured", env.Tenant))
 	}
 	stops := map[string]stop{}
-	for _, p := range SendingPlatforms(env) {
+	var errs []error
+	for _, p := range SendingPlatforms(env) { // each on every attempt: one down holds no other
 		var s stop
 		var err error
 		switch p {
@@ -211,20 +211,21 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 		case Smartlead:
 			s, err = h.smartlead(ctx, ev, clients.Smartlead)
 		}
-		if err != nil {
-			return err
-		}
-		if !s.found && p == env.Provider {
+		if err == nil && !s.found && p == env.Provider {
 			where := ""
 			if c := campaignID(env); c != "" {
 				where = " in campaign " + c
 			}
-			return retry.Permanently(p, fmt.Errorf("lead %s confirmed absent at %s%s: the event's lead does not exist there",
+			err = retry.Permanently(p, fmt.Errorf("lead %s confirmed absent at %s%s: the event's lead does not exist there",
 				contactName(env), p, where))
 		}
+		errs = append(errs, err)
 		if s.found {
 			stops[p] = s
 		}
+	}
+	if err := combine(errs...); err != nil {
+		return err
 	}
 	if len(stops) == 0 {
 		h.log.Info("nothing to stop", "id", env.ID, "type", env.Type, "provider", env.Provider,
@@ -249,40 +250,11 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 		c.ExternalID = s.leadID
 		data.Contact = &c
 	}
-	if err := h.record(ctx, env, stops); err != nil {
-		return err
-	}
 	h.log.InfoContext(ctx, "sequence stopped", "id", env.ID, "cause", cause, "status", status, "platforms", slices.Sorted(maps.Keys(stops)))
 	class, within := ev.SLO()
 	sequencesStopped.Add(ctx, 1, ev.MetricAttrs(attribute.String("cause", cause), attribute.String("status", status),
 		attribute.String("slo_class", class), attribute.Bool("within_slo", within)))
 	return h.d.Publish(ctx, envelope.Derive(env, stream.Stopper, envelope.TypeSequenceStopped, data, time.Now()))
-}
-
-// record keeps the ids the platforms confirmed on the contact: each platform's lead,
-// and the event's campaign and message.
-func (h *handler) record(ctx context.Context, env envelope.Envelope, stops map[string]stop) error {
-	if h.dir == nil {
-		return nil
-	}
-	for _, p := range slices.Sorted(maps.Keys(stops)) {
-		seen := contacts.Seen{Email: email(env), External: map[string]string{}}
-		if id := stops[p].leadID; id != "" {
-			seen.External[contacts.SendingPlatformContactID] = p + ":" + id
-		}
-		if p == env.Provider {
-			if c := campaignID(env); c != "" {
-				seen.External[contacts.CampaignID] = p + ":" + c
-			}
-			if m := env.Data.Message; m != nil && m.ID != "" {
-				seen.External[contacts.MessageID] = m.ID
-			}
-		}
-		if _, err := h.dir.Record(ctx, env.Tenant, seen); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func contactName(env envelope.Envelope) string {
@@ -301,10 +273,6 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	dir, err := contacts.Open(ctx, env.Conn.JS)
-	if err != nil {
-		return err
-	}
 	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
 	if err != nil {
 		return err
@@ -317,7 +285,7 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	// 8 at once: a stop is the most urgent effect, each one a chain of round trips
 	// (lease, guard, read, write, read back, record, derive), and events of one contact
 	// still run one at a time.
-	h := gate.Wrap(Acts, New(d, env.Platforms.For, dir, env.Log))
+	h := gate.Wrap(Acts, New(d, env.Platforms.For, env.Log))
 	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: h, Dependencies: Dependencies, Workers: 8})
 }
 
@@ -329,4 +297,27 @@ func Acts(env envelope.Envelope) bool {
 	}
 	cause, _ := Cause(env)
 	return cause != ""
+}
+
+// combine is the error of several independent effects of one event (nil when none
+// failed): transient when any is (the event is tried again, and what succeeded is
+// found done), else the first permanent one; the message names every failure.
+func combine(errs ...error) error {
+	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	pick := retry.Of(errs[0])
+	for _, err := range errs {
+		if e := retry.Of(err); e.Class == retry.Transient {
+			pick = e
+			break
+		}
+	}
+	e := *pick
+	e.Err = errors.Join(errs...)
+	return &e
 }

@@ -14,7 +14,6 @@ import (
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/consumer"
-	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/accounts"
@@ -38,7 +37,6 @@ type rig struct {
 	sb      *sandbox.Server
 	handle  consumer.Handler
 	clients accounts.Clients
-	dir     *contacts.Directory
 }
 
 func newRig(t *testing.T) *rig {
@@ -53,12 +51,8 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := contacts.Open(context.Background(), conn.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
 	platforms := func(tn string) (accounts.Clients, bool) { return clients, tn == tenant }
-	return &rig{t: t, conn: conn, sb: sb, clients: clients, dir: dir, handle: New(d, platforms, dir, nil)}
+	return &rig{t: t, conn: conn, sb: sb, clients: clients, handle: New(d, platforms, nil)}
 }
 
 // run starts the stopper's consumer with the production subscription, its backoff
@@ -316,11 +310,6 @@ func TestInstantlyReplyStopsOnce(t *testing.T) {
 	if s.Data.Cause != env.ID || s.Data.Status != StatusStopped || s.Provider != Instantly || s.Data.Contact.ExternalID != id ||
 		s.Data.Campaign == nil || s.Data.Campaign.ID != instCampaign {
 		t.Fatalf("sequence.stopped: %+v %+v", s, s.Data)
-	}
-	// The contact's directory entry has the lead and campaign Instantly confirmed.
-	rec, ok, err := r.dir.Find(context.Background(), tenant, contacts.SendingPlatformContactID, "instantly:"+id)
-	if err != nil || !ok || len(rec.Emails) != 1 || rec.External[contacts.CampaignID][0] != "instantly:"+instCampaign {
-		t.Fatalf("directory: %+v %v %v", rec, ok, err)
 	}
 }
 
@@ -623,15 +612,21 @@ func TestStopOnReplyCampaignOnlyConfirmed(t *testing.T) {
 
 // A classified reply raises the lead's label: interested to Interested, a meeting
 // request to Meeting Booked; never lower (Meeting Booked stays), never for a negative
-// label; and a subsequence keyed on the value is left before it sends anything.
+// label, never over a person's negative value (Out of Office is raised); and a
+// subsequence keyed on the value, entered by Instantly's background job a moment after
+// the value, is left before it sends anything.
 func TestClassifiedRaisesTheLabel(t *testing.T) {
 	r := newRig(t)
 	ana := r.sb.AddInstantlyLead(instCampaign, "ana@example.com")
 	ben := r.sb.AddInstantlyLead(instCampaign, "ben@example.com")
 	cai := r.sb.AddInstantlyLead(instCampaign, "cai@example.com")
 	dov := r.sb.AddInstantlyLead(instCampaign, "dov@example.com")
-	booked := instantly.MeetingBooked
+	eva := r.sb.AddInstantlyLead(instCampaign, "eva@example.com")
+	fay := r.sb.AddInstantlyLead(instCampaign, "fay@example.com")
+	booked, notInterested, away := instantly.MeetingBooked, instantly.NotInterested, instantly.OutOfOffice
 	r.sb.UpdateInstantlyLead(cai, func(l *sandbox.InstantlyLead) { l.InterestStatus = &booked })
+	r.sb.UpdateInstantlyLead(eva, func(l *sandbox.InstantlyLead) { l.InterestStatus = &notInterested }) // a person's decision
+	r.sb.UpdateInstantlyLead(fay, func(l *sandbox.InstantlyLead) { l.InterestStatus = &away })
 	r.sb.AddInstantlySubsequence(instCampaign, 300*time.Millisecond, instantly.Interested)
 	r.run()
 	cls := func(addr, label string) envelope.Envelope {
@@ -640,26 +635,34 @@ func TestClassifiedRaisesTheLabel(t *testing.T) {
 			envelope.Data{Classification: &envelope.Classification{Label: label, Confidence: 0.9}}, time.Now())
 	}
 	events := []envelope.Envelope{cls("ana@example.com", "interested"), cls("ben@example.com", "meeting_request"),
-		cls("cai@example.com", "interested"), cls("dov@example.com", "not_interested")}
+		cls("cai@example.com", "interested"), cls("dov@example.com", "not_interested"),
+		cls("eva@example.com", "interested"), cls("fay@example.com", "interested")}
 	for _, e := range events {
 		r.publish(e, "")
 	}
 	for _, e := range events {
 		r.waitStatus(e.ID, guard.Completed)
 	}
-	want := map[string]*int{ana: ptr(instantly.Interested), ben: ptr(instantly.MeetingBooked), cai: ptr(instantly.MeetingBooked), dov: nil}
+	want := map[string]*int{ana: ptr(instantly.Interested), ben: ptr(instantly.MeetingBooked), cai: ptr(instantly.MeetingBooked), dov: nil,
+		eva: ptr(instantly.NotInterested), fay: ptr(instantly.Interested)}
 	for id, v := range want {
 		l, _ := r.sb.InstantlyLeadState(id)
 		if (v == nil) != (l.InterestStatus == nil) || (v != nil && *v != *l.InterestStatus) || l.SubsequenceID != "" {
 			t.Errorf("lead %s (%s): %+v, want interest %v and no subsequence", id, l.Email, l, deref(v))
 		}
 	}
-	time.Sleep(400 * time.Millisecond) // past the subsequence's first step
+	// Past the enrolment job and the subsequence's first step after it.
+	time.Sleep(sandbox.DefaultInstantlyJobDelay + 500*time.Millisecond)
 	if sends := r.sb.InstantlySubsequenceSends(); len(sends) != 0 {
 		t.Fatalf("subsequence steps sent to %v", sends)
 	}
-	if n := r.sb.Requests(sandbox.RouteInstantlySubseqRemove); n != 1 {
-		t.Fatalf("%d removals from a subsequence, want 1 (Interested starts it)", n)
+	for id := range want {
+		if l, _ := r.sb.InstantlyLeadState(id); l.SubsequenceID != "" {
+			t.Fatalf("lead %s is in subsequence %s", l.Email, l.SubsequenceID)
+		}
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlySubseqRemove); n != 2 {
+		t.Fatalf("%d removals from a subsequence, want 2 (Interested starts it: ana, fay)", n)
 	}
 }
 
@@ -673,9 +676,11 @@ func deref(p *int) any {
 }
 
 // When Instantly accepts the stop but keeps the lead active (the v2 reference never
-// says a status completes a sequence), the stopper gives up after confirmAttempts with
-// a dead letter that says so, instead of retrying for ever.
+// says a status completes a sequence), the stopper gives up after ConfirmWait with a
+// dead letter that says so, instead of retrying for ever.
 func TestUnconfirmedStopIsBounded(t *testing.T) {
+	defer func(w time.Duration) { ConfirmWait = w }(ConfirmWait)
+	ConfirmWait = 400 * time.Millisecond
 	r := newRig(t)
 	r.sb.SetInstantlyLabelsKeepActive(true)
 	r.sb.AddInstantlyLead(instCampaign, "eli@example.com")
@@ -684,11 +689,12 @@ func TestUnconfirmedStopIsBounded(t *testing.T) {
 	r.publish(env, "")
 	r.waitStatus(env.ID, guard.DeadLetter)
 	dls := r.deadLetters()
-	if len(dls) != 1 || dls[0].Attempts != confirmAttempts || !strings.Contains(dls[0].Error, "still shows the lead active") {
-		t.Fatalf("dead letters: %+v", dls)
+	sub, _ := stream.SubscriptionOf(stream.Stopper)
+	if len(dls) != 1 || dls[0].Attempts >= sub.MaxDeliver || !strings.Contains(dls[0].Error, "still shows the lead active") {
+		t.Fatalf("dead letters: %+v (given up by time, before attempt %d)", dls, sub.MaxDeliver)
 	}
-	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != confirmAttempts-1 {
-		t.Fatalf("%d interest writes, want %d", n, confirmAttempts-1)
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != dls[0].Attempts-1 {
+		t.Fatalf("%d interest writes in %d attempts, want one per attempt before the last", n, dls[0].Attempts)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,14 +38,29 @@ const (
 	stopDescription = "Exacto stopped this lead's sequence (a reply, an unsubscribe, a bounce or a complaint). Neutral: the reply's classification, or a person, sets Interested or another status."
 )
 
-// Bounds on waiting for Instantly (the stopper's backoff doubles from a second):
-// ownStopAttempts for a campaign that stops replies itself to show it (a few seconds),
-// after which Exacto stops the lead; confirmAttempts for a stop or a label Exacto gave
-// to show (about two minutes), after which the event is a dead letter that says so.
-const (
-	ownStopAttempts = 4
-	confirmAttempts = 8
+// Bounds on waiting for Instantly, in time (the stopper's backoff doubles from a
+// second, so each is a few reads), and never past the consumer's last attempt:
+//   - OwnStopWait: a campaign that stops replies itself is given this long from the
+//     reply's receipt to show the lead stopped; then Exacto stops it.
+//   - ConfirmWait: a stop or a label Exacto gave is read back for this long from the
+//     event's first attempt; then the event is a dead letter that says so.
+//   - SubsequenceSettle: Instantly enrols a lead in a subsequence in a background job
+//     after its interest value changes; a lead whose value starts a subsequence of its
+//     campaign is read again until this long after that change (its
+//     timestamp_last_interest_change), and taken out of the subsequence if it entered.
+//
+// They are variables for tests only.
+var (
+	OwnStopWait       = 15 * time.Second
+	ConfirmWait       = 3 * time.Minute
+	SubsequenceSettle = 30 * time.Second
 )
+
+// givenUp reports whether waiting for Instantly to show what it accepted has lasted
+// long enough for ev.
+func givenUp(ev consumer.Event) bool {
+	return ev.Last || (!ev.FirstAttempt.IsZero() && time.Since(ev.FirstAttempt) >= ConfirmWait)
+}
 
 // errNotYetStopped: the platform accepted the stop but does not show it yet (Instantly
 // runs it as a background job). The next attempt reads again before writing.
@@ -118,49 +134,58 @@ func (h *handler) instantly(ctx context.Context, ev consumer.Event, c *instantly
 	if len(leads) == 1 {
 		s.leadID = leads[0].ID
 	}
-	for _, l := range leads {
+	var errs []error
+	for _, l := range leads { // every lead on each attempt: one slow lead holds no other
 		wrote, err := h.stopLead(ctx, ev, c, l, cause)
 		s.wrote = s.wrote || wrote
-		if err != nil {
-			return s, err
-		}
+		errs = append(errs, err)
 	}
-	return s, nil
+	return s, combine(errs...)
 }
 
-// stopLead stops one lead: nothing if it is stopped; only a confirmation, for a while,
-// where the campaign stops replies itself; else the lead's own interest value or
-// StopLabel, given again on each attempt until Instantly shows the lead stopped (the
-// same value twice is harmless), and at most confirmAttempts times.
+// stopLead stops one lead: nothing if it is stopped (but out of any subsequence, once
+// settled); only a confirmation, for a while, where the campaign stops replies itself;
+// else the lead's own interest value or StopLabel, given again on each attempt until
+// Instantly shows the lead stopped (the same value twice is harmless), until givenUp.
 func (h *handler) stopLead(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead, cause string) (wrote bool, err error) {
-	if l.Stopped() && l.SubsequenceID == "" {
-		return false, nil
+	if l.Stopped() {
+		if l.SubsequenceID != "" { // stopped, but a subsequence is sending to it
+			if err := h.leaveSubsequence(ctx, ev, c, l); err != nil {
+				return true, err
+			}
+			wrote = true
+		}
+		return wrote, h.settled(ctx, ev, c, l)
 	}
-	if l.Stopped() { // stopped, but a subsequence is sending to it
-		return true, h.leaveSubsequence(ctx, ev, c, l)
-	}
-	if cause == causeReply {
+	env := ev.Envelope
+	if cause == causeReply && env.Provider == Instantly && !ev.Last && time.Since(env.ReceivedAt) < OwnStopWait {
+		// Only Instantly's own reply can make Instantly stop the lead itself.
 		cp, err := h.campaigns.get(ctx, ev, c, l.Campaign)
 		if err != nil {
 			return false, err
 		}
-		if cp.StopOnReply && ev.Attempt < ownStopAttempts {
+		if cp.StopOnReply {
 			return false, retry.Transiently(Instantly, fmt.Errorf("lead %s in campaign %s: the campaign stops on reply itself: %w", l.ID, l.Campaign, errNotYetStopped))
 		}
 	}
-	if ev.Attempt >= confirmAttempts {
+	if givenUp(ev) {
 		return false, retry.Permanently(Instantly, fmt.Errorf("lead %s (%s) in campaign %s: Instantly accepted the stop on %d attempts but still shows the lead active: "+
-			"the campaign does not stop on an interest status; stop the lead at Instantly", l.ID, email(ev.Envelope), l.Campaign, ev.Attempt-1))
+			"the campaign does not stop on an interest status; stop the lead at Instantly", l.ID, email(env), l.Campaign, ev.Attempt-1))
 	}
-	label, err := c.EnsureLabel(ctx, StopLabel, instantly.KindNeutral, stopDescription)
+	label, err := h.stopLabel(ctx, ev, c)
 	if err != nil {
-		return false, fmt.Errorf("the stop label: %w", err)
+		return false, err
 	}
 	value := label.InterestStatus
 	if l.InterestStatus != nil {
-		value = *l.InterestStatus // never a worse one than it has
+		value = *l.InterestStatus // never another value than it has
 	}
 	if err := h.setInterest(ctx, ev, c, l, value); err != nil {
+		if value == label.InterestStatus && retry.Of(err).Class == retry.Permanent {
+			// The label was deleted at Instantly since it was looked up: look again.
+			c.ForgetLabel(StopLabel)
+			return false, retry.Transiently(Instantly, fmt.Errorf("the stop label was refused (deleted at Instantly?); it is looked up again: %w", err))
+		}
 		return false, err
 	}
 	now, err := h.readBack(ctx, ev, c, l)
@@ -170,7 +195,42 @@ func (h *handler) stopLead(ctx context.Context, ev consumer.Event, c *instantly.
 	if !now.Stopped() {
 		return true, retry.Transiently(Instantly, fmt.Errorf("lead %s in campaign %s: %w", l.ID, l.Campaign, errNotYetStopped))
 	}
-	return true, nil
+	return true, h.settled(ctx, ev, c, now)
+}
+
+// stopLabel is the workspace's StopLabel, made when it has none.
+func (h *handler) stopLabel(ctx context.Context, ev consumer.Event, c *instantly.Client) (label instantly.LeadLabel, err error) {
+	err = ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		label, err = c.EnsureLabel(ctx, StopLabel, instantly.KindNeutral, stopDescription)
+		return err
+	})
+	if err != nil {
+		return label, fmt.Errorf("the stop label: %w", err)
+	}
+	return label, nil
+}
+
+// settled fails the attempt, transiently, while Instantly may still enrol lead l in a
+// subsequence its interest value starts (SubsequenceSettle after its last interest
+// change): the next attempt reads it again and takes it out if it entered. On the
+// last attempt it is logged instead: the stop itself holds.
+func (h *handler) settled(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead) error {
+	if l.InterestStatus == nil {
+		return nil
+	}
+	changed, err := time.Parse(time.RFC3339Nano, l.TimestampLastInterestChange)
+	if err != nil || time.Since(changed) >= SubsequenceSettle {
+		return nil
+	}
+	if _, starts, err := h.startedBy(ctx, ev, c, l.Campaign, *l.InterestStatus); err != nil || !starts {
+		return err
+	}
+	if ev.Last {
+		h.log.WarnContext(ctx, "a subsequence starts on the lead's value and Instantly may still enrol it", "id", ev.Envelope.ID, "lead", l.ID)
+		return nil
+	}
+	return retry.Transiently(Instantly, fmt.Errorf("lead %s: a subsequence of campaign %s starts on its value %d, changed %s ago: read again once Instantly's enrolment has run",
+		l.ID, l.Campaign, *l.InterestStatus, time.Since(changed).Round(time.Second)))
 }
 
 // readBack reads lead l again after a write, taking it out of a subsequence the write
@@ -194,22 +254,33 @@ func (h *handler) readBack(ctx context.Context, ev consumer.Event, c *instantly.
 // label the reply deserves), and a lead a subsequence takes in is taken out of it
 // before its first step (leaveSubsequence, on the read that follows).
 func (h *handler) setInterest(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead, value int) error {
-	var subs []instantly.Subsequence
-	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
-		subs, err = c.Subsequences(ctx, l.Campaign)
+	sub, starts, err := h.startedBy(ctx, ev, c, l.Campaign, value)
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("read campaign %s's subsequences: %w", l.Campaign, err)
 	}
-	for _, s := range subs {
-		if s.StartsOn(value) {
-			h.log.InfoContext(ctx, "a subsequence starts on the interest value; the lead will be taken out of it", "id", ev.Envelope.ID,
-				"lead", l.ID, "campaign", l.Campaign, "subsequence", s.ID, "value", value)
-		}
+	if starts {
+		h.log.InfoContext(ctx, "a subsequence starts on the interest value; the lead will be taken out of it", "id", ev.Envelope.ID,
+			"lead", l.ID, "campaign", l.Campaign, "subsequence", sub.ID, "value", value)
 	}
 	return ev.Call(ctx, Instantly, func(ctx context.Context) error {
 		return c.SetInterest(ctx, l.Campaign, email(ev.Envelope), &value)
 	})
+}
+
+// startedBy is the subsequence of campaign that a lead given value enters, if any.
+func (h *handler) startedBy(ctx context.Context, ev consumer.Event, c *instantly.Client, campaign string, value int) (instantly.Subsequence, bool, error) {
+	var subs []instantly.Subsequence
+	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		subs, err = c.Subsequences(ctx, campaign)
+		return err
+	}); err != nil {
+		return instantly.Subsequence{}, false, fmt.Errorf("read campaign %s's subsequences: %w", campaign, err)
+	}
+	i := slices.IndexFunc(subs, func(s instantly.Subsequence) bool { return s.StartsOn(value) })
+	if i < 0 {
+		return instantly.Subsequence{}, false, nil
+	}
+	return subs[i], true, nil
 }
 
 // leaveSubsequence takes lead l out of the subsequence it is in and confirms it left.
@@ -241,9 +312,10 @@ func Label(label string) (value int, ok bool) {
 }
 
 // labelLead raises the lead of an Instantly reply to the interest value its
-// classification earns, unless it is there already or further: given on each attempt
-// until Instantly shows it (at most confirmAttempts), read back, and any subsequence it
-// would start left at once.
+// classification earns: from no value, the neutral StopLabel, Out of Office, or a
+// lower positive one — never over a negative value or a custom label someone gave
+// (a person's decision stands) and never lower. Given on each attempt until Instantly
+// shows it (until givenUp), read back, and any subsequence it starts left at once.
 func (h *handler) labelLead(ctx context.Context, ev consumer.Event, c *instantly.Client, value int) error {
 	env := ev.Envelope
 	var leads []instantly.Lead
@@ -253,32 +325,65 @@ func (h *handler) labelLead(ctx context.Context, ev consumer.Event, c *instantly
 	}); err != nil {
 		return err
 	}
+	var errs []error
 	for _, l := range leads {
-		if cur := l.InterestStatus; cur != nil && (*cur == value || (instantly.Positive(*cur) && *cur >= value)) {
-			if l.SubsequenceID != "" {
-				if err := h.leaveSubsequence(ctx, ev, c, l); err != nil {
-					return err
-				}
-			}
-			continue // as good already: never lowered
-		}
-		if ev.Attempt >= confirmAttempts {
-			return retry.Permanently(Instantly, fmt.Errorf("lead %s: Instantly accepted interest value %d on %d attempts but does not show it", l.ID, value, ev.Attempt-1))
-		}
-		if err := h.setInterest(ctx, ev, c, l, value); err != nil {
-			return err
-		}
-		now, err := h.readBack(ctx, ev, c, l)
+		errs = append(errs, h.raise(ctx, ev, c, l, value))
+	}
+	return combine(errs...)
+}
+
+func (h *handler) raise(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead, value int) error {
+	env := ev.Envelope
+	if cur := l.InterestStatus; cur == nil || *cur != value {
+		keep, err := h.keeps(ctx, ev, c, cur, value)
 		if err != nil {
 			return err
 		}
-		if now.InterestStatus == nil || *now.InterestStatus != value {
-			return retry.Transiently(Instantly, fmt.Errorf("lead %s: interest value %d not yet visible", l.ID, value))
+		if !keep {
+			if givenUp(ev) {
+				return retry.Permanently(Instantly, fmt.Errorf("lead %s: Instantly accepted interest value %d on %d attempts but does not show it", l.ID, value, ev.Attempt-1))
+			}
+			if err := h.setInterest(ctx, ev, c, l, value); err != nil {
+				return err
+			}
+			now, err := h.readBack(ctx, ev, c, l)
+			if err != nil {
+				return err
+			}
+			if now.InterestStatus == nil || *now.InterestStatus != value {
+				return retry.Transiently(Instantly, fmt.Errorf("lead %s: interest value %d not yet visible", l.ID, value))
+			}
+			h.log.InfoContext(ctx, "lead labelled from its reply's classification", "id", env.ID, "lead", l.ID, "campaign", l.Campaign,
+				"label", env.Data.Classification.Label, "value", value)
+			return h.settled(ctx, ev, c, now)
 		}
-		h.log.InfoContext(ctx, "lead labelled from its reply's classification", "id", env.ID, "lead", l.ID, "campaign", l.Campaign,
-			"label", env.Data.Classification.Label, "value", value)
+		h.log.InfoContext(ctx, "the lead's interest value is kept: as good already, or given by someone", "id", env.ID,
+			"lead", l.ID, "value", *cur, "earned", value)
 	}
-	return nil
+	// At the value already, or at one kept: only what it may start is looked after.
+	if l.SubsequenceID != "" {
+		if err := h.leaveSubsequence(ctx, ev, c, l); err != nil {
+			return err
+		}
+	}
+	return h.settled(ctx, ev, c, l)
+}
+
+// keeps reports whether a lead's interest value cur stays rather than become value:
+// none, Out of Office and the neutral StopLabel are raised; a positive value only to
+// a higher one; a negative value or another custom label is someone's decision.
+func (h *handler) keeps(ctx context.Context, ev consumer.Event, c *instantly.Client, cur *int, value int) (bool, error) {
+	switch {
+	case cur == nil || *cur == instantly.OutOfOffice:
+		return false, nil
+	case instantly.Positive(*cur):
+		return *cur >= value, nil
+	}
+	label, err := h.stopLabel(ctx, ev, c)
+	if err != nil {
+		return false, err
+	}
+	return *cur != label.InterestStatus, nil
 }
 
 // classifiedLabel is what a reply.classified asks of Instantly: the interest value,

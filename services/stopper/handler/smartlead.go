@@ -28,8 +28,10 @@ import (
 // lead's last activity (the reply itself is activity).
 const confirmWindow = time.Minute
 
-// confirmPages bounds the confirming listing.
-const confirmPages = 2
+// confirmPages bounds the confirming listing: one page (100 leads), because every call
+// counts against Smartlead's 1,000 an hour per key, and a confirmation changes nothing
+// the pause did (a burst in one campaign may leave it not_seen: counted, not retried).
+const confirmPages = 1
 
 // smartlead pauses the contact's lead at Smartlead in the event's campaign (a
 // Smartlead event naming one), else in every campaign it is in.
@@ -50,15 +52,20 @@ func (h *handler) smartlead(ctx context.Context, ev consumer.Event, c *smartlead
 	if unsubscribed {
 		return s, nil // unsubscribed from every campaign: nothing is sent to it
 	}
+	var errs []error
 	for _, cid := range campaigns {
 		err := ev.Call(ctx, Smartlead, func(ctx context.Context) error { return c.PauseLead(ctx, cid, leadID) })
 		if err != nil {
-			return s, fmt.Errorf("pause lead %d in campaign %d: %w", leadID, cid, err)
+			errs = append(errs, fmt.Errorf("pause lead %d in campaign %d: %w", leadID, cid, err))
+			continue
 		}
 		s.wrote = true
-		h.confirmPause(ctx, ev, c, cid, leadID)
+		if env.Provider == Smartlead {
+			// Only Smartlead's own event dates the lead's last activity there.
+			h.confirmPause(ctx, ev, c, cid, leadID)
+		}
 	}
-	return s, nil
+	return s, combine(errs...)
 }
 
 // smartleadLead names the event's lead at Smartlead: by the id and campaign the event
