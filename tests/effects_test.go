@@ -16,6 +16,7 @@ import (
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/lifecycle"
 	"exacto.dev/pkg/platform/instantly"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/projection"
@@ -140,8 +141,8 @@ func TestFiveDeliveriesAcrossGatewayRestarts(t *testing.T) {
 	}
 }
 
-// HubSpot commits the first write and then times out: the retry finds the note, so
-// there is still one activity.
+// HubSpot commits the first write and then times out: the retry finds the note by its
+// key (no search, whose index lags), so there is still one activity.
 func TestHubSpotTimeoutAfterCommit(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
@@ -154,6 +155,9 @@ func TestHubSpotTimeoutAfterCommit(t *testing.T) {
 	}
 	if rec := p.status(stream.CRMWriter, id); rec.Attempts < 2 {
 		t.Fatalf("completed in %d attempt(s): the timeout was not seen", rec.Attempts)
+	}
+	if n := p.sb.Requests(sandbox.RouteHubSpotNoteSearch) + p.sb.Requests(sandbox.RouteHubSpotContactSearch); n != 0 {
+		t.Fatalf("%d searches: the note's key is read, never searched", n)
 	}
 }
 
@@ -408,7 +412,7 @@ func TestForgedEventsReachNoPlatform(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
 	for name, run := range map[string]service.Run{stream.Classifier: classifier.Run, stream.Stopper: stopper.Run,
-		stream.CRMWriter: crmwriter.Run, stream.Suppressor: suppressor.Run} {
+		stream.CRMWriter: crmwriter.Run, stream.Suppressor: suppressor.Run, stream.Projector: projector.Run} {
 		p.start(name, run)
 	}
 	ana := p.sb.AddInstantlyLead(campaign, "ana@northwind.example")
@@ -466,6 +470,28 @@ func TestForgedEventsReachNoPlatform(t *testing.T) {
 			t.Fatalf("review item %+v", f)
 		}
 	}
+	// The projections count none of it: each forgery's event.unconfirmed retracts it,
+	// and a rebuild from the stream says the same.
+	if n := len(p.read(stream.Events, "events.*.*.event.unconfirmed")); n != 3 {
+		t.Fatalf("%d event.unconfirmed for 3 forgeries", n)
+	}
+	settled(t, p.conn.JS, stream.Projector)
+	stores, err := projection.Open(context.Background(), p.conn.JS, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := contacts.Open(context.Background(), p.conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := projection.Reader{Stores: stores, Dir: dir}
+	for _, who := range []string{"ana@northwind.example", "lee@globex.example"} {
+		c, found, err := r.ContactByEmail(context.Background(), "acme", who)
+		if v := c.View(); err != nil || !found || c.Replied() || v.Unsubscribed || v.Status == lifecycle.Unsubscribed {
+			t.Fatalf("%s in the projection (found %v): %s (replied %v): %v", who, found, v, c.Replied(), err)
+		}
+	}
+	p.equalsRebuild()
 }
 
 // Two replies in a campaign whose subsequences start on Interested, Meeting Booked and

@@ -67,6 +67,10 @@ func final(ev consumer.Event, subject envelope.Envelope) bool {
 	return ev.Last || (ev.Attempt >= Asks && time.Since(subject.ReceivedAt) >= Window)
 }
 
+// indexLag is how long a derived event's cause may be missing from the event index
+// because the index writer has not caught up (it trails the stream by moments).
+const indexLag = 10 * time.Minute
+
 // Operator is the worker name of the copy an operator's approval publishes.
 const Operator = "operator"
 
@@ -97,7 +101,10 @@ type Gate struct {
 	JS jetstream.JetStream
 	// Review is the diff queue the review items go to.
 	Review *reconcile.Queue
-	Log    *slog.Logger
+	// Publish stores a derived event: the event.unconfirmed of each event concluded
+	// unconfirmed, so the projections, rebuilt from the stream alone, do not count it.
+	Publish func(ctx context.Context, env envelope.Envelope) error
+	Log     *slog.Logger
 }
 
 // Open builds a gate over the deployment's buckets, for tenants.
@@ -122,7 +129,11 @@ func Open(ctx context.Context, js jetstream.JetStream, tenants []string, sources
 			}
 		}
 	}
-	return &Gate{Sources: sources, Verdicts: kv, JS: js, Review: q, Log: log}, nil
+	d, err := consumer.NewDeriver(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Gate{Sources: sources, Verdicts: kv, JS: js, Review: q, Publish: d.Publish, Log: log}, nil
 }
 
 type textKey struct{}
@@ -177,9 +188,15 @@ func (g *Gate) judge(ctx context.Context, ev consumer.Event) (v *Verdict, subjec
 	if err != nil {
 		return nil, subject, retry.Transiently("confirm", fmt.Errorf("load cause %s: %w", subject, err))
 	}
-	if !found {
+	if !found && time.Since(env.ReceivedAt) < indexLag {
 		// The index is written just after the stream: the cause is there in a moment.
 		return nil, subject, retry.Transiently("confirm", fmt.Errorf("cause %s of %s is not in the event index yet", subject, env.ID))
+	}
+	if !found {
+		// Older than the index keeps (a dead letter replayed days later): nothing left
+		// to confirm it by, so a person decides (its own review item).
+		kept, err := g.verdict(ctx, ev, env)
+		return &kept, env.ID, err
 	}
 	if !Needs(cause) {
 		return nil, subject, nil
@@ -268,8 +285,14 @@ func (g *Gate) reviewed(ctx context.Context, subject envelope.Envelope, v Verdic
 	return nil
 }
 
-// review records subject as a review item, once, and counts it when new.
+// review puts subject's event.unconfirmed on the stream, then records subject as a
+// review item, once, and counts it when new.
 func (g *Gate) review(ctx context.Context, subject envelope.Envelope, v Verdict) error {
+	if g.Publish != nil {
+		if err := g.Publish(ctx, Unconfirmed(subject, v)); err != nil {
+			return retry.Transiently("confirm", fmt.Errorf("event.unconfirmed of %s: %w", subject.ID, err))
+		}
+	}
 	f := Finding(subject, v)
 	isNew, err := g.Review.Report(ctx, &f)
 	if err != nil {
@@ -280,6 +303,24 @@ func (g *Gate) review(ctx context.Context, subject envelope.Envelope, v Verdict)
 			attribute.String("provider", subject.Provider), attribute.String("type", subject.Type)))
 	}
 	return nil
+}
+
+// Unconfirmed is the event.unconfirmed of subject (one id whoever concludes it). It
+// names subject's contact by the key the lifecycle files it under and nothing more:
+// what a forgery claims links no ids.
+func Unconfirmed(subject envelope.Envelope, v Verdict) envelope.Envelope {
+	data := envelope.Data{ProviderType: envelope.TypeEventUnconfirmed, Status: cmp.Or(v.Said, "not confirmed"), Campaign: subject.Data.Campaign}
+	if c := subject.Data.Contact; c != nil {
+		switch {
+		case c.Email != "":
+			data.Contact = &envelope.Contact{Email: c.Email}
+		case c.Phone != "":
+			data.Contact = &envelope.Contact{Phone: c.Phone}
+		default:
+			data.Contact = &envelope.Contact{ExternalID: c.ExternalID}
+		}
+	}
+	return envelope.Derive(subject, "confirm", envelope.TypeEventUnconfirmed, data, v.At)
 }
 
 // Finding is the review item of an event its source did not confirm: where it came

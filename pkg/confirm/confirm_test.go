@@ -15,6 +15,7 @@ import (
 	"exacto.dev/pkg/platform/instantly"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/platform/smartlead"
+	"exacto.dev/pkg/providers/providertest"
 	"exacto.dev/pkg/reconcile"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/stream"
@@ -58,7 +59,8 @@ func webhook(typ, lead, emailID, text string, at time.Time) envelope.Envelope {
 		d.Message = &envelope.Message{ID: emailID, Text: text}
 	}
 	return envelope.Envelope{ID: envelope.ID(tenant, "instantly", typ+lead+emailID), Type: typ, Time: at, Tenant: tenant,
-		Provider: "instantly", Endpoint: "instantly-main", Data: d, Signed: false, AuthMethod: "path_token"}
+		Provider: "instantly", Endpoint: "instantly-main", Data: d, Signed: false, AuthMethod: "path_token",
+		PayloadSHA256: strings.Repeat("0", 64)}
 }
 
 // attempt runs the wrapped handler as attempt n of a consumer.
@@ -110,6 +112,20 @@ func TestForgedUnsubscribeBecomesAReviewItem(t *testing.T) {
 	}
 	if len(r.calls) != 0 {
 		t.Fatalf("the handler acted on a forged unsubscribe: %v", r.calls)
+	}
+	// Its event.unconfirmed is on the stream, valid, naming the event and its contact.
+	st, _ := r.gate.JS.Stream(context.Background(), stream.Events)
+	m, err := st.GetLastMsgForSubject(context.Background(), "events."+tenant+".instantly."+envelope.TypeEventUnconfirmed)
+	if err != nil {
+		t.Fatalf("no event.unconfirmed: %v", err)
+	}
+	if err := providertest.Validate(m.Data); err != nil {
+		t.Fatalf("event.unconfirmed: %v\n%s", err, m.Data)
+	}
+	var un envelope.Envelope
+	if json.Unmarshal(m.Data, &un); un.Data.Cause != env.ID || un.Data.Contact == nil || un.Data.Contact.Email != "ben@example.com" ||
+		!strings.Contains(un.Data.Status, "status 1") {
+		t.Fatalf("event.unconfirmed %s", m.Data)
 	}
 	items, err := r.gate.Review.List(context.Background(), reconcile.Filter{Tenant: tenant, Kind: Kind})
 	if err != nil || len(items) != 1 {
@@ -251,6 +267,15 @@ func TestDerivedUsesItsCausesVerdict(t *testing.T) {
 		t.Fatalf("a classification whose cause is unknown: %v, calls %v", err, r.calls)
 	}
 	if items, _ := r.gate.Review.List(context.Background(), reconcile.Filter{Tenant: tenant, Kind: Kind}); len(items) != 0 {
+		t.Fatalf("review items %+v", items)
+	}
+	// One days old whose cause the index no longer keeps: a person decides.
+	old := orphan
+	old.ID, old.ReceivedAt = "ev_old_classification", time.Now().Add(-48*time.Hour)
+	if err := r.attempt(old, 1); err != nil || len(r.calls) != 2 {
+		t.Fatalf("an old classification whose cause is gone: %v, calls %v", err, r.calls)
+	}
+	if items, _ := r.gate.Review.List(context.Background(), reconcile.Filter{Tenant: tenant, Kind: Kind}); len(items) != 1 || !strings.Contains(items[0].Where, old.ID) {
 		t.Fatalf("review items %+v", items)
 	}
 }

@@ -358,7 +358,11 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	crashPoint(CrashAfterGuard)
 	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, FirstAttempt: a.Record.FirstAttempt,
 		Last: r.o.Sub.MaxDeliver > 0 && a.Record.Attempts >= r.o.Sub.MaxDeliver, pacer: r.o.Pacer, breakers: r.o.Breakers, runner: r}
-	herr := r.o.Handle(ctx, ev)
+	// The handler gets the ack wait less a reserve: what follows (guard, dead letter,
+	// outcome, ack) must still have time when the handler used all of its own.
+	hctx, hcancel := context.WithTimeout(ctx, r.o.Sub.AckWait-r.o.Sub.AckWait/6)
+	herr := r.o.Handle(hctx, ev)
+	hcancel()
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
 		if err := r.guard.Complete(ctx, &a); err != nil {

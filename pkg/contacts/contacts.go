@@ -126,6 +126,8 @@ func NormalizeEmail(s string) string {
 }
 
 // NormalizePhone keeps the digits: "+1 (555) 010-0000" and "15550100000" are one phone.
+// Fewer than minPhoneDigits is no phone (an extension, a placeholder "0"): it would
+// join strangers.
 func NormalizePhone(s string) string {
 	var b strings.Builder
 	for _, r := range s {
@@ -133,8 +135,14 @@ func NormalizePhone(s string) string {
 			b.WriteRune(r)
 		}
 	}
+	if b.Len() < minPhoneDigits {
+		return ""
+	}
 	return b.String()
 }
+
+// minPhoneDigits: the shortest national numbers have seven digits.
+const minPhoneDigits = 7
 
 // Key is the identity key kind:value, value normalised for "email" and "phone".
 func Key(kind, value string) string {
@@ -162,6 +170,32 @@ func (s Seen) Keys() []string {
 	for _, kind := range identifying {
 		if v := s.External[kind]; v != "" {
 			out = append(out, kind+":"+v)
+		}
+	}
+	return out
+}
+
+// First is s with only its first identity key (e-mail, else phone, else the first
+// identifying id) and the ids that identify no one (campaigns, messages): what an
+// event whose sender is not known may say of a contact, which links nothing.
+func (s Seen) First() Seen {
+	out := Seen{External: map[string]string{}}
+	for k, v := range s.External {
+		if !slices.Contains(identifying, k) {
+			out.External[k] = v
+		}
+	}
+	switch {
+	case Key("email", s.Email) != "":
+		out.Email = s.Email
+	case Key("phone", s.Phone) != "":
+		out.Phone = s.Phone
+	default:
+		for _, kind := range identifying {
+			if v := s.External[kind]; v != "" {
+				out.External[kind] = v
+				break
+			}
 		}
 	}
 	return out
@@ -238,6 +272,26 @@ func (d *Directory) Record(ctx context.Context, tenant string, s Seen) (Record, 
 	return Record{}, errors.New("contacts: too much contention on one contact")
 }
 
+// sharedLine reports whether s's phone key belongs to a contact with an e-mail that
+// none of s's other keys reaches, while s or those keys' contacts have an e-mail too.
+func sharedLine(s Seen, phone string, of map[string]string, groups map[string]loaded) bool {
+	owner, ok := of[phone]
+	if phone == "" || !ok || len(groups[owner].rec.Emails) == 0 {
+		return false
+	}
+	emailed := Key("email", s.Email) != ""
+	for k, id := range of {
+		if k == phone {
+			continue
+		}
+		if id == owner {
+			return false // the other keys reach the phone's contact: no join by phone alone
+		}
+		emailed = emailed || len(groups[id].rec.Emails) > 0
+	}
+	return emailed
+}
+
 // loaded is a stored record and its revision.
 type loaded struct {
 	rec Record
@@ -250,6 +304,7 @@ type loaded struct {
 func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []string) (Record, error) {
 	groups := map[string]loaded{}
 	pointed := map[string]loaded{} // key -> its index entry (rec.ContactID = the id it names)
+	of := map[string]string{}      // key -> the contact it belongs to
 	for _, k := range keys {
 		data, rev, err := d.store.Get(ctx, indexKey(tenant, k))
 		if err != nil {
@@ -265,7 +320,17 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 		}
 		if g.rev != 0 {
 			groups[g.rec.ContactID] = g
+			of[k] = g.rec.ContactID
 		}
+	}
+	if phone := Key("phone", s.Phone); sharedLine(s, phone, of, groups) {
+		// A phone alone never joins two contacts that each have an e-mail: a line two
+		// people share (a company's switchboard in a CRM) is no proof of one person. It
+		// stays with the contact that had it; this one is recorded without it.
+		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == phone })
+		delete(groups, of[phone])
+		delete(pointed, phone)
+		s.Phone = ""
 	}
 	all := slices.Clone(keys)
 	for _, g := range groups {
@@ -440,4 +505,25 @@ func (d *Directory) Find(ctx context.Context, tenant, kind, value string) (Recor
 	}
 	g, err := d.root(ctx, tenant, string(data))
 	return g.rec, err == nil && g.rev != 0, err
+}
+
+// EmailOf is the e-mail of tenant's contact that a CRM names by its id alone (crmID,
+// "hubspot:<id>"): the least one the directory links to it, else the one ask gives (the
+// CRM's own record of the contact); "" when neither knows one. A CRM's opt-out names
+// the contact by id; the sending platforms know it by e-mail.
+func (d *Directory) EmailOf(ctx context.Context, tenant, crmID string, ask func(context.Context) (string, error)) (string, error) {
+	if d != nil {
+		rec, ok, err := d.Find(ctx, tenant, CRMContactID, crmID)
+		if err != nil {
+			return "", err
+		}
+		if ok && len(rec.Emails) > 0 {
+			return rec.Emails[0], nil
+		}
+	}
+	if ask == nil {
+		return "", nil
+	}
+	email, err := ask(ctx)
+	return NormalizeEmail(email), err
 }

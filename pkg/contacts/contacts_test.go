@@ -208,7 +208,7 @@ func TestConcurrentLinksMakeOneContact(t *testing.T) {
 			defer wg.Done()
 			s := Seen{Email: fmt.Sprintf("p%d@northwind.example", i), External: map[string]string{CRMContactID: fmt.Sprint("hubspot:", i/2)}}
 			if i%2 == 1 { // odd ones link their id to the next pair's too
-				s = Seen{External: map[string]string{CRMContactID: fmt.Sprint("hubspot:", i/2)}, Phone: "555000"}
+				s = Seen{External: map[string]string{CRMContactID: fmt.Sprint("hubspot:", i/2), ClayRecordID: "clay:rec-1"}}
 			}
 			if _, err := d.Record(ctx, "acme", s); err != nil {
 				t.Error(err)
@@ -216,7 +216,7 @@ func TestConcurrentLinksMakeOneContact(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// The phone links every odd recording's HubSpot id: ids 0..4 and their e-mails are one person.
+	// The Clay record links every odd recording's HubSpot id: ids 0..4 and their e-mails are one person.
 	first, ok, err := d.Find(ctx, "acme", "email", "p0@northwind.example")
 	if err != nil || !ok {
 		t.Fatal(ok, err)
@@ -232,5 +232,34 @@ func TestConcurrentLinksMakeOneContact(t *testing.T) {
 	}
 	if first.ContactID != ContactID("acme", "email:p0@northwind.example") {
 		t.Fatalf("the group's id is %s, not its least key's", first.ContactID)
+	}
+}
+
+// Two people a CRM gives the same phone (a company's switchboard) stay two contacts:
+// a phone alone joins no two contacts that each have an e-mail. A placeholder phone
+// ("0", an extension) is no key at all.
+func TestSharedLineJoinsNoOne(t *testing.T) {
+	ctx := context.Background()
+	d := New(kvstore.NewMemory())
+	ana, err := d.Record(ctx, "acme", Seen{Email: "ana@globex.example", Phone: "+1 650 555 0100", External: map[string]string{CRMContactID: "hubspot:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ben, err := d.Record(ctx, "acme", Seen{Email: "ben@globex.example", Phone: "+1 (650) 555-0100", External: map[string]string{CRMContactID: "hubspot:2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ana.ContactID == ben.ContactID || len(ben.Merged) != 0 || slices.Contains(ben.Phones, "16505550100") {
+		t.Fatalf("a shared line joined two people: ana %+v, ben %+v", ana, ben)
+	}
+	// Ben's HubSpot id seen with the line again changes nothing; the line stays Ana's.
+	if again, err := d.Record(ctx, "acme", Seen{Phone: "16505550100", External: map[string]string{CRMContactID: "hubspot:2"}}); err != nil || again.ContactID != ben.ContactID {
+		t.Fatalf("ben again: %+v %v", again, err)
+	}
+	if line, ok, err := d.Find(ctx, "acme", "phone", "16505550100"); err != nil || !ok || line.ContactID != ana.ContactID {
+		t.Fatalf("the line is %s's (%v %v), want ana's", line.ContactID, ok, err)
+	}
+	if _, err := d.Record(ctx, "acme", Seen{Phone: "0"}); err == nil {
+		t.Fatal("the phone \"0\" was recorded as a key")
 	}
 }

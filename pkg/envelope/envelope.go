@@ -59,10 +59,14 @@ const (
 	// contact's e-mail and phone): the link lives in the history, so a replay resolves
 	// the same contacts.
 	TypeContactIdentified = "contact.identified"
+	// TypeEventUnconfirmed says that the unsigned event its cause names was not
+	// confirmed at its source (pkg/confirm): no consumer acted on it, and the
+	// projections do not count it. A person who confirms it publishes a signed copy.
+	TypeEventUnconfirmed = "event.unconfirmed"
 )
 
 // DerivedTypes lists the derived types.
-var DerivedTypes = []string{TypeReplyClassified, TypeSequenceStopped, TypeContactIdentified}
+var DerivedTypes = []string{TypeReplyClassified, TypeSequenceStopped, TypeContactIdentified, TypeEventUnconfirmed}
 
 // AllTypes is every type an envelope may carry: provider events, then derived ones.
 var AllTypes = append(append([]string{}, Types...), DerivedTypes...)
@@ -287,6 +291,8 @@ func Complete(typ string, d Data) bool {
 		return contact && d.Cause != ""
 	case TypeContactIdentified:
 		return d.Contact != nil && d.Contact.ExternalID != "" && (d.Contact.Email != "" || d.Contact.Phone != "") && d.Cause != ""
+	case TypeEventUnconfirmed:
+		return d.Cause != "" && d.Status != ""
 	}
 	return false
 }

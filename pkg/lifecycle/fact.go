@@ -29,6 +29,7 @@ const (
 	KindUnsubscribed     Kind = "unsubscribed"      // lead.unsubscribed; email.complained with Value "complaint"
 	KindBounce           Kind = "bounce"            // email.bounced; Value is hard, soft or unknown
 	KindStopped          Kind = "stopped"           // sequence.stopped
+	KindUnconfirmed      Kind = "unconfirmed"       // event.unconfirmed; Cause is the event its source did not confirm
 )
 
 // Fact is what the lifecycle keeps of one event: enough to order it and to know what it
@@ -129,6 +130,11 @@ func fact(env envelope.Envelope) (Fact, bool) {
 		}
 	case envelope.TypeSequenceStopped:
 		f.Kind = KindStopped
+	case envelope.TypeEventUnconfirmed:
+		if d.Cause == "" {
+			return Fact{}, false
+		}
+		f.Kind, f.Cause = KindUnconfirmed, d.Cause
 	default:
 		return Fact{}, false
 	}
@@ -230,7 +236,8 @@ func ProviderStatus(status string) Status {
 // also feeds the contact-level state.
 func (f Fact) contactWide() bool {
 	switch f.Kind {
-	case KindUnsubscribed, KindBounce, KindProperty, KindOpportunity, KindMeetingBooked, KindMeetingCancelled, KindMeetingMoved:
+	case KindUnsubscribed, KindBounce, KindProperty, KindOpportunity, KindMeetingBooked, KindMeetingCancelled, KindMeetingMoved,
+		KindUnconfirmed: // wherever its cause may have landed
 		return true
 	}
 	t := f.target()

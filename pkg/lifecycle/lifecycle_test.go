@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -499,5 +500,31 @@ func TestComplaintIsAnOptOut(t *testing.T) {
 	}
 	if got := discrepancyIDs(v); !reflect.DeepEqual(got, []string{"follow"}) {
 		t.Fatalf("discrepancies %v, want the follow-up", got)
+	}
+}
+
+// An event its source did not confirm counts for nothing, in whatever order its
+// event.unconfirmed arrives; the copy a person approves (an event of its own) counts.
+// In the campaign view and the contact-wide one alike: an unconfirmed opt-out opts no one
+// out anywhere.
+func TestUnconfirmedCountsForNothing(t *testing.T) {
+	sent := ev("s", envelope.TypeEmailSent, 0)
+	forged := ev("r", envelope.TypeReplyReceived, time.Hour)
+	unsub := ev("u", envelope.TypeLeadUnsubscribed, 2*time.Hour)
+	not := func(id, cause string) envelope.Envelope {
+		return ev(id, envelope.TypeEventUnconfirmed, 3*time.Hour, func(e *envelope.Envelope) { e.Data.Cause, e.Data.Status = cause, "not found" })
+	}
+	for _, order := range permutations([]envelope.Envelope{sent, forged, unsub, not("n1", "r"), not("n2", "u")}) {
+		v := fold(order...).View()
+		if v.Status != Sent || v.Replied || v.Unsubscribed {
+			t.Fatalf("%v: %s", ids(order), v)
+		}
+	}
+	if !slices.ContainsFunc(Keys(not("n2", "u")), func(k Key) bool { return k.Campaign == "" }) {
+		t.Fatal("an event.unconfirmed does not reach the contact-wide lifecycle")
+	}
+	approved := ev("r-approved", envelope.TypeReplyReceived, time.Hour)
+	if v := fold(sent, forged, not("n1", "r"), approved).View(); v.Status != Replied {
+		t.Fatalf("the approved copy: %s", v)
 	}
 }

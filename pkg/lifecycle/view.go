@@ -80,7 +80,7 @@ type Undecided struct {
 // View computes what s means.
 func (s State) View() View {
 	v := View{Status: Enrolled}
-	fs := s.Facts
+	fs := confirmedFacts(s.Facts)
 	// What retracts a fact: a cancellation of its meeting, a booking its meeting was
 	// moved to (the meeting lives on in that booking), a label saying the reply was not
 	// a person. A reschedule's cancellation retracts nothing: the meeting stands.
@@ -377,4 +377,22 @@ func (v View) String() string {
 		fmt.Fprintf(&b, ", %d undecided", n)
 	}
 	return b.String()
+}
+
+// confirmedFacts are facts less those of events their source did not confirm (and of
+// what was derived from them), and less the facts that say so: nothing acted on such an
+// event, and nothing counts it. Their copies a person approves are events of their own.
+func confirmedFacts(fs []Fact) []Fact {
+	unconfirmed := map[string]bool{}
+	for _, f := range fs {
+		if f.Kind == KindUnconfirmed {
+			unconfirmed[f.Cause] = true
+		}
+	}
+	if len(unconfirmed) == 0 {
+		return fs
+	}
+	return slices.DeleteFunc(slices.Clone(fs), func(f Fact) bool {
+		return f.Kind == KindUnconfirmed || unconfirmed[f.ID] || (f.Cause != "" && unconfirmed[f.Cause])
+	})
 }

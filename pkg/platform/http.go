@@ -83,7 +83,15 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 	// context ends was never sent, which says nothing of the provider's health.
 	if h.Limit != nil {
 		if err := h.Limit.Wait(ctx); err != nil {
-			return &Error{Dependency: h.Dependency, Transient: true, Unsent: true, Msg: "waiting for the rate limit: " + err.Error()}
+			e := &Error{Dependency: h.Dependency, Transient: true, Unsent: true, Msg: "waiting for the rate limit: " + err.Error()}
+			var we *ratelimit.WaitError
+			if errors.As(err, &we) && h.HoldLimit == nil {
+				// The account's budget is spent for a while: the consumer's pacer holds
+				// the dependency's events in the stream until it comes back. (Not for an
+				// endpoint's own limit: the account's other calls may go.)
+				e.RetryAfter = min(we.Wait, MaxHold)
+			}
+			return e
 		}
 	}
 	timeout := h.Timeout
@@ -164,6 +172,11 @@ func (h *HTTP) hold(ctx context.Context, e *Error, header http.Header, body []by
 	}
 	if l != nil {
 		_ = l.Hold(context.WithoutCancel(ctx), cmp.Or(e.RetryAfter, DefaultHold))
+	}
+	if h.HoldLimit != nil {
+		// The endpoint's own limit holds its callers; the wait must not pause every
+		// call of the dependency through the consumers' pacer.
+		e.RetryAfter = 0
 	}
 }
 

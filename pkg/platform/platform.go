@@ -65,7 +65,8 @@ func Classify(dep string, resp *http.Response, err error) error {
 func StatusError(dep string, status int, retryAfter, msg string) *Error {
 	e := &Error{Dependency: dep, Status: status, Msg: msg, Transient: retry.StatusClass(status) == retry.Transient}
 	if e.Transient {
-		e.RetryAfter = retry.ParseRetryAfter(retryAfter, time.Now())
+		// Capped as a 429's hold is (MaxHold): a day's Retry-After is a provider's bug.
+		e.RetryAfter = min(retry.ParseRetryAfter(retryAfter, time.Now()), MaxHold)
 	}
 	return e
 }

@@ -154,8 +154,8 @@ func TestTransportErrorsAreTransient(t *testing.T) {
 	}
 }
 
-// A limiter paces requests at the provider's rate; a wait that outlasts the caller's
-// deadline fails transiently, marked unsent, without sending anything. The wait is not
+// A limiter paces requests at the provider's rate; a turn past the caller's deadline
+// fails at once, transiently, marked unsent, carrying the wait, without sending anything. The wait is not
 // part of the request's own timeout: a request that waited its turn is still sent.
 func TestRateLimit(t *testing.T) {
 	var hits atomic.Int64
@@ -183,6 +183,10 @@ func TestRateLimit(t *testing.T) {
 	if !IsTransient(err) || !retry.Of(err).Unsent || hits.Load() != before {
 		t.Fatalf("a wait past the deadline: %v, %d requests sent", err, hits.Load()-before)
 	}
+	// Told at once, with the wait (capped) for the consumer's pacer to hold the events.
+	if ctx.Err() != nil || RetryAfter(err) != MaxHold {
+		t.Fatalf("a turn an hour away: %v (retry after %v), the deadline %v", err, RetryAfter(err), ctx.Err())
+	}
 	// A turn that comes after longer than the request's timeout still sends it.
 	paced := HTTP{Dependency: "dep", BaseURL: srv.URL, Timeout: 30 * time.Millisecond, Limit: ratelimit.NewLocal(ratelimit.Rate{N: 1, Per: 100 * time.Millisecond})}
 	for range 2 {
@@ -192,8 +196,9 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
-// A 429 holds HoldLimit when set (an endpoint's own limit), not the account's; a
-// Retry-After of a day holds at most MaxHold.
+// A 429 holds HoldLimit when set (an endpoint's own limit), not the account's, and
+// leaves the wait off the error (the consumers' pacer would pause every call of the
+// dependency); a Retry-After of a day holds at most MaxHold.
 func TestTooManyRequestsHoldsItsOwnLimit(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "86400")
@@ -203,7 +208,7 @@ func TestTooManyRequestsHoldsItsOwnLimit(t *testing.T) {
 	account, endpoint := &recordingLimiter{}, &recordingLimiter{}
 	h := HTTP{Dependency: "dep", BaseURL: srv.URL, Limit: ratelimit.All(account, endpoint), HoldLimit: endpoint}
 	err := h.Do(context.Background(), http.MethodGet, "/", nil, nil, nil)
-	if RetryAfter(err) != MaxHold || len(endpoint.holds) != 1 || endpoint.holds[0] != MaxHold || len(account.holds) != 0 {
+	if RetryAfter(err) != 0 || len(endpoint.holds) != 1 || endpoint.holds[0] != MaxHold || len(account.holds) != 0 {
 		t.Fatalf("429 asking a day: %v; endpoint held %v, account held %v", err, endpoint.holds, account.holds)
 	}
 }

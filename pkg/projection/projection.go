@@ -180,14 +180,29 @@ func identify(ctx context.Context, dir Identities, env envelope.Envelope) (ident
 	return id, nil
 }
 
-// directorySeen is what the directory can know env's contact by.
+// directorySeen is what the directory can know env's contact by. Only an event whose
+// sender is known links keys (signed, derived by a worker after its source confirmed
+// it, or read from a platform's own API): an unsigned webhook names its contact by its
+// first key alone, so a forgery naming one person's e-mail with another's phone or
+// lead id cannot merge the two.
 func directorySeen(env envelope.Envelope) (contacts.Seen, bool) {
 	c := env.Data.Contact
 	if c == nil {
 		return contacts.Seen{}, false
 	}
 	s := contacts.Seen{Email: c.Email, Phone: c.Phone, External: external(env)}
+	if !linksKeys(env) {
+		s = s.First()
+	}
 	return s, len(s.Keys()) > 0
+}
+
+// linksKeys reports whether env may link its contact's keys to one another.
+func linksKeys(env envelope.Envelope) bool {
+	if env.Type == envelope.TypeEventUnconfirmed {
+		return false // derived, but of what no one confirmed
+	}
+	return env.Signed || env.AuthMethod == envelope.AuthDerived || env.AuthMethod == envelope.AuthSourceAPI
 }
 
 // external are the ids env names, by contacts kind.
@@ -288,8 +303,10 @@ func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope)
 		return Result{}, nil // a link, and nothing the lifecycle follows
 	}
 	var res Result
+	created := false
 	data, rev, err := update(ctx, s.Contacts, ContactKey(env.Tenant, who.contactID), func(old []byte) ([]byte, bool, error) {
 		var c Contact
+		created = old == nil
 		if old != nil {
 			if err := json.Unmarshal(old, &c); err != nil {
 				return nil, false, fmt.Errorf("contact record: %w", err)
@@ -317,7 +334,23 @@ func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope)
 		return Result{}, err
 	}
 	res.Rev = rev
-	return res, derive(ctx, s, res.Contact, rev)
+	if err := derive(ctx, s, res.Contact, rev); err != nil {
+		return res, err
+	}
+	if seen, named := directorySeen(env); created && named && dir != nil {
+		// Another projector may have merged this contact into another and folded its
+		// record away between identify and this write, which then made the record
+		// anew: ask again, and fold it where it now belongs.
+		rec, err := dir.Record(ctx, env.Tenant, seen)
+		if err != nil {
+			return res, err
+		}
+		if rec.ContactID != who.contactID {
+			err = fold(ctx, s, env.Tenant, identity{contactID: rec.ContactID, accountID: rec.AccountID, merged: []string{who.contactID}})
+		}
+		return res, err
+	}
+	return res, nil
 }
 
 // views are the lifecycle views keys touch in c.

@@ -140,8 +140,19 @@ func (s *state) hold(now time.Time, d time.Duration) bool {
 	return true
 }
 
-// sleep waits d or until ctx ends.
+// WaitError says a turn would come later than the caller's deadline: the caller is
+// told at once, with the wait, instead of sleeping until its deadline for nothing.
+type WaitError struct{ Wait time.Duration }
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("the rate limit's next turn is in %v, past the deadline", e.Wait.Round(time.Millisecond))
+}
+
+// sleep waits d or until ctx ends; a d past ctx's deadline is a *WaitError at once.
 func sleep(ctx context.Context, d time.Duration) error {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
+		return &WaitError{Wait: d}
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -157,12 +157,12 @@ func BenchmarkConsumers(b *testing.B) {
 	rows = append(rows, consumerRow{"framework, no-op handler", n, drain(b, conn, noop, n, nil, func(context.Context, consumer.Event) error { return nil })})
 	rows = append(rows, consumerRow{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, nil, classifier.New(d, classify.New()))})
 	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", 2 * n, drain(b, conn, of(stream.Stopper), 2*n, stopper.Dependencies,
-		stopper.New(d, platforms.For, nil))})
+		stopper.New(d, platforms.For, dir, nil))})
 	rows = append(rows, consumerRow{"crmwriter (contact, note, classification)", 2 * n, drain(b, conn, of(stream.CRMWriter), 2*n, consumer.On(crmwriter.Dependency),
 		crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
 			Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish}))})
 	rows = append(rows, consumerRow{"suppressor (list, tell platforms)", 2 * n, drain(b, conn, of(stream.Suppressor), 2*n, nil,
-		suppressor.New(suppression.New(kv), platforms.For))})
+		suppressor.New(suppression.New(kv), platforms.For, dir))})
 	b.StopTimer()
 	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
 	for _, r := range rows[1:] {

@@ -460,6 +460,16 @@ func (c *Client) GetContact(ctx context.Context, id string) (Contact, error) {
 	return Contact(resp), nil
 }
 
+// EmailOf is the e-mail of contact id, "" when it has none or HubSpot no longer has
+// the contact.
+func (c *Client) EmailOf(ctx context.Context, id string) (string, error) {
+	contact, err := c.GetContact(ctx, id)
+	if platform.StatusOf(err) == http.StatusNotFound {
+		return "", nil
+	}
+	return contact.Properties["email"], err
+}
+
 // UpdateNote sets props on note id and returns the note as HubSpot answers it.
 // Setting the same values again changes nothing, so a repeated update is
 // harmless. A note that does not exist is a permanent 404 error.

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,6 +104,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	labels map[string]LeadLabel // custom labels found or made, by name
+	values map[string][]int     // the values of every label listed of a name
 	making sync.Mutex           // one EnsureLabel lists and makes at a time
 }
 
@@ -123,7 +125,7 @@ func New(cfg Config) *Client {
 	emails := h
 	// A 429 of the listing is its own limit's (20 a minute): it holds that one only.
 	emails.Limit, emails.HoldLimit = ratelimit.All(cfg.Limit, cfg.EmailLimit), cfg.EmailLimit
-	return &Client{h: h, emails: emails, labels: map[string]LeadLabel{}}
+	return &Client{h: h, emails: emails, labels: map[string]LeadLabel{}, values: map[string][]int{}}
 }
 
 func errMsg(body []byte) string {
@@ -356,7 +358,26 @@ func (c *Client) keptLabel(name string) (LeadLabel, bool) {
 	return l, ok
 }
 
-// findLabel lists the labels named name of kind and returns the one with the least id.
+// IsLabel reports whether interest value v is a custom label named name of kind — any
+// of them, when several processes made one each — listing the labels again when the
+// value is not one known.
+func (c *Client) IsLabel(ctx context.Context, name, kind string, v int) (bool, error) {
+	c.mu.Lock()
+	known := slices.Contains(c.values[name], v)
+	c.mu.Unlock()
+	if known {
+		return true, nil
+	}
+	if _, _, err := c.findLabel(ctx, name, kind); err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.values[name], v), nil
+}
+
+// findLabel lists the labels named name of kind and returns the one with the least id;
+// it keeps the values of them all (IsLabel).
 func (c *Client) findLabel(ctx context.Context, name, kind string) (LeadLabel, bool, error) {
 	all, err := listAll("lead label list", maxLabelPages, func(after string, page *listPage[LeadLabel]) error {
 		q := url.Values{"limit": {"100"}, "search": {name}, "interest_status": {kind}}
@@ -369,12 +390,20 @@ func (c *Client) findLabel(ctx context.Context, name, kind string) (LeadLabel, b
 		return LeadLabel{}, false, err
 	}
 	var best LeadLabel
+	var values []int
 	found := false
 	for _, x := range all {
-		if x.Label == name && x.Kind == kind && (!found || x.ID < best.ID) {
+		if x.Label != name || x.Kind != kind {
+			continue
+		}
+		values = append(values, x.InterestStatus)
+		if !found || x.ID < best.ID {
 			best, found = x, true
 		}
 	}
+	c.mu.Lock()
+	c.values[name] = values
+	c.mu.Unlock()
 	return best, found, nil
 }
 

@@ -251,6 +251,17 @@ func TestEnsureLabelConcurrently(t *testing.T) {
 	if n := len(sb.InstantlyLabels()); n > len(clients) {
 		t.Fatalf("%d labels made by %d clients", n, len(clients))
 	}
+	// Whichever was made by whom, each is recognised by every client as that label.
+	for _, l := range sb.InstantlyLabels() {
+		for _, c := range clients {
+			if ok, err := c.IsLabel(context.Background(), "Stopped", instantly.KindNeutral, l.InterestStatus); err != nil || !ok {
+				t.Fatalf("label %+v not recognised: %v", l, err)
+			}
+		}
+	}
+	if ok, err := clients[0].IsLabel(context.Background(), "Stopped", instantly.KindNeutral, instantly.NotInterested); err != nil || ok {
+		t.Fatalf("Not Interested taken for the label: %v", err)
+	}
 }
 
 // A subsequence keyed on an interest value takes in a lead given that value (the bite

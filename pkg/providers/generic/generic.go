@@ -409,13 +409,36 @@ func (p *provider) event(raw json.RawMessage) (providers.Event, error) {
 func canonicalData(raw json.RawMessage) envelope.Data {
 	var d envelope.Data
 	if inner, ok := lookup(raw, []string{"data"}); ok && json.Unmarshal(inner, &d) == nil && !empty(d) {
-		return d
+		return usable(d)
 	}
 	var top envelope.Data
 	if json.Unmarshal(raw, &top) == nil {
-		return top
+		return usable(top)
 	}
 	return envelope.Data{}
+}
+
+// usable drops the parts of d that name nothing (a property without a name, a meeting
+// or an opportunity without an id) and what only Exacto derives (a classification, a
+// cause), and reads a bounce kind it does not know as unknown: the raw payload keeps
+// them as sent, the envelope's schema would refuse them.
+func usable(d envelope.Data) envelope.Data {
+	if d.Property != nil && d.Property.Name == "" {
+		d.Property = nil
+	}
+	if d.Meeting != nil && d.Meeting.ID == "" {
+		d.Meeting = nil
+	}
+	if d.Opportunity != nil && d.Opportunity.ID == "" {
+		d.Opportunity = nil
+	}
+	if b := d.Bounce; b != nil && b.Kind != "" && b.Kind != "hard" && b.Kind != "soft" && b.Kind != "unknown" {
+		c := *b
+		c.Kind = "unknown"
+		d.Bounce = &c
+	}
+	d.Classification, d.Cause = nil, ""
+	return d
 }
 
 func empty(d envelope.Data) bool {

@@ -10,7 +10,9 @@
 //   - What stops: reply.received and message.received unless Message.Auto (an
 //     out-of-office is no human answer); lead.unsubscribed and email.complained;
 //     email.bounced unless the bounce is soft (hard and unknown stop). Anything else, and an event naming no
-//     e-mail address (a WhatsApp message with only a phone), completes without effect.
+//     e-mail address (a WhatsApp message with only a phone), completes without effect;
+//     a HubSpot event naming its contact by id alone (an opt-out) is stopped by the
+//     e-mail the contact directory, else HubSpot, gives for that id.
 //   - Where: an Instantly or Smartlead event stops the lead on its own platform, in the
 //     event's campaign when it names one (else in every campaign the lead is in); a
 //     lead confirmed absent there is a permanent error (dead letter with the reason).
@@ -49,6 +51,7 @@ import (
 
 	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/retry"
@@ -112,7 +115,7 @@ func Cause(env envelope.Envelope) (cause, skip string) {
 	default:
 		return "", env.Type + " stops no sequence"
 	}
-	if email(env) == "" && !smartleadByID(env) {
+	if email(env) == "" && !smartleadByID(env) && hubspotID(env) == "" {
 		return "", "the event names no e-mail address, so no e-mail sequence to stop"
 	}
 	return cause, ""
@@ -137,6 +140,15 @@ func smartleadByID(env envelope.Envelope) bool {
 	return env.Provider == Smartlead && env.Data.Contact != nil && env.Data.Contact.ExternalID != "" && campaignID(env) != ""
 }
 
+// hubspotID is the HubSpot contact id of a HubSpot event that names its contact by it
+// alone (an opt-out): its e-mail is looked up before anything is stopped.
+func hubspotID(env envelope.Envelope) string {
+	if c := env.Data.Contact; env.Provider == "hubspot" && c != nil && c.Email == "" {
+		return c.ExternalID
+	}
+	return ""
+}
+
 // SendingPlatforms are the platforms env's contact is stopped on: the event's own
 // when it comes from one, else every one.
 func SendingPlatforms(env envelope.Envelope) []string {
@@ -156,6 +168,9 @@ func Dependencies(env envelope.Envelope) []string {
 	if cause, _ := Cause(env); cause == "" {
 		return nil
 	}
+	if hubspotID(env) != "" {
+		return append(SendingPlatforms(env), "hubspot")
+	}
 	return SendingPlatforms(env)
 }
 
@@ -169,17 +184,19 @@ type stop struct {
 type handler struct {
 	d         *consumer.Deriver
 	platforms Platforms
+	dir       *contacts.Directory // the e-mail of a contact HubSpot names by id (nil: ask HubSpot)
 	log       *slog.Logger
 	campaigns campaigns // Instantly campaigns' stop settings, read once a while
 }
 
 // New returns the stopper's handler. The lead id the platform confirmed rides on the
-// sequence.stopped it publishes: the projector links it to the contact from there.
-func New(d *consumer.Deriver, platforms Platforms, log *slog.Logger) consumer.Handler {
+// sequence.stopped it publishes: the projector links it to the contact from there. dir
+// (may be nil) names the e-mail of a contact HubSpot names by its id alone.
+func New(d *consumer.Deriver, platforms Platforms, dir *contacts.Directory, log *slog.Logger) consumer.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return (&handler{d: d, platforms: platforms, log: log}).handle
+	return (&handler{d: d, platforms: platforms, dir: dir, log: log}).handle
 }
 
 func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
@@ -199,6 +216,21 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 	clients, ok := h.platforms(env.Tenant)
 	if !ok {
 		return retry.Permanently(stream.Stopper, fmt.Errorf("tenant %q is not configured", env.Tenant))
+	}
+	if id := hubspotID(env); id != "" {
+		addr, err := h.dir.EmailOf(ctx, env.Tenant, "hubspot:"+id, askHubSpot(ev, clients, id))
+		if err != nil {
+			return fmt.Errorf("the e-mail of HubSpot contact %s: %w", id, err)
+		}
+		if addr == "" {
+			h.log.Info("nothing to stop", "id", env.ID, "type", env.Type, "provider", env.Provider,
+				"why", "HubSpot knows no e-mail of contact "+id)
+			return nil
+		}
+		c := *env.Data.Contact
+		c.Email = addr
+		env.Data.Contact = &c
+		ev.Envelope = env
 	}
 	stops := map[string]stop{}
 	var errs []error
@@ -257,6 +289,21 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 	return h.d.Publish(ctx, envelope.Derive(env, stream.Stopper, envelope.TypeSequenceStopped, data, time.Now()))
 }
 
+// askHubSpot asks HubSpot for the e-mail of contact id (nil when the tenant has no
+// HubSpot account: only the directory can tell).
+func askHubSpot(ev consumer.Event, clients accounts.Clients, id string) func(context.Context) (string, error) {
+	if clients.HubSpot == nil {
+		return nil
+	}
+	return func(ctx context.Context) (email string, err error) {
+		err = ev.Call(ctx, "hubspot", func(ctx context.Context) (err error) {
+			email, err = clients.HubSpot.EmailOf(ctx, id)
+			return err
+		})
+		return email, err
+	}
+}
+
 func contactName(env envelope.Envelope) string {
 	if e := email(env); e != "" {
 		return e
@@ -285,7 +332,11 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	// 8 at once: a stop is the most urgent effect, each one a chain of round trips
 	// (lease, guard, read, write, read back, record, derive), and events of one contact
 	// still run one at a time.
-	h := gate.Wrap(Acts, New(d, env.Platforms.For, env.Log))
+	dir, err := contacts.Open(ctx, env.Conn.JS)
+	if err != nil {
+		return err
+	}
+	h := gate.Wrap(Acts, New(d, env.Platforms.For, dir, env.Log))
 	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: h, Dependencies: Dependencies, Workers: 8})
 }
 

@@ -17,6 +17,7 @@ import (
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/platform/hubspot"
 	"exacto.dev/pkg/platform/instantly"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/platform/smartlead"
@@ -46,13 +47,14 @@ func newRig(t *testing.T) *rig {
 	clients := accounts.Clients{
 		Instantly: instantly.New(instantly.Config{BaseURL: sb.URL, APIKey: sandbox.InstantlyKey, Timeout: 2 * time.Second}),
 		Smartlead: smartlead.New(smartlead.Config{BaseURL: sb.URL, APIKey: sandbox.SmartleadKey, Timeout: 2 * time.Second}),
+		HubSpot:   hubspot.New(hubspot.Config{BaseURL: sb.URL, Token: sandbox.HubSpotToken, Timeout: 2 * time.Second}),
 	}
 	d, err := consumer.NewDeriver(context.Background(), conn.JS)
 	if err != nil {
 		t.Fatal(err)
 	}
 	platforms := func(tn string) (accounts.Clients, bool) { return clients, tn == tenant }
-	return &rig{t: t, conn: conn, sb: sb, clients: clients, handle: New(d, platforms, nil)}
+	return &rig{t: t, conn: conn, sb: sb, clients: clients, handle: New(d, platforms, nil, nil)}
 }
 
 // run starts the stopper's consumer with the production subscription, its backoff
@@ -693,8 +695,8 @@ func TestUnconfirmedStopIsBounded(t *testing.T) {
 	if len(dls) != 1 || dls[0].Attempts >= sub.MaxDeliver || !strings.Contains(dls[0].Error, "still shows the lead active") {
 		t.Fatalf("dead letters: %+v (given up by time, before attempt %d)", dls, sub.MaxDeliver)
 	}
-	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != dls[0].Attempts-1 {
-		t.Fatalf("%d interest writes in %d attempts, want one per attempt before the last", n, dls[0].Attempts)
+	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != dls[0].Attempts {
+		t.Fatalf("%d interest writes in %d attempts, want one per attempt (the last too: only a write is waited for)", n, dls[0].Attempts)
 	}
 }
 
@@ -720,5 +722,20 @@ func TestSmartleadLeadDeepInACampaign(t *testing.T) {
 	}
 	if n := r.sb.Requests(sandbox.RouteSmartleadCampaignLeads); n != 1 {
 		t.Fatalf("%d campaign listings, want the one filtered confirmation", n)
+	}
+}
+
+// An event whose first attempt was long ago (Instantly's breaker held it for minutes)
+// is stopped on the attempt that reaches Instantly: only a write is waited for.
+func TestLateFirstWriteIsNotGivenUp(t *testing.T) {
+	r := newRig(t)
+	lead := r.sb.AddInstantlyLead(instCampaign, "late@example.com")
+	env := withCampaign(reply(Instantly, "r-late", "late@example.com"), instCampaign)
+	err := r.handle(context.Background(), consumer.Event{Envelope: env, Attempt: 6, FirstAttempt: time.Now().Add(-10 * time.Minute)})
+	if err != nil {
+		t.Fatalf("the first attempt that reaches Instantly: %v", err)
+	}
+	if l, _ := r.sb.InstantlyLeadState(lead); l.Status == sandbox.InstantlyActive || r.sb.Requests(sandbox.RouteInstantlyInterest) != 1 {
+		t.Fatalf("lead %+v after %d writes", l, r.sb.Requests(sandbox.RouteInstantlyInterest))
 	}
 }

@@ -146,7 +146,8 @@ func (h *handler) instantly(ctx context.Context, ev consumer.Event, c *instantly
 // stopLead stops one lead: nothing if it is stopped (but out of any subsequence, once
 // settled); only a confirmation, for a while, where the campaign stops replies itself;
 // else the lead's own interest value or StopLabel, given again on each attempt until
-// Instantly shows the lead stopped (the same value twice is harmless), until givenUp.
+// Instantly shows the lead stopped (the same value twice is harmless); a write still not
+// shown once givenUp is a dead letter.
 func (h *handler) stopLead(ctx context.Context, ev consumer.Event, c *instantly.Client, l instantly.Lead, cause string) (wrote bool, err error) {
 	if l.Stopped() {
 		if l.SubsequenceID != "" { // stopped, but a subsequence is sending to it
@@ -167,10 +168,6 @@ func (h *handler) stopLead(ctx context.Context, ev consumer.Event, c *instantly.
 		if cp.StopOnReply {
 			return false, retry.Transiently(Instantly, fmt.Errorf("lead %s in campaign %s: the campaign stops on reply itself: %w", l.ID, l.Campaign, errNotYetStopped))
 		}
-	}
-	if givenUp(ev) {
-		return false, retry.Permanently(Instantly, fmt.Errorf("lead %s (%s) in campaign %s: Instantly accepted the stop on %d attempts but still shows the lead active: "+
-			"the campaign does not stop on an interest status; stop the lead at Instantly", l.ID, email(env), l.Campaign, ev.Attempt-1))
 	}
 	label, err := h.stopLabel(ctx, ev, c)
 	if err != nil {
@@ -193,6 +190,12 @@ func (h *handler) stopLead(ctx context.Context, ev consumer.Event, c *instantly.
 		return true, err
 	}
 	if !now.Stopped() {
+		// Only after a write: an attempt that never reached Instantly (its breaker was
+		// open for minutes) has written nothing to wait for.
+		if givenUp(ev) {
+			return true, retry.Permanently(Instantly, fmt.Errorf("lead %s (%s) in campaign %s: Instantly accepted the stop but still shows the lead active %v after the first attempt: "+
+				"the campaign does not stop on an interest status; stop the lead at Instantly", l.ID, email(env), l.Campaign, time.Since(ev.FirstAttempt).Round(time.Second)))
+		}
 		return true, retry.Transiently(Instantly, fmt.Errorf("lead %s in campaign %s: %w", l.ID, l.Campaign, errNotYetStopped))
 	}
 	return true, h.settled(ctx, ev, c, now)
@@ -340,9 +343,6 @@ func (h *handler) raise(ctx context.Context, ev consumer.Event, c *instantly.Cli
 			return err
 		}
 		if !keep {
-			if givenUp(ev) {
-				return retry.Permanently(Instantly, fmt.Errorf("lead %s: Instantly accepted interest value %d on %d attempts but does not show it", l.ID, value, ev.Attempt-1))
-			}
 			if err := h.setInterest(ctx, ev, c, l, value); err != nil {
 				return err
 			}
@@ -351,6 +351,10 @@ func (h *handler) raise(ctx context.Context, ev consumer.Event, c *instantly.Cli
 				return err
 			}
 			if now.InterestStatus == nil || *now.InterestStatus != value {
+				if givenUp(ev) {
+					return retry.Permanently(Instantly, fmt.Errorf("lead %s: Instantly accepted interest value %d but does not show it %v after the first attempt",
+						l.ID, value, time.Since(ev.FirstAttempt).Round(time.Second)))
+				}
 				return retry.Transiently(Instantly, fmt.Errorf("lead %s: interest value %d not yet visible", l.ID, value))
 			}
 			h.log.InfoContext(ctx, "lead labelled from its reply's classification", "id", env.ID, "lead", l.ID, "campaign", l.Campaign,
@@ -379,11 +383,14 @@ func (h *handler) keeps(ctx context.Context, ev consumer.Event, c *instantly.Cli
 	case instantly.Positive(*cur):
 		return *cur >= value, nil
 	}
-	label, err := h.stopLabel(ctx, ev, c)
-	if err != nil {
-		return false, err
-	}
-	return *cur != label.InterestStatus, nil
+	// Any "Stopped by Exacto" label is the stop label: replicas that made it at once
+	// may each have made one.
+	var stop bool
+	err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		stop, err = c.IsLabel(ctx, StopLabel, instantly.KindNeutral, *cur)
+		return err
+	})
+	return !stop, err
 }
 
 // classifiedLabel is what a reply.classified asks of Instantly: the interest value,

@@ -69,13 +69,27 @@ func Reason(env envelope.Envelope) string {
 // Clients returns a tenant's platform clients (accounts.Set.For).
 type Clients func(tenant string) (accounts.Clients, bool)
 
-// New returns the suppressor's handler over list; clients tell the platforms.
-func New(list *suppression.List, clients Clients) consumer.Handler {
+// New returns the suppressor's handler over list; clients tell the platforms; dir (may
+// be nil) names the e-mail of a contact HubSpot names by its id alone.
+func New(list *suppression.List, clients Clients, dir *contacts.Directory) consumer.Handler {
 	return func(ctx context.Context, ev consumer.Event) error {
 		env := ev.Envelope
 		reason := Reason(env)
 		if reason == "" {
 			return nil
+		}
+		if c := env.Data.Contact; env.Provider == "hubspot" && c != nil && c.Email == "" && c.ExternalID != "" {
+			// A HubSpot opt-out names the contact by its id: listed by its e-mail, which
+			// is what the reconciler and the platforms know it by.
+			email, err := dir.EmailOf(ctx, env.Tenant, "hubspot:"+c.ExternalID, askHubSpot(ev, clients, env.Tenant, c.ExternalID))
+			if err != nil {
+				return fmt.Errorf("the e-mail of HubSpot contact %s: %w", c.ExternalID, err)
+			}
+			if email != "" {
+				named := *c
+				named.Email = email
+				env.Data.Contact = &named
+			}
 		}
 		contact := env.ContactKey()
 		if contact == "" {
@@ -89,9 +103,8 @@ func New(list *suppression.List, clients Clients) consumer.Handler {
 			email = contacts.NormalizeEmail(env.Data.Contact.Email)
 		}
 		if email == "" {
-			// A phone-only contact, or one named by an id alone (a HubSpot opt-out names
-			// only the HubSpot contact id): it is listed by that key, and no e-mail
-			// platform can be told.
+			// A phone-only contact, or one named by an id no one knows an e-mail of: it
+			// is listed by that key, and no e-mail platform can be told.
 			return nil
 		}
 		c, ok := clients(env.Tenant)
@@ -99,6 +112,22 @@ func New(list *suppression.List, clients Clients) consumer.Handler {
 			return retry.Permanently("suppressor", fmt.Errorf("tenant %q has no platform accounts", env.Tenant))
 		}
 		return tellPlatforms(ctx, ev, c, email)
+	}
+}
+
+// askHubSpot asks HubSpot for the e-mail of tenant's contact id (nil when the tenant has
+// no HubSpot account: only the directory can tell).
+func askHubSpot(ev consumer.Event, clients Clients, tenant, id string) func(context.Context) (string, error) {
+	c, ok := clients(tenant)
+	if !ok || c.HubSpot == nil {
+		return nil
+	}
+	return func(ctx context.Context) (email string, err error) {
+		err = ev.Call(ctx, "hubspot", func(ctx context.Context) (err error) {
+			email, err = c.HubSpot.EmailOf(ctx, id)
+			return err
+		})
+		return email, err
 	}
 }
 
@@ -126,6 +155,10 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	h := gate.Wrap(func(env envelope.Envelope) bool { return Reason(env) != "" }, New(suppression.New(kv), env.Platforms.For))
+	dir, err := contacts.Open(ctx, env.Conn.JS)
+	if err != nil {
+		return err
+	}
+	h := gate.Wrap(func(env envelope.Envelope) bool { return Reason(env) != "" }, New(suppression.New(kv), env.Platforms.For, dir))
 	return env.Consume(ctx, stream.Suppressor, up, consumer.Options{Handle: h})
 }

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"exacto.dev/pkg/broker/brokertest"
@@ -47,7 +48,7 @@ func TestHandler(t *testing.T) {
 	kv, _ := conn.JS.KeyValue(ctx, stream.Suppression)
 	list := suppression.New(kv)
 	sb := sandbox.Start(t)
-	h := New(list, sandboxClients(sb))
+	h := New(list, sandboxClients(sb), nil)
 	env := envelope.Envelope{ID: "ev_1", Tenant: "acme", Type: envelope.TypeLeadUnsubscribed, Data: envelope.Data{Contact: &envelope.Contact{Email: "Ana@Example.com"}}}
 	for range 2 { // twice: harmless
 		if err := h(ctx, consumer.Event{Envelope: env}); err != nil {
@@ -63,8 +64,9 @@ func TestHandler(t *testing.T) {
 	if retry.Of(err).Class != retry.Permanent {
 		t.Fatalf("no contact: %v", err)
 	}
-	// A HubSpot opt-out names the contact by its HubSpot id alone: it is listed under
-	// that contact key, and no platform is asked anything (no e-mail to tell them).
+	// A HubSpot opt-out names the contact by its HubSpot id alone. One HubSpot no longer
+	// has is listed under that contact key, and no sending platform is asked anything
+	// (no e-mail to tell them).
 	calls := sb.TotalRequests()
 	idOnly := envelope.Envelope{ID: "ev_3", Tenant: "acme", Provider: "hubspot", Type: envelope.TypeLeadUnsubscribed,
 		Data: envelope.Data{Contact: &envelope.Contact{ExternalID: "1246965"}}}
@@ -74,8 +76,21 @@ func TestHandler(t *testing.T) {
 	if e, ok, err := list.Lookup(ctx, "acme", "id:hubspot:1246965"); err != nil || !ok || e.Reason != Unsubscribed || e.EventID != "ev_3" {
 		t.Fatalf("id-only lookup: %+v %v %v", e, ok, err)
 	}
-	if n := sb.TotalRequests() - calls; n != 0 {
+	if n := sb.TotalRequests() - calls - sb.Requests(sandbox.RouteHubSpotContactGet); n != 0 {
 		t.Fatalf("%d platform calls for a contact without an e-mail", n)
+	}
+	// One HubSpot has: listed by its e-mail (what the reconciler looks up), which
+	// goes on Instantly's block list.
+	known := idOnly
+	known.ID, known.Data.Contact = "ev_4", &envelope.Contact{ExternalID: sb.AddContact("opted@example.com", nil)}
+	if err := h(ctx, consumer.Event{Envelope: known}); err != nil {
+		t.Fatalf("id-only opt-out of a known contact: %v", err)
+	}
+	if e, ok, err := list.Lookup(ctx, "acme", "email:opted@example.com"); err != nil || !ok || e.EventID != "ev_4" {
+		t.Fatalf("lookup by the contact's e-mail: %+v %v %v", e, ok, err)
+	}
+	if bl := sb.Blocklist(); !slices.Contains(bl, "opted@example.com") {
+		t.Fatalf("block list %v", bl)
 	}
 }
 
@@ -99,7 +114,7 @@ func TestEveryPlatformIsTold(t *testing.T) {
 	sb := sandbox.Start(t)
 	leadID := sb.AddSmartleadLead(9181, "ana@example.com")
 	sb.AddSmartleadLead(9182, "ana@example.com")
-	h := New(list, sandboxClients(sb))
+	h := New(list, sandboxClients(sb), nil)
 	env := envelope.Envelope{ID: "ev_1", Tenant: "acme", Provider: "hubspot", Type: envelope.TypeLeadUnsubscribed,
 		Data: envelope.Data{Contact: &envelope.Contact{Email: "Ana@Example.com"}}}
 	for range 3 { // redeliveries: harmless
@@ -136,7 +151,7 @@ func TestListBeforePlatforms(t *testing.T) {
 	list := suppression.New(kv)
 	sb := sandbox.Start(t)
 	sb.SetFault(sandbox.RouteInstantlyBlocklist, sandbox.Fault{Status: 503})
-	h := New(list, sandboxClients(sb))
+	h := New(list, sandboxClients(sb), nil)
 	env := envelope.Envelope{ID: "ev_1", Tenant: "acme", Provider: "instantly", Type: envelope.TypeEmailBounced,
 		Data: envelope.Data{Contact: &envelope.Contact{Email: "ana@example.com"}, Bounce: &envelope.Bounce{Kind: "hard"}}}
 	err := h(ctx, consumer.Event{Envelope: env})
@@ -164,7 +179,7 @@ func TestListBeforePlatforms(t *testing.T) {
 		t.Fatalf("phone-only: suppressed %v, %d platform calls", ok, sb.TotalRequests()-before)
 	}
 	// A tenant without accounts is a permanent error, after the list.
-	noAccounts := New(list, func(string) (accounts.Clients, bool) { return accounts.Clients{}, false })
+	noAccounts := New(list, func(string) (accounts.Clients, bool) { return accounts.Clients{}, false }, nil)
 	if err := noAccounts(ctx, consumer.Event{Envelope: env}); retry.Of(err).Class != retry.Permanent {
 		t.Fatalf("unknown tenant: %v", err)
 	}
