@@ -187,6 +187,14 @@ func TestReconcileDuplicateActivity(t *testing.T) {
 		t.Fatalf("notes %+v", notes)
 	}
 	contactID := notes[0].Associations[0].ToID
+	// The pass reads the contact's HubSpot id from the projection: wait until the
+	// projector has folded the link the crmwriter put on the stream.
+	var linked []map[string]any
+	eventually(t, 10*time.Second, "the crmwriter's contact.identified", func() bool {
+		linked = p.derived("contact.identified", id)
+		return len(linked) == 1
+	})
+	p.completedIn(10*time.Second, linked[0]["id"].(string), stream.Projector)
 	// Someone pastes the reply into HubSpot by hand: same text, no exacto_event_id.
 	copyID := p.sb.AddNoteFor(contactID, map[string]string{"hs_note_body": "<p>Omar wrote: " + text + "</p>"})
 
