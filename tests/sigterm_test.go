@@ -53,7 +53,27 @@ var sigtermConsumers = []string{stream.Classifier, stream.Stopper, stream.CRMWri
 // exactly once, every event completed in every consumer that takes it, none
 // dead-lettered.
 func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
-	const replies, unsubs, senders = 200, 100, 8
+	interruptUnderLoad(t, false)
+}
+
+// The same burst cut by a power cut (tests/powercut_test.go's model: kill -9 under
+// strace, every store file cut back to what its fsyncs made durable): the derived
+// stores — guards, leases, outcomes, the index — are persisted asynchronously on one
+// node and may lose their last writes, and still every event answered 200 is stored
+// once and every effect happened exactly once after recovery.
+func TestPowerCutDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
+	interruptUnderLoad(t, true)
+}
+
+// interruptUnderLoad runs the burst, interrupts `exacto up` mid-flow (SIGTERM, or a
+// power cut), restarts it and checks that nothing was lost or applied twice.
+func interruptUnderLoad(t *testing.T, powerCut bool) {
+	replies, unsubs, senders := 200, 100, 8
+	var strace string
+	if powerCut {
+		strace = straceForPowerCut(t)
+		replies, unsubs = 120, 60 // every write is traced: a slower burst
+	}
 	sb := sandbox.StartWith(t, sandbox.Options{}) // no AutoEnroll: every lead is seeded
 	type hook struct {
 		email, kind string
@@ -87,7 +107,13 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 
 	n := newNode(t, sigtermConfig)
 	n.extraEnv = []string{"EXACTO_SANDBOX_URL=" + sb.URL}
-	n.start()
+	var traced *tracedUp
+	var model *powerCutModel
+	if powerCut {
+		traced, model = n.startUnderStrace(strace, nil)
+	} else {
+		n.start()
+	}
 	url := "http://" + n.http + "/hooks/instantly/tok-sigterm-0123456789"
 	client := &http.Client{Timeout: 10 * time.Second}
 	post := func(body []byte) (int, []string, error) {
@@ -146,12 +172,12 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		}
 		return s
 	}
-	// SIGTERM once a fair share of the replies has been stopped: the consumers are
+	// Interrupted once a fair share of the replies has been stopped: the consumers are
 	// mid-flow (each consumer's stop is the slowest of several effects).
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for replyStops() < replies/8 {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 60s only %d replies stopped\n%s", replyStops(), n.out.String())
+			t.Fatalf("after 120s only %d replies stopped\n%s", replyStops(), n.out.String())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -159,10 +185,21 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	stopsAtTerm, notesAtTerm := replyStops(), sb.Requests(sandbox.RouteHubSpotNoteUpsert)
 	termAt := time.Now()
 	firstOut := n.out
-	exitIn, exitErr := sigterm(n, 60*time.Second)
+	var exitIn time.Duration
+	var exitErr error
+	if powerCut {
+		traced.kill()
+		cuts := model.cutThePower(t, model.alias)
+		t.Logf("power cut: %d files cut back (%s)", len(cuts), describeCuts(cuts))
+		if len(cuts) == 0 {
+			t.Error("the power cut took nothing from any store file: nothing was tested")
+		}
+	} else {
+		exitIn, exitErr = sigterm(n, 60*time.Second)
+	}
 	stopsAtExit, notesAtExit := replyStops(), sb.Requests(sandbox.RouteHubSpotNoteUpsert)
 	wg.Wait()
-	t.Logf("SIGTERM %v after the burst began (%d of %d webhooks sent): exited in %v (%v); reply stops %d at SIGTERM, %d at exit; notes %d at SIGTERM, %d at exit",
+	t.Logf("interrupted %v after the burst began (%d of %d webhooks sent): exited in %v (%v); reply stops %d at the interruption, %d at exit; notes %d at the interruption, %d at exit",
 		termAt.Sub(began).Round(time.Millisecond), sentAtTerm, len(hooks), exitIn.Round(time.Millisecond), exitErr, stopsAtTerm, stopsAtExit, notesAtTerm, notesAtExit)
 	if exitErr != nil {
 		t.Fatalf("exacto up after SIGTERM: %v\n%s", exitErr, firstOut.String())
@@ -173,7 +210,9 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	if stopsAtExit == 0 && notesAtExit == 0 {
 		t.Fatal("no effect before the SIGTERM: nothing was tested")
 	}
-	checkCleanLog(t, "exacto up (SIGTERMed)", firstOut.String())
+	if !powerCut {
+		checkCleanLog(t, "exacto up (SIGTERMed)", firstOut.String())
+	}
 
 	// Restart on the same store; a provider redelivers what was not answered 200.
 	restartAt := time.Now()
@@ -337,7 +376,9 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	if len(suppressed) != unsubs {
 		t.Errorf("%d suppression entries, want %d", len(suppressed), unsubs)
 	}
-	if c := sb.Requests(sandbox.RouteHubSpotNoteUpsert); c != replies {
+	// After a power cut a reply whose guard was lost is written again, by upsert on
+	// its key: more requests, still one note (above).
+	if c := sb.Requests(sandbox.RouteHubSpotNoteUpsert); c != replies && !(powerCut && c > replies) {
 		t.Errorf("%d HubSpot note upserts for %d replies", c, replies)
 	}
 	if c := sb.Requests(sandbox.RouteHubSpotContactCreate); c != replies {
@@ -358,6 +399,11 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 			}
 			rec, ok, err := guard.Status(context.Background(), guards, sub.Name(), e.ID)
 			checked++
+			if powerCut && err == nil && (!ok || rec.Status == guard.Completed) {
+				// A power cut may take a guard record (persisted asynchronously) with
+				// its event's ack or without it; the effects above are the truth.
+				continue
+			}
 			if err != nil || !ok || rec.Status != guard.Completed {
 				t.Errorf("%s %s in %s: %+v (record %v, %v)", e.Type, e.ID, sub.Name(), rec, ok, err)
 				continue
@@ -393,7 +439,7 @@ func TestSIGTERMDuringLoadLosesNothingAndAppliesNothingTwice(t *testing.T) {
 				continue
 			}
 			switch c := completed[sub.Name()+" "+e.ID]; {
-			case c > 1:
+			case c > 1 && !powerCut: // after a cut, a lost guard means a second (harmless) completion
 				t.Errorf("%s %s completed %d times in %s (EXACTO_OUTCOMES)", e.Type, e.ID, c, sub.Name())
 			case c == 0:
 				lostOutcomes++

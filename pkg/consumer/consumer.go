@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/textproto"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -361,7 +362,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	// The handler gets the ack wait less a reserve: what follows (guard, dead letter,
 	// outcome, ack) must still have time when the handler used all of its own.
 	hctx, hcancel := context.WithTimeout(ctx, r.o.Sub.AckWait-r.o.Sub.AckWait/6)
-	herr := r.o.Handle(hctx, ev)
+	herr := r.call(hctx, ev)
 	hcancel()
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
@@ -391,7 +392,13 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			return
 		}
 		if err := r.guard.Fail(ctx, &a, herr, false, time.Time{}); err != nil {
-			r.o.Log.WarnContext(ctx, "guard fail", "consumer", r.name, "id", env.ID, "err", err)
+			// Acked now, the event would stay "processing" for ever and a replay of
+			// its letter would find nothing to reset: it comes back instead, is
+			// resumed once its lease runs out, and is dead-lettered again (the same
+			// letter: one Nats-Msg-Id per attempt history).
+			r.o.Log.WarnContext(ctx, "dead letter stored but not recorded in the guard; redelivering", "consumer", r.name, "id", env.ID, "err", err)
+			r.nack(m)
+			return
 		}
 		r.outcome(ctx, env, a.Record)
 		r.ack(ctx, m)
@@ -406,6 +413,19 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	r.outcome(ctx, env, a.Record)
 	r.nackAfter(m, delay)
 	r.attempted(ctx, env, a.Record.Attempts, "retry")
+}
+
+// call runs the handler. A handler that panics has failed permanently: its event is
+// dead-lettered with the panic and its stack, and the process (the gateway with it,
+// under exacto up) lives on instead of crash-looping on the redelivery.
+func (r *runner) call(ctx context.Context, ev Event) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.o.Log.ErrorContext(ctx, "handler panicked", "consumer", r.name, "id", ev.Envelope.ID, "panic", fmt.Sprint(p))
+			err = retry.Permanently(r.name, fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack()))
+		}
+	}()
+	return r.o.Handle(ctx, ev)
 }
 
 // ack acknowledges m and waits for the server to confirm it, so that once handle

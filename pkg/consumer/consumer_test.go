@@ -564,6 +564,74 @@ func TestDeadLetterNotLostWhenTheDLQIsAway(t *testing.T) {
 	}
 }
 
+// A handler that panics fails its event permanently: dead-lettered with the panic and
+// its stack, attempted once, and the runner (the process) goes on with the next event.
+func TestPanicIsADeadLetter(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var fx effects
+	ids := publish(t, conn, 2)
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		fx.add(ev.Envelope.ID)
+		if ev.Envelope.ID == ids[0] {
+			var leads []string
+			_ = leads[len(ev.Envelope.ID)] // out of range: the kind of bug a handler ships with
+		}
+		return nil
+	})
+	waitFor(t, "the dead letter and the next event", func() bool {
+		return status(t, conn, ids[0]).Status == guard.DeadLetter && status(t, conn, ids[1]).Status == guard.Completed
+	})
+	dl := lastDeadLetter(t, conn)
+	if dl.EventID != ids[0] || dl.Class != "permanent" || !strings.Contains(dl.Error, "handler panicked: runtime error: index out of range") ||
+		!strings.Contains(dl.Error, "consumer_test.go") {
+		t.Fatalf("dead letter: %+v", dl)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if fx.get(ids[0]) != 1 {
+		t.Fatalf("the panicking event was attempted %d times", fx.get(ids[0]))
+	}
+}
+
+// A dead letter stored while its guard record cannot be written is not acked: the
+// event comes back, is resumed once the lease runs out, and ends dead-lettered in the
+// guard too, with its one letter — never left "processing" for ever.
+func TestDeadLetterWhoseGuardWriteFailsComesBack(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	kv, err := conn.JS.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		if fx.add(ev.Envelope.ID) == 1 {
+			// The guard record moves under the attempt (its lease already run out),
+			// so the attempt's write after the letter loses its compare-and-set.
+			key := guard.Key(sub.Durable, ev.Envelope.ID)
+			e, err := kv.Get(ctx, key)
+			if err != nil {
+				return err
+			}
+			var rec guard.Record
+			json.Unmarshal(e.Value(), &rec)
+			rec.LeaseUntil = time.Now().Add(-time.Second)
+			data, _ := json.Marshal(rec)
+			if _, err := kv.Put(ctx, key, data); err != nil {
+				return err
+			}
+		}
+		return retry.Permanently("hubspot", errors.New("400 invalid"))
+	})
+	id := publish(t, conn, 1)[0]
+	waitFor(t, "the guard's dead letter", func() bool { return status(t, conn, id).Status == guard.DeadLetter })
+	if n := fx.get(id); n != 2 {
+		t.Fatalf("%d attempts, want the one whose guard write failed and its resumption", n)
+	}
+	if n := brokertest.Count(t, conn, stream.DLQ); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
+}
+
 // Stopping a runner while events are still arriving neither panics (watermill-nats'
 // send on a closed channel) nor loses an event: what was not completed is handled by
 // the next runner.

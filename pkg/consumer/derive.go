@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/envelope"
@@ -16,6 +17,15 @@ import (
 type Deriver struct {
 	js    jetstream.JetStream
 	index jetstream.KeyValue
+	// publish, when set, stores through the process's group committer: the derived
+	// events of concurrent attempts (and webhooks) share one fsync.
+	publish func(ctx context.Context, msg *nats.Msg) (wait func() (duplicate bool, err error), err error)
+}
+
+// Via makes d store through publish (ingest.Committer.Publish).
+func (d *Deriver) Via(publish func(ctx context.Context, msg *nats.Msg) (func() (bool, error), error)) *Deriver {
+	d.publish = publish
+	return d
 }
 
 // NewDeriver binds the index once, so publishing costs no lookup of the bucket.
@@ -34,6 +44,14 @@ func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
 	}
 	msg, err := stream.EventMessage(ctx, env)
 	if err != nil {
+		return err
+	}
+	if d.publish != nil {
+		wait, err := d.publish(ctx, msg)
+		if err != nil {
+			return err
+		}
+		_, err = wait() // a duplicate is stored already: done
 		return err
 	}
 	_, err = d.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(stream.Events))

@@ -322,7 +322,7 @@ func (q *Queue) Preview(ctx context.Context, l Letter, force bool) (Preview, err
 	if ok {
 		p.Guard = rec.Status
 	}
-	p.Send = p.Refused == nil && (p.Guard == "" || p.Guard == guard.DeadLetter)
+	p.Send = p.Refused == nil && (!ok || rec.Resettable(q.now()))
 	return p, nil
 }
 
@@ -336,12 +336,12 @@ func (q *Queue) Replay(ctx context.Context, l Letter, by, why string, force bool
 	if err != nil {
 		return Action{}, err
 	}
-	was, err := guard.New(q.guards, l.Consumer, 0).Reset(ctx, l.EventID)
+	was, reset, err := guard.New(q.guards, l.Consumer, 0).Reset(ctx, l.EventID)
 	if err != nil {
 		return Action{}, err
 	}
 	a := Action{Kind: "replay", Seq: l.Seq, By: by, Why: why, At: q.now().UTC(), Forced: q.Fresh(l) != nil, Result: was}
-	if was == "" || was == guard.DeadLetter {
+	if was == "" || reset {
 		a.Result = guard.DeadLetter
 		msg := &nats.Msg{Subject: stream.ReplaySubject(l.Consumer, env.Tenant, env.Provider, env.Type), Data: l.Event, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, "replay."+l.Consumer+"."+l.EventID+"."+strconv.FormatInt(a.At.UnixNano(), 10))

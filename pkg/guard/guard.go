@@ -148,32 +148,40 @@ func (g *Guard) Fail(ctx context.Context, a *Attempt, cause error, retryable boo
 }
 
 // Reset forgets a dead-lettered event's record, so a replay from the DLQ proceeds as a
-// first attempt; it reports the status it found. Only a dead letter is reset: a record
-// that a previous replay completed (or is processing) stays, so replaying twice makes
-// the effect once. The replayed effect still looks its external key up.
-func (g *Guard) Reset(ctx context.Context, eventID string) (string, error) {
+// first attempt; it reports the status it found. Only a dead letter is reset — or a
+// record left processing whose lease ran out (its worker died, or stored the letter
+// and could not record it): a record that a previous replay completed (or is still
+// processing) stays, so replaying twice makes the effect once. The replayed effect
+// still looks its external key up.
+func (g *Guard) Reset(ctx context.Context, eventID string) (was string, reset bool, err error) {
 	key := Key(g.consumer, eventID)
 	e, err := g.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", nil
+		return "", false, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("guard read %s: %w", key, err)
+		return "", false, fmt.Errorf("guard read %s: %w", key, err)
 	}
 	var rec Record
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return "", fmt.Errorf("guard record %s: %w", key, err)
+		return "", false, fmt.Errorf("guard record %s: %w", key, err)
 	}
-	if rec.Status != DeadLetter {
-		return rec.Status, nil
+	if !rec.Resettable(g.now()) {
+		return rec.Status, false, nil
 	}
 	if err := g.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
 		if conflict(err) {
-			return rec.Status, fmt.Errorf("guard %s changed while being reset: try again", key)
+			return rec.Status, false, fmt.Errorf("guard %s changed while being reset: try again", key)
 		}
-		return rec.Status, err
+		return rec.Status, false, err
 	}
-	return DeadLetter, nil
+	return rec.Status, true, nil
+}
+
+// Resettable says whether a replay may reset r at now: a dead letter, or a record left
+// processing whose lease ran out.
+func (r Record) Resettable(now time.Time) bool {
+	return r.Status == DeadLetter || (r.Status == Processing && !now.Before(r.LeaseUntil))
 }
 
 // Status reads the record of eventID in consumer; ok is false when there is none.

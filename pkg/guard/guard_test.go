@@ -98,7 +98,7 @@ func TestRetryableThenDeadLetter(t *testing.T) {
 		t.Fatalf("dead letter: %+v", d)
 	}
 	// A replay from the DLQ resets the record and proceeds as a first attempt.
-	if was, err := g.Reset(ctx, "ev_2"); err != nil || was != DeadLetter {
+	if was, _, err := g.Reset(ctx, "ev_2"); err != nil || was != DeadLetter {
 		t.Fatalf("reset: %q %v", was, err)
 	}
 	r, _ := g.Begin(ctx, "ev_2")
@@ -106,19 +106,19 @@ func TestRetryableThenDeadLetter(t *testing.T) {
 		t.Fatalf("after reset: %+v", r)
 	}
 	// While the replay runs, or once it completed, a second replay resets nothing.
-	if was, err := g.Reset(ctx, "ev_2"); err != nil || was != Processing {
+	if was, _, err := g.Reset(ctx, "ev_2"); err != nil || was != Processing {
 		t.Fatalf("reset while processing: %q %v", was, err)
 	}
 	if err := g.Complete(ctx, &r); err != nil {
 		t.Fatal(err)
 	}
-	if was, err := g.Reset(ctx, "ev_2"); err != nil || was != Completed {
+	if was, _, err := g.Reset(ctx, "ev_2"); err != nil || was != Completed {
 		t.Fatalf("reset of a completed event: %q %v", was, err)
 	}
 	if again, _ := g.Begin(ctx, "ev_2"); again.Decision != Skip {
 		t.Fatalf("a completed event proceeds after a reset: %+v", again)
 	}
-	if was, err := g.Reset(ctx, "ev_never"); err != nil || was != "" {
+	if was, _, err := g.Reset(ctx, "ev_never"); err != nil || was != "" {
 		t.Fatalf("reset of an unknown event: %q %v", was, err)
 	}
 }
@@ -143,6 +143,28 @@ func TestResumeAfterLeaseExpiry(t *testing.T) {
 	}
 	if err := g.Complete(ctx, &r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A record left processing (its worker stored a dead letter and could not record it,
+// or died) is reset by a replay once its lease ran out, never while it runs.
+func TestResetOfAnAbandonedAttempt(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{}
+	c.set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	g := guarded(bucket(t), "stopper", c)
+	if _, err := g.Begin(ctx, "ev_5"); err != nil {
+		t.Fatal(err)
+	}
+	if was, reset, err := g.Reset(ctx, "ev_5"); err != nil || reset || was != Processing {
+		t.Fatalf("reset while the lease holds: %q %v %v", was, reset, err)
+	}
+	c.set(c.now().Add(31 * time.Second))
+	if was, reset, err := g.Reset(ctx, "ev_5"); err != nil || !reset || was != Processing {
+		t.Fatalf("reset after the lease: %q %v %v", was, reset, err)
+	}
+	if a, _ := g.Begin(ctx, "ev_5"); a.Decision != Proceed || a.Record.Attempts != 1 || a.Resumed {
+		t.Fatalf("after the reset: %+v", a)
 	}
 }
 

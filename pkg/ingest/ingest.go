@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/envelope"
@@ -157,6 +159,11 @@ type Result struct {
 	IDs        []string `json:"ids"`
 }
 
+// indexLookupErrors counts the index lookups that failed (the event was stored all
+// the same).
+var indexLookupErrors, _ = otel.Meter("exacto/gateway").Int64Counter("exacto_gateway_index_lookup_errors",
+	metric.WithDescription("lookups of the index of stored ids that failed; the event was stored all the same, deduplicated by the stream's window"))
+
 // Store stores envelopes on EXACTO_EVENTS once.
 type Store struct {
 	index, arrivals jetstream.KeyValue
@@ -210,7 +217,11 @@ func (s *Store) Store(ctx context.Context, envs []envelope.Envelope) (Result, er
 		}
 		seen[env.ID] = true
 		if stored, err := s.Stored(ctx, env.ID); err != nil {
-			return res, err
+			// The index is derived and may be away while the stream is healthy: the
+			// event is stored anyway, and Nats-Msg-Id still refuses a duplicate within
+			// the stream's window. A webhook is never refused for the index.
+			s.log.Warn("index lookup failed; storing, the stream's duplicate window deduplicates", "id", env.ID, "err", err)
+			indexLookupErrors.Add(ctx, 1)
 		} else if stored {
 			dups = append(dups, env.ID)
 			continue

@@ -22,6 +22,7 @@ import (
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/ingest"
 	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
@@ -56,7 +57,11 @@ type Env struct {
 	Breakers *consumer.Breakers
 	// Pacer holds each dependency's Retry-After pause: a 429 one consumer of the
 	// process receives pauses that dependency for every consumer of the process.
-	Pacer                  *retry.Pacer
+	Pacer *retry.Pacer
+	// Commit is the process's group committer on EXACTO_EVENTS (nil when the config's
+	// group commit is off): the gateway's webhooks and the consumers' derived events
+	// share its atomic batches, so concurrent writes share one fsync.
+	Commit                 *ingest.Committer
 	adminSrv               *http.Server
 	telemetry              *telemetry.Providers
 	stopBreakers, stopSLOs func()
@@ -161,15 +166,31 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		conn.Close()
 		return nil, err
 	}
+	if gc := cfg.Gateway.GroupCommit; gc.MaxEvents > 1 {
+		env.Commit = ingest.NewCommitter(conn.JS, gc.MaxEvents, gc.MaxWait, cfg.Gateway.PublishTimeout)
+	}
 	env.adminSrv = admin.Server(cfg.AdminAddr, env.Admin)
 	go env.adminSrv.Serve(ln)
 	return env, nil
+}
+
+// Deriver stores derived events on EXACTO_EVENTS once, through the process's group
+// committer when there is one.
+func (e *Env) Deriver(ctx context.Context) (*consumer.Deriver, error) {
+	d, err := consumer.NewDeriver(ctx, e.Conn.JS)
+	if err != nil || e.Commit == nil {
+		return d, err
+	}
+	return d.Via(e.Commit.Publish), nil
 }
 
 // Close stops the admin server and the NATS connection (and embedded server), and
 // flushes the spans and metrics still buffered.
 func (e *Env) Close() {
 	e.adminSrv.Close()
+	if e.Commit != nil {
+		e.Commit.Close()
+	}
 	if e.Sandbox != nil {
 		e.Sandbox.Close()
 	}

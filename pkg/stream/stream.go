@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,16 +72,31 @@ type Options struct {
 	DuplicateWindow time.Duration
 	Replicas        int
 	DedupTTL        time.Duration
-	// GuardTTL is how long effect-once records are kept: longer than any redelivery or
-	// replay window, so an effect is never made twice (default 30 days).
-	GuardTTL time.Duration
 }
 
-func (o Options) guardTTL() time.Duration {
-	if o.GuardTTL > 0 {
-		return o.GuardTTL
+// Derived are the stores written from EXACTO_EVENTS that need no fsync of their own
+// (docs/durability.md): on one node (R1, file storage) they are persisted
+// asynchronously (nats-server's per-stream persist_mode async), so a write costs no
+// fsync, while EXACTO_EVENTS and the stores an operator's action or an effect's record
+// lives in stay synced. What a power cut may take from each:
+//   - Outcomes: status lines of the event page; the guard record stays the truth.
+//   - ContactLocks: leases, which every holder lost with the power anyway.
+//   - Arrivals: duplicate delivery counters.
+//   - Guards: an effect-once record; the event is then tried again, and every handler
+//     looks at the platform before it writes (its effect is keyed there), so the
+//     repetition makes no second effect.
+//   - EventIndex: the index writer re-indexes from the stream on start (Indexer).
+//
+// In a cluster (replicas above 1) nats-server refuses async persist: there the Raft
+// log already shares one append among many writes.
+var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex}
+
+// persistMode is how the stream named name persists under o.
+func (o Options) persistMode(name string) jetstream.PersistModeType {
+	if o.Replicas <= 1 && slices.Contains(Derived, name) {
+		return jetstream.AsyncPersistMode
 	}
-	return 30 * 24 * time.Hour
+	return jetstream.DefaultPersistMode
 }
 
 // EventSubject is where an event of tenant, provider and canonical type is stored.
@@ -145,7 +161,9 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: EventIndex, Description: "envelope id -> stream sequence, for late duplicates", TTL: o.DedupTTL, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: Arrivals, Description: "envelope id -> duplicate deliveries seen", TTL: o.DedupTTL, Storage: jetstream.FileStorage, Replicas: o.Replicas},
-		{Bucket: Guards, Description: "consumer.event id -> effect-once record", TTL: o.guardTTL(), Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		// No TTL: a guard must not forget an effect while the stream holds its event (a
+		// consumer created again from the stream's start would make it twice).
+		{Bucket: Guards, Description: "consumer.event id -> effect-once record", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: a suppression does not expire.
 		{Bucket: Suppression, Description: "tenant.contact -> why and since when it is suppressed", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: audit records and findings stay until an operator removes them.
@@ -344,16 +362,60 @@ func QuarantineSubject(tenant, endpoint, id string) string {
 // Ensure creates or updates every stream and bucket.
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Streams(o) {
+		cfg.PersistMode = o.persistMode(cfg.Name)
+		if s, err := js.Stream(ctx, cfg.Name); err == nil {
+			// The server cannot change a stream's persist mode: it keeps the one it
+			// was made with (a stream of an earlier version stays synced).
+			cfg.PersistMode = s.CachedInfo().Config.PersistMode
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
 	}
 	for _, cfg := range Buckets(o) {
+		if mode := o.persistMode("KV_" + cfg.Bucket); mode != jetstream.DefaultPersistMode {
+			if err := ensureBucket(ctx, js, cfg, mode); err != nil {
+				return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+			}
+			continue
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// ensureBucket creates the stream of bucket cfg with persist mode, as nats.go makes a
+// bucket's stream (a bucket's config has no persist mode, and the server cannot change
+// it later). A bucket that exists keeps its mode (one made by an earlier version stays
+// synced); its description and TTL follow cfg.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, mode jetstream.PersistModeType) error {
+	name := "KV_" + cfg.Bucket
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		dup := 2 * time.Minute
+		if cfg.TTL > 0 && cfg.TTL < dup {
+			dup = cfg.TTL
+		}
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: name, Description: cfg.Description, Subjects: []string{"$KV." + cfg.Bucket + ".>"},
+			MaxMsgsPerSubject: 1, MaxBytes: -1, MaxAge: cfg.TTL, MaxMsgSize: -1, Storage: cfg.Storage,
+			Replicas: max(cfg.Replicas, 1), AllowRollup: true, DenyDelete: true, Duplicates: dup,
+			MaxMsgs: -1, MaxConsumers: -1, AllowDirect: true, Discard: jetstream.DiscardNew, PersistMode: mode,
+		})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	sc := s.CachedInfo().Config
+	if sc.Description == cfg.Description && sc.MaxAge == cfg.TTL {
+		return nil
+	}
+	sc.Description, sc.MaxAge = cfg.Description, cfg.TTL
+	_, err = js.UpdateStream(ctx, sc)
+	return err
 }
 
 // EventMessage is the message that stores env on EXACTO_EVENTS: on its subject, with

@@ -89,7 +89,7 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 			}
 		}()
 	}
-	err = server.Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) {
+	err = server.RunWith(ctx, server.Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit}, func(addr string) {
 		banner(env, addr)
 		gatewayUp()
 	})

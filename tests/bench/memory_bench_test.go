@@ -84,51 +84,102 @@ func (t *tail) String() string { t.mu.Lock(); defer t.mu.Unlock(); return string
 // /readyz (baseline), then drives 64 senders of signed Instantly replies at it for
 // EXACTO_BENCH_UP_SECONDS (default 10) and lets its consumers work on them for as long
 // again, and takes its peak RSS then.
-func BenchmarkUpMemory(b *testing.B) {
-	seconds := envInt("EXACTO_BENCH_UP_SECONDS", 10)
+// upProcess is `exacto up` started as a process (the built-in demo config: every
+// consumer, the platform sandbox in-process, an embedded server with sync always) on
+// free loopback ports and a temporary data dir, ready (/readyz answered 200).
+type upProcess struct {
+	addr    func(i int) string // 0 HTTP, 1 admin, 2 NATS, 3 sandbox
+	pid     int                // exacto's own pid (not its wrapper's)
+	out     *tail
+	exited  chan struct{}
+	stopped bool
+	cmd     *exec.Cmd
+}
+
+// startUp starts `exacto up`; wrap, when given, is a command line it runs under
+// (strace …).
+func startUp(b *testing.B, wrap ...string) *upProcess {
 	bin := exactoBinary(b)
 	dir := b.TempDir()
 	ports := brokertest.FreePorts(b, 4)
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	cmd := exec.Command(bin, "up")
+	u := &upProcess{addr: func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }, out: &tail{}, exited: make(chan struct{})}
+	args := append(append([]string{}, wrap...), bin, "up")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir // no exacto.yaml there: the built-in demo
 	cmd.Env = append(os.Environ(),
-		"EXACTO_HTTP_ADDR="+addr(0), "EXACTO_ADMIN_ADDR="+addr(1), "EXACTO_NATS_LISTEN="+addr(2), "EXACTO_SANDBOX_ADDR="+addr(3),
+		"EXACTO_HTTP_ADDR="+u.addr(0), "EXACTO_ADMIN_ADDR="+u.addr(1), "EXACTO_NATS_LISTEN="+u.addr(2), "EXACTO_SANDBOX_ADDR="+u.addr(3),
 		"EXACTO_SANDBOX_URL=", "EXACTO_NATS_URL=", "EXACTO_CONFIG=", "EXACTO_DATA_DIR="+filepath.Join(dir, "data"))
-	out := &tail{}
-	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Stdout, cmd.Stderr = u.out, u.out
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
+	u.cmd, u.pid = cmd, cmd.Process.Pid
+	go func() { cmd.Wait(); close(u.exited) }()
+	b.Cleanup(u.stop)
+	for deadline := time.Now().Add(10 * time.Second); len(wrap) > 0; time.Sleep(10 * time.Millisecond) {
+		// exacto is the wrapper's child: signals go to it, and the wrapper ends with it.
+		children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+		if f := strings.Fields(string(children)); len(f) > 0 {
+			u.pid, _ = strconv.Atoi(f[0])
+			break
 		}
-	}()
-	pid := cmd.Process.Pid
+		if time.Now().After(deadline) {
+			b.Fatalf("%s started no process", wrap[0])
+		}
+	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr(1) + "/readyz")
+		resp, err := http.Get("http://" + u.addr(1) + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				break
+				return u
 			}
 		}
 		select {
-		case <-exited:
-			b.Fatalf("exacto up exited before it was ready:\n%s", out)
+		case <-u.exited:
+			b.Fatalf("exacto up exited before it was ready:\n%s", u.out)
 		default:
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("exacto up not ready after 60s:\n%s", out)
+			b.Fatalf("exacto up not ready after 60s:\n%s", u.out)
 		}
 	}
+}
+
+// stop ends the process with SIGTERM (SIGKILL after 30 s) and waits for it.
+func (u *upProcess) stop() {
+	if u.stopped {
+		return
+	}
+	u.stopped = true
+	syscall.Kill(u.pid, syscall.SIGTERM)
+	select {
+	case <-u.exited:
+	case <-time.After(30 * time.Second):
+		syscall.Kill(u.pid, syscall.SIGKILL)
+		u.cmd.Process.Kill()
+		<-u.exited
+	}
+}
+
+// js connects to the process's NATS port.
+func (u *upProcess) js(b *testing.B) jetstream.JetStream {
+	nc, err := nats.Connect("nats://" + u.addr(2))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return js
+}
+
+func BenchmarkUpMemory(b *testing.B) {
+	seconds := envInt("EXACTO_BENCH_UP_SECONDS", 10)
+	u := startUp(b)
+	pid, addr := u.pid, u.addr
 	idle := vmKiB(b, pid, "VmHWM")
 
 	// 64 senders, keep-alive, each reply a lead of its own, until the time is up.
@@ -166,15 +217,7 @@ func BenchmarkUpMemory(b *testing.B) {
 	rss := vmKiB(b, pid, "VmRSS")
 
 	// How far the consumers got, read from the process's own NATS port.
-	nc, err := nats.Connect("nats://" + addr(2))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := u.js(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	count := func(typ string) uint64 { return countSubject(ctx, js, stream.EventSubject("demo", "instantly", typ)) }

@@ -50,7 +50,7 @@ func New(d *consumer.Deriver, c classify.Classifier) consumer.Handler {
 
 // Run runs the classifier's consumer until ctx ends.
 func Run(ctx context.Context, env *service.Env, up func()) error {
-	d, err := consumer.NewDeriver(ctx, env.Conn.JS)
+	d, err := env.Deriver(ctx)
 	if err != nil {
 		return err
 	}

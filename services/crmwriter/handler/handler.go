@@ -142,7 +142,7 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	d, err := consumer.NewDeriver(ctx, env.Conn.JS)
+	d, err := env.Deriver(ctx)
 	if err != nil {
 		return err
 	}

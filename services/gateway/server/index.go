@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"exacto.dev/pkg/stream"
 )
@@ -16,14 +18,27 @@ import (
 // Indexer writes the index of stored envelope ids from the stream itself, through a
 // durable consumer. Deriving it from the stream (rather than writing it beside each
 // publish) means a crash between publish and index write loses no entry: the consumer
-// redelivers until the entry is written.
+// redelivers until the entry is written. It takes the stream in batches and writes a
+// batch's entries at once (pipelined puts, one wait for all), so it keeps up with the
+// gateway; exacto_index_pending says how far behind it is.
+//
+// On one node the index is persisted asynchronously (stream.Derived): a power cut can
+// take its last entries while the consumer's acks survive. So on start it goes back
+// from the last entry the index holds and indexes again what follows (puts are
+// idempotent).
 type Indexer struct {
+	js    jetstream.JetStream
 	cons  jetstream.Consumer
 	index jetstream.KeyValue
 	log   *slog.Logger
 }
 
-// NewIndexer binds the index consumer (creating or updating it from the topology).
+// indexBatch is how many entries one batch writes at most.
+const indexBatch = 256
+
+// NewIndexer binds the index consumer (creating or updating it from the topology) and,
+// when the index is persisted asynchronously, rewinds it past what a power cut could
+// have taken.
 func NewIndexer(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Indexer, error) {
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream.Events, stream.IndexConsumerConfig())
 	if err != nil {
@@ -36,46 +51,180 @@ func NewIndexer(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Indexer{cons: cons, index: index, log: log}, nil
+	x := &Indexer{js: js, cons: cons, index: index, log: log}
+	if err := x.rewind(ctx); err != nil {
+		return nil, fmt.Errorf("index %s: %w", stream.EventIndex, err)
+	}
+	return x, nil
+}
+
+// rewind sets the index consumer back to the stream sequence after the last one the
+// index holds, less what concurrent writers may have had in flight (the consumer's
+// MaxAckPending), when its acks went further: the entries in between may be lost.
+func (x *Indexer) rewind(ctx context.Context) error {
+	s, err := x.js.Stream(ctx, "KV_"+stream.EventIndex)
+	if err != nil {
+		return err
+	}
+	info := s.CachedInfo()
+	if info.Config.PersistMode != jetstream.AsyncPersistMode {
+		return nil // synced: every acked entry is on disk
+	}
+	held, found, err := lastIndexed(ctx, s, info.State)
+	if err != nil || (!found && info.State.LastSeq > 0) {
+		return err // no entry left to go by: every one expired, long after its write
+	}
+	ci, err := x.cons.Info(ctx)
+	if err != nil {
+		return err
+	}
+	from := uint64(1)
+	if margin := uint64(stream.IndexConsumerConfig().MaxAckPending); held > margin {
+		from = held - margin
+	}
+	if ci.AckFloor.Stream < from {
+		return nil // nothing acked past what the index surely holds
+	}
+	if _, err := x.js.ResetConsumerToSequence(ctx, stream.Events, stream.IndexConsumer, from); err != nil {
+		return err
+	}
+	x.log.Info("index: indexing again from before its last entry", "from", from, "last_indexed", held, "ack_floor", ci.AckFloor.Stream)
+	return nil
+}
+
+// lastIndexed is the stream sequence of the newest index entry: the value of the last
+// put (a purge or delete marker has none: the one before it is read, up to 1,000 back).
+func lastIndexed(ctx context.Context, s jetstream.Stream, st jetstream.StreamState) (held uint64, found bool, err error) {
+	for seq := st.LastSeq; seq >= st.FirstSeq && seq > 0 && st.LastSeq-seq < 1000; seq-- {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, false, err
+		}
+		if held, err := strconv.ParseUint(string(m.Data), 10, 64); err == nil {
+			return held, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 // Run indexes until ctx ends.
 func (x *Indexer) Run(ctx context.Context) error {
-	// Each write finishes on its own context: one cut short by the stop would only be
-	// written again, after a warning.
-	writes := context.WithoutCancel(ctx)
-	cc, err := x.cons.Consume(func(msg jetstream.Msg) {
-		wctx, cancel := context.WithTimeout(writes, 10*time.Second)
-		defer cancel()
-		if err := x.handle(wctx, msg); err != nil {
-			x.log.Warn("index write", "err", err)
-			msg.Nak()
-			return
-		}
-		msg.Ack()
-	})
+	stopObserving, err := x.observeLag()
 	if err != nil {
 		return err
 	}
+	defer stopObserving()
+	// The consumer hands messages over as they come; the writer takes all those that
+	// are waiting (at most indexBatch) as one batch.
+	queue := make(chan jetstream.Msg, 2*indexBatch)
+	cc, err := x.cons.Consume(func(msg jetstream.Msg) { queue <- msg }, jetstream.PullMaxMessages(2*indexBatch))
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			var msgs []jetstream.Msg
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-queue:
+				msgs = append(msgs, m)
+			}
+		more:
+			for len(msgs) < indexBatch {
+				select {
+				case m := <-queue:
+					msgs = append(msgs, m)
+				default:
+					break more
+				}
+			}
+			// Each batch finishes on its own context: one cut short by the stop would
+			// only be written again, after a warning.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			x.write(wctx, msgs)
+			cancel()
+		}
+	}()
 	<-ctx.Done()
+	<-done
 	// Stop, not drain: an entry not yet acknowledged is redelivered and written again,
 	// which is harmless (Put is idempotent), and stopping never waits on a lost server.
 	cc.Stop()
+	go func() { // the consume callback must not block on a queue nobody reads
+		for range queue {
+		}
+	}()
 	<-cc.Closed()
+	close(queue)
 	return nil
 }
 
-func (x *Indexer) handle(ctx context.Context, msg jetstream.Msg) error {
-	id := msg.Headers().Get(jetstream.MsgIDHeader)
-	if id == "" {
-		return nil // not published by a gateway; nothing to index
+// write puts the index entry of every message of a batch, pipelined, then acks each
+// one whose entry is stored; one that failed is redelivered.
+func (x *Indexer) write(ctx context.Context, msgs []jetstream.Msg) {
+	acks := make([]jetstream.PubAckFuture, len(msgs))
+	for i, msg := range msgs {
+		id := msg.Headers().Get(jetstream.MsgIDHeader)
+		md, err := msg.Metadata()
+		if id == "" || err != nil {
+			continue // not published by a gateway (or no metadata): nothing to index
+		}
+		acks[i], err = x.js.PublishAsync("$KV."+stream.EventIndex+"."+id, []byte(strconv.FormatUint(md.Sequence.Stream, 10)))
+		if err != nil {
+			x.log.Warn("index write", "id", id, "err", err)
+			msg.Nak()
+			msgs[i] = nil
+		}
 	}
-	md, err := msg.Metadata()
+	for i, msg := range msgs {
+		if msg == nil {
+			continue
+		}
+		if f := acks[i]; f != nil {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				x.log.Warn("index write", "id", msg.Headers().Get(jetstream.MsgIDHeader), "err", err)
+				msg.Nak()
+				continue
+			case <-ctx.Done():
+				x.log.Warn("index write not confirmed", "id", msg.Headers().Get(jetstream.MsgIDHeader), "err", ctx.Err())
+				msg.Nak()
+				continue
+			}
+		}
+		msg.Ack()
+	}
+}
+
+// observeLag reports how many stored events the index does not hold yet.
+func (x *Indexer) observeLag() (stop func(), err error) {
+	meter := otel.Meter("exacto/gateway")
+	pending, err := meter.Int64ObservableGauge("exacto_index_pending",
+		metric.WithDescription("events stored and not yet in the index of stored ids: a duplicate of one arriving after the stream's duplicate window would be stored again"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = x.index.Put(ctx, id, []byte(strconv.FormatUint(md.Sequence.Stream, 10)))
-	return err
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		info, err := x.cons.Info(ctx)
+		if err != nil {
+			return nil
+		}
+		o.ObserveInt64(pending, int64(info.NumPending)+int64(info.NumAckPending))
+		return nil
+	}, pending)
+	if err != nil {
+		return nil, err
+	}
+	return func() { reg.Unregister() }, nil
 }
 
 // Lookup returns the stream sequence of a stored envelope id.

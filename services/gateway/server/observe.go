@@ -56,7 +56,6 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 type metrics struct {
 	events, duplicates, rejections, invalidSignatures metric.Int64Counter
 	quarantine                                        metric.Int64Counter
-	batchSize                                         metric.Int64Histogram
 	version                                           attribute.KeyValue // the workflow version label
 }
 
@@ -79,14 +78,8 @@ func newMetrics(workflowVersion string) (*metrics, error) {
 	if ms.quarantine, err = m.Int64Counter("exacto_gateway_quarantined", metric.WithDescription("verified deliveries the gateway could not turn into events, kept in the quarantine (a retry of one already kept is not counted)")); err != nil {
 		return nil, err
 	}
-	if ms.batchSize, err = m.Int64Histogram("exacto_gateway_commit_batch_events", metric.WithDescription("events per group commit (one fsync each)"),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)); err != nil {
-		return nil, err
-	}
 	return &ms, nil
 }
-
-func (m *metrics) batch(n int) { m.batchSize.Record(context.Background(), int64(n)) }
 
 func (m *metrics) received(ep *Endpoint, envs []envelope.Envelope, dups int) {
 	ctx := context.Background()

@@ -18,7 +18,13 @@ import (
 // in-flight deliveries finish (each still answered only after its PubAck). ready, if
 // not nil, receives the bound address once the listener is up.
 func Run(ctx context.Context, cfg *config.Config, js jetstream.JetStream, log *slog.Logger, ready func(addr string)) error {
-	gw, err := New(ctx, Options{Config: cfg, JS: js, Log: log})
+	return RunWith(ctx, Options{Config: cfg, JS: js, Log: log}, ready)
+}
+
+// RunWith is Run with every option (a shared group committer).
+func RunWith(ctx context.Context, o Options, ready func(addr string)) error {
+	cfg, js, log := o.Config, o.JS, o.Log
+	gw, err := New(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -57,7 +63,7 @@ func Run(ctx context.Context, cfg *config.Config, js jetstream.JetStream, log *s
 
 // Serve runs the gateway of a started process (a service.Run): up once it listens.
 func Serve(ctx context.Context, env *service.Env, up func()) error {
-	return Run(ctx, env.Config, env.Conn.JS, env.Log, func(addr string) {
+	return RunWith(ctx, Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit}, func(addr string) {
 		env.Log.Info("gateway listening", "addr", addr)
 		up()
 	})

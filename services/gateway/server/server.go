@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -52,8 +51,9 @@ type Server struct {
 	now            func() time.Time
 	metrics        *metrics
 	// commits coalesces concurrent events into atomic batches (nil: group commit off,
-	// every event its own publish and fsync).
-	commits *committer
+	// every event its own publish and fsync); ownCommits: made here, closed by Close.
+	commits    *ingest.Committer
+	ownCommits bool
 }
 
 // Options are what New needs.
@@ -62,6 +62,9 @@ type Options struct {
 	JS     jetstream.JetStream
 	Log    *slog.Logger
 	Now    func() time.Time // nil: time.Now
+	// Commit, when set, is the process's group committer (exacto up: shared with the
+	// consumers' derived events); nil: the gateway makes its own when the config asks.
+	Commit *ingest.Committer
 }
 
 // New builds the gateway from a validated config. The topology must already exist.
@@ -84,11 +87,12 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	var publish ingest.Publish
-	if gc := o.Config.Gateway.GroupCommit; gc.MaxEvents > 1 {
-		s.commits = newCommitter(o.JS, gc.MaxEvents, gc.MaxWait, s.publishTimeout, s.metrics.batch)
-		publish = func(ctx context.Context, msg *nats.Msg) (func() (bool, error), error) {
-			return s.commits.publish(ctx, msg), nil
-		}
+	s.commits = o.Commit
+	if gc := o.Config.Gateway.GroupCommit; s.commits == nil && gc.MaxEvents > 1 {
+		s.commits, s.ownCommits = ingest.NewCommitter(o.JS, gc.MaxEvents, gc.MaxWait, s.publishTimeout), true
+	}
+	if s.commits != nil {
+		publish = s.commits.Publish
 	}
 	if s.events, err = ingest.OpenStore(ctx, o.JS, publish, s.log); err != nil {
 		return nil, err
@@ -116,8 +120,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 
 // Close stops the group committer; call it once no request is in flight.
 func (s *Server) Close() {
-	if s.commits != nil {
-		s.commits.close()
+	if s.ownCommits {
+		s.commits.Close()
 	}
 }
 

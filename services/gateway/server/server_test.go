@@ -499,6 +499,28 @@ func TestUnavailableStoreIs503(t *testing.T) {
 	}
 }
 
+// The index of stored ids is derived: when it cannot answer, the webhook is still
+// stored (200), and a retry within the stream's duplicate window is still stored once
+// (Nats-Msg-Id).
+func TestIndexAwayIsNo503(t *testing.T) {
+	h := newHarness(t)
+	if err := h.conn.JS.DeleteStream(context.Background(), "KV_"+stream.EventIndex); err != nil {
+		t.Fatal(err)
+	}
+	before := h.stored()
+	at := h.clock()
+	body, _ := spec(h, "stripe").Sample(spec(h, "stripe").Events[0], at)
+	for i := range 2 {
+		r := h.post(h.sign("stripe", body, h.endpoint("stripe").Secrets[0].Value, at))
+		if r.status != http.StatusOK {
+			t.Fatalf("delivery %d with the index away: %d %s", i+1, r.status, r.body)
+		}
+	}
+	if got := h.stored() - before; got != 1 {
+		t.Fatalf("the stream grew by %d, want 1", got)
+	}
+}
+
 func TestPanicIs500(t *testing.T) {
 	srv := httptest.NewServer(recoverPanics(slog.New(slog.DiscardHandler), http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })))
 	defer srv.Close()

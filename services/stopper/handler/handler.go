@@ -316,7 +316,7 @@ func contactName(env envelope.Envelope) string {
 
 // Run runs the stopper's consumer until ctx ends.
 func Run(ctx context.Context, env *service.Env, up func()) error {
-	d, err := consumer.NewDeriver(ctx, env.Conn.JS)
+	d, err := env.Deriver(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -53,8 +53,9 @@ func TestGroupCommitCoalescesConcurrentEvents(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	var mu sync.Mutex
 	var sizes []int
-	c := newCommitter(conn.JS, 64, 50*time.Millisecond, 5*time.Second, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
-	defer c.close()
+	c := NewCommitter(conn.JS, 64, 50*time.Millisecond, 5*time.Second)
+	c.observe = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+	defer c.Close()
 	st, err := conn.JS.Stream(context.Background(), stream.Events)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func TestGroupCommitCoalescesConcurrentEvents(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			dup, err := c.publish(context.Background(), eventMsg(i))()
+			dup, err := publishAndWait(context.Background(), c, eventMsg(i))
 			if err != nil || dup {
 				errs <- fmt.Errorf("event %d: duplicate=%v err=%v", i, dup, err)
 				return
@@ -112,8 +113,9 @@ func TestGroupCommitDuplicates(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var sizes []int
-	c := newCommitter(conn.JS, 16, 200*time.Millisecond, 5*time.Second, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
-	defer c.close()
+	c := NewCommitter(conn.JS, 16, 200*time.Millisecond, 5*time.Second)
+	c.observe = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+	defer c.Close()
 	msgs := []*nats.Msg{eventMsg(1), eventMsg(2), eventMsg(3), eventMsg(4), eventMsg(4)}
 	type result struct {
 		dup bool
@@ -123,7 +125,7 @@ func TestGroupCommitDuplicates(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, m := range msgs {
 		wg.Go(func() {
-			dup, err := c.publish(context.Background(), m)()
+			dup, err := publishAndWait(context.Background(), c, m)
 			results[i] = result{dup, err}
 		})
 	}
@@ -160,15 +162,24 @@ func TestGroupCommitFailsWithoutTheStream(t *testing.T) {
 	if err := conn.JS.DeleteStream(context.Background(), stream.Events); err != nil {
 		t.Fatal(err)
 	}
-	c := newCommitter(conn.JS, 16, 20*time.Millisecond, 2*time.Second, nil)
-	defer c.close()
+	c := NewCommitter(conn.JS, 16, 20*time.Millisecond, 2*time.Second)
+	defer c.Close()
 	var wg sync.WaitGroup
 	for i := range 5 {
 		wg.Go(func() {
-			if _, err := c.publish(context.Background(), eventMsg(i))(); err == nil {
+			if _, err := publishAndWait(context.Background(), c, eventMsg(i)); err == nil {
 				t.Errorf("event %d acknowledged with no stream to hold it", i)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// publishAndWait publishes msg through c and waits for its result.
+func publishAndWait(ctx context.Context, c *Committer, msg *nats.Msg) (duplicate bool, err error) {
+	wait, err := c.Publish(ctx, msg)
+	if err != nil {
+		return false, err
+	}
+	return wait()
 }

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -11,14 +11,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
-	"exacto.dev/pkg/ingest"
 	"exacto.dev/pkg/stream"
 )
 
 // Group commit. With sync always, nats-server fsyncs once per stored message, so a
-// gateway that publishes one event at a time pays one fsync per webhook. The committer
-// coalesces the events of concurrent requests into one atomic batch (Nats-Batch-Id,
+// gateway that publishes one event at a time pays one fsync per webhook. The Committer
+// coalesces the events of concurrent requests — webhooks, and under exacto up the
+// derived events of its consumers too (service.Env.Commit) — into one atomic batch (Nats-Batch-Id,
 // Nats-Batch-Sequence, Nats-Batch-Commit): the server stages the batch, stores its
 // messages without syncing each, fsyncs the stream once and only then answers the
 // commit — so one fsync covers the batch, and every request is still answered only
@@ -30,7 +32,7 @@ import (
 // A batch that holds an event already stored (within the stream's duplicate window) is
 // refused whole by the server; so is any other batch failure. Its events are then
 // published one by one, which tells each one apart: stored, or a duplicate.
-type committer struct {
+type Committer struct {
 	js        jetstream.JetStream
 	maxEvents int
 	maxWait   time.Duration
@@ -38,10 +40,11 @@ type committer struct {
 	in        chan *commitReq
 	stop      context.CancelFunc
 	done      chan struct{}
-	batches   func(n int) // observes each batch's size (metrics)
 	// lost hears the connection drop: a commit in flight then stops waiting for an
 	// answer that may never come (its server is gone) and its events go one by one.
 	lost chan nats.Status
+	// observe, when set (tests), sees each batch's size.
+	observe func(n int)
 }
 
 type commitReq struct {
@@ -61,24 +64,32 @@ const (
 	hdrBatchCommit = "Nats-Batch-Commit"
 )
 
-func newCommitter(js jetstream.JetStream, maxEvents int, maxWait, timeout time.Duration, batches func(int)) *committer {
+// commitBatch observes each batch's size.
+var commitBatch, _ = otel.Meter("exacto/gateway").Int64Histogram("exacto_gateway_commit_batch_events",
+	metric.WithDescription("events per group commit (one fsync each): webhooks' events, and under exacto up the consumers' derived events"),
+	metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000))
+
+// NewCommitter starts a group committer of batches of at most maxEvents, each closed at
+// most maxWait after its first event; timeout bounds a batch's publish.
+func NewCommitter(js jetstream.JetStream, maxEvents int, maxWait, timeout time.Duration) *Committer {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &committer{js: js, maxEvents: maxEvents, maxWait: maxWait, timeout: timeout,
-		in: make(chan *commitReq, 4*maxEvents), stop: cancel, done: make(chan struct{}), batches: batches,
+	c := &Committer{js: js, maxEvents: maxEvents, maxWait: maxWait, timeout: timeout,
+		in: make(chan *commitReq, 4*maxEvents), stop: cancel, done: make(chan struct{}),
 		lost: js.Conn().StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)}
 	go c.run(ctx)
 	return c
 }
 
-// publish queues msg for the next batch; the returned func waits for its result.
-func (c *committer) publish(ctx context.Context, msg *nats.Msg) (wait func() (duplicate bool, err error)) {
+// Publish queues msg for the next batch; the returned func waits for its result. It
+// is a Publish.
+func (c *Committer) Publish(ctx context.Context, msg *nats.Msg) (wait func() (duplicate bool, err error), err error) {
 	req := &commitReq{msg: msg, done: make(chan commitRes, 1)}
 	select {
 	case c.in <- req:
 	case <-ctx.Done():
-		return func() (bool, error) { return false, ctx.Err() }
+		return nil, ctx.Err()
 	case <-c.done:
-		return func() (bool, error) { return false, errors.New("gateway shutting down") }
+		return nil, errors.New("group commit stopped: shutting down")
 	}
 	return func() (bool, error) {
 		select {
@@ -88,17 +99,17 @@ func (c *committer) publish(ctx context.Context, msg *nats.Msg) (wait func() (du
 			// Perhaps stored after all: the provider's retry is then a duplicate.
 			return false, ctx.Err()
 		}
-	}
+	}, nil
 }
 
-// close stops the committer once no request is waiting for it.
-func (c *committer) close() {
+// Close stops the Committer once no request is waiting for it.
+func (c *Committer) Close() {
 	c.stop()
 	<-c.done
 	c.js.Conn().RemoveStatusListener(c.lost)
 }
 
-func (c *committer) run(ctx context.Context) {
+func (c *Committer) run(ctx context.Context) {
 	defer close(c.done)
 	for {
 		var batch []*commitReq
@@ -124,9 +135,10 @@ func (c *committer) run(ctx context.Context) {
 }
 
 // commit stores batch and answers each of its requests.
-func (c *committer) commit(batch []*commitReq) {
-	if c.batches != nil {
-		c.batches(len(batch))
+func (c *Committer) commit(batch []*commitReq) {
+	commitBatch.Record(context.Background(), int64(len(batch)))
+	if c.observe != nil {
+		c.observe(len(batch))
 	}
 	// Two requests carrying the same event (a provider's concurrent retry): the
 	// first is published, the others are its duplicates.
@@ -159,7 +171,7 @@ const commitWait = 2 * time.Second
 
 // store publishes reqs as one atomic batch, or one by one when the batch is refused or
 // its answer does not come.
-func (c *committer) store(reqs []*commitReq) []commitRes {
+func (c *Committer) store(reqs []*commitReq) []commitRes {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	if len(reqs) > 1 && c.js.Conn().IsConnected() {
@@ -177,7 +189,7 @@ func (c *committer) store(reqs []*commitReq) []commitRes {
 
 // atomic publishes reqs as one atomic batch and waits for its commit's PubAck, which
 // the server sends after the batch is fsynced.
-func (c *committer) atomic(ctx context.Context, reqs []*commitReq) error {
+func (c *Committer) atomic(ctx context.Context, reqs []*commitReq) error {
 	nc := c.js.Conn()
 	id := nuid.Next()
 	for i, r := range reqs {
@@ -238,10 +250,10 @@ func (c *committer) atomic(ctx context.Context, reqs []*commitReq) error {
 }
 
 // each publishes reqs one by one (in flight together) and waits for every PubAck.
-func (c *committer) each(ctx context.Context, reqs []*commitReq) []commitRes {
+func (c *Committer) each(ctx context.Context, reqs []*commitReq) []commitRes {
 	out := make([]commitRes, len(reqs))
 	waits := make([]func() (bool, error), len(reqs))
-	publish := ingest.PublishOne(c.js)
+	publish := PublishOne(c.js)
 	for i, r := range reqs {
 		waits[i], out[i].err = publish(ctx, r.msg)
 	}

@@ -1,0 +1,88 @@
+package stream_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/stream"
+)
+
+// On one node the derived stores are persisted asynchronously and everything else,
+// EXACTO_EVENTS first, stays synced; the buckets still work as buckets.
+func TestDerivedStoresPersistAsynchronously(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var names []string
+	for _, s := range stream.Streams(brokertest.Topology) {
+		names = append(names, s.Name)
+	}
+	for _, b := range stream.Buckets(brokertest.Topology) {
+		if b.Storage == jetstream.FileStorage {
+			names = append(names, "KV_"+b.Bucket)
+		}
+	}
+	async := 0
+	for _, name := range names {
+		s, err := conn.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := jetstream.DefaultPersistMode
+		if slices.Contains(stream.Derived, name) {
+			want = jetstream.AsyncPersistMode
+			async++
+		}
+		if got := s.CachedInfo().Config.PersistMode; got != want {
+			t.Errorf("%s persists %v, want %v", name, got, want)
+		}
+	}
+	if async != len(stream.Derived) {
+		t.Fatalf("%d of the %d derived stores exist", async, len(stream.Derived))
+	}
+	kv, err := conn.JS.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "stopper.ev_1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "stopper.ev_1", []byte("y")); err == nil {
+		t.Fatal("a second create of one key succeeded")
+	}
+	if st, _ := kv.Status(ctx); st.TTL() != 0 {
+		t.Fatalf("guards expire after %v: they must last as long as the stream", st.TTL())
+	}
+}
+
+// A data dir made before the derived stores were asynchronous keeps its synced stores
+// (the server cannot change a persist mode) and Exacto still starts on it.
+func TestEnsureKeepsAnExistingPersistMode(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Make one derived stream synced by hand, as an earlier version left it.
+	if err := conn.JS.DeleteStream(ctx, stream.Outcomes); err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.Streams(brokertest.Topology)
+	i := slices.IndexFunc(cfg, func(c jetstream.StreamConfig) bool { return c.Name == stream.Outcomes })
+	if _, err := conn.JS.CreateStream(ctx, cfg[i]); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Ensure(ctx, conn.JS, brokertest.Topology); err != nil {
+		t.Fatalf("ensure over an earlier version's streams: %v", err)
+	}
+	s, err := conn.JS.Stream(ctx, stream.Outcomes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.PersistMode; got != jetstream.DefaultPersistMode {
+		t.Fatalf("the existing stream's persist mode became %v", got)
+	}
+}
