@@ -72,6 +72,10 @@ func conflict(err error) bool {
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant))
 }
 
+// CheckpointKey is where a writer of a bucket derived from the stream keeps the stream
+// sequence it has applied (services/projector). Keys lists no key under it.
+const CheckpointKey = "_exacto.checkpoint"
+
 func (s KV) Keys(ctx context.Context, prefix string) ([]string, error) {
 	filter := ">"
 	if prefix != "" {
@@ -83,7 +87,9 @@ func (s KV) Keys(ctx context.Context, prefix string) ([]string, error) {
 	}
 	var keys []string
 	for k := range l.Keys() { // the channel closes once every key is listed
-		keys = append(keys, k)
+		if k != CheckpointKey {
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	return keys, nil

@@ -44,6 +44,7 @@ func (p Progress) String() string {
 // ReplayOptions say which events to replay.
 type ReplayOptions struct {
 	FromSeq uint64    // replay from this stream sequence (0: from the first)
+	ToSeq   uint64    // up to this one (0: the last stored when the replay begins)
 	Since   time.Time // or from the first event stored at or after this time
 	// Dir names contacts as the live projector does (nil: derived ids only).
 	Dir *contacts.Directory
@@ -69,6 +70,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 		return Progress{}, err
 	}
 	last := info.State.LastSeq
+	if o.ToSeq > 0 {
+		last = min(last, o.ToSeq)
+	}
 	first := max(info.State.FirstSeq, 1)
 	switch {
 	case o.FromSeq > 0:

@@ -86,10 +86,13 @@ type Options struct {
 //     looks at the platform before it writes (its effect is keyed there), so the
 //     repetition makes no second effect.
 //   - EventIndex: the index writer re-indexes from the stream on start (Indexer).
+//   - ContactIDs and the live projections: the projector applies again, from the
+//     stream, what followed its last checkpoint (services/projector).
 //
 // In a cluster (replicas above 1) nats-server refuses async persist: there the Raft
 // log already shares one append among many writes.
-var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex}
+var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex,
+	"KV_" + ContactIDs, "KV_" + ProjectionPrefix + "CONTACTS", "KV_" + ProjectionPrefix + "CAMPAIGNS", "KV_" + ProjectionPrefix + "SUPPRESSION"}
 
 // persistMode is how the stream named name persists under o.
 func (o Options) persistMode(name string) jetstream.PersistModeType {

@@ -15,6 +15,7 @@ package handler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -205,6 +206,20 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	dir, err := contacts.Open(ctx, env.Conn.JS)
 	if err != nil {
 		return err
+	}
+	cp, err := openCheckpoints(ctx, env.Conn.JS, env.Log)
+	if err != nil {
+		return err
+	}
+	if cp != nil {
+		n, err := cp.recover(ctx, stores, dir)
+		if err != nil {
+			return fmt.Errorf("projector: applying again what a stop may have lost: %w", err)
+		}
+		if n > 0 {
+			env.Log.Info("projector: applied again the events since the last checkpoint", "events", n)
+		}
+		go cp.keep(ctx)
 	}
 	h := New(Options{Stores: stores, Dir: dir, Platforms: env.Platforms.For, Log: env.Log})
 	for _, t := range env.Config.Tenants {
