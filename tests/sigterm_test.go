@@ -449,6 +449,11 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 	if lostOutcomes > 0 {
 		t.Logf("%d completions have no outcome in EXACTO_OUTCOMES (published asynchronously; the guard is the record)", lostOutcomes)
 	}
+	if powerCut {
+		// The projections (persisted asynchronously, rebuilt by the projector's
+		// recovery) equal a rebuild from the stream.
+		equalsRebuild(t, js)
+	}
 	t.Logf("checked %d (consumer, event) guard records; records with more than one attempt: %v", checked, retried)
 	t.Logf("effects: %d reply stops, %d notes, %d suppressions, %d blocked; %d doubled, %d missing",
 		replyStops(), len(notes), len(suppressed), len(blocked), doubled, missing)

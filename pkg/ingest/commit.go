@@ -85,6 +85,11 @@ func NewCommitter(js jetstream.JetStream, maxEvents int, maxWait, timeout time.D
 func (c *Committer) Publish(ctx context.Context, msg *nats.Msg) (wait func() (duplicate bool, err error), err error) {
 	req := &commitReq{msg: msg, done: make(chan commitRes, 1)}
 	select {
+	case <-c.done: // stopped: a request queued now would never be answered
+		return nil, errors.New("group commit stopped: shutting down")
+	default:
+	}
+	select {
 	case c.in <- req:
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -391,12 +391,10 @@ func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
 			return err
 		}
 	}
-	v := c.View()
-	if !lifecycle.Terminal(v.Status) {
+	want, terminal := suppressedOf(c, rev)
+	if !terminal {
 		return nil // a suppression is never lifted by later events
 	}
-	want := Suppressed{Tenant: c.Tenant, ContactID: c.ContactID, Keys: c.Keys, Status: v.Status, Event: v.StatusEvent,
-		Since: v.Since.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"), Rev: rev}
 	_, _, err := update(ctx, s.Suppression, SuppressionKey(c.Tenant, c.ContactID), func(old []byte) ([]byte, bool, error) {
 		if old != nil {
 			var cur Suppressed
@@ -411,6 +409,14 @@ func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
 		return b, true, err
 	})
 	return err
+}
+
+// suppressedOf is c's suppression entry at revision rev, if its contact-level
+// lifecycle is terminal.
+func suppressedOf(c Contact, rev uint64) (Suppressed, bool) {
+	v := c.View()
+	return Suppressed{Tenant: c.Tenant, ContactID: c.ContactID, Keys: c.Keys, Status: v.Status, Event: v.StatusEvent,
+		Since: v.Since.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"), Rev: rev}, lifecycle.Terminal(v.Status)
 }
 
 // Rederive rebuilds s's campaign and suppression entries from its contact records,
@@ -436,4 +442,97 @@ func Rederive(ctx context.Context, s Stores) (Stores, error) {
 		}
 	}
 	return out, nil
+}
+
+// Repair recomputes, from the contact records, every campaign member and suppression
+// entry computed from a contact record revision above above. After a power cut took
+// the last writes of the contacts bucket (persisted asynchronously), its revisions
+// start again lower: an entry computed from a record that is gone would otherwise stay,
+// since derive keeps an entry of a higher revision. It reports how many it rewrote.
+func Repair(ctx context.Context, s Stores, above uint64) (int, error) {
+	record := func(tenant, id string) (Contact, uint64, bool, error) {
+		data, rev, err := s.Contacts.Get(ctx, ContactKey(tenant, id))
+		if err != nil || rev == 0 {
+			return Contact{}, 0, false, err
+		}
+		var c Contact
+		return c, rev, true, json.Unmarshal(data, &c)
+	}
+	n := 0
+	keys, err := s.Campaigns.Keys(ctx, "")
+	if err != nil {
+		return n, err
+	}
+	for _, k := range keys {
+		rewrote := 0
+		_, _, err := update(ctx, s.Campaigns, k, func(old []byte) ([]byte, bool, error) {
+			rewrote = 0
+			var sh Shard
+			if old == nil {
+				return old, false, nil
+			}
+			if err := json.Unmarshal(old, &sh); err != nil {
+				return nil, false, fmt.Errorf("campaign shard %s: %w", k, err)
+			}
+			for id, m := range sh.Members {
+				if m.Rev <= above {
+					continue
+				}
+				c, rev, ok, err := record(sh.Tenant, id)
+				if err != nil {
+					return nil, false, err
+				}
+				if ok {
+					sh.Members[id] = member(rev, c.InCampaign(sh.Campaign))
+				} else {
+					delete(sh.Members, id)
+				}
+				rewrote++
+			}
+			if rewrote == 0 {
+				return old, false, nil
+			}
+			b, err := json.Marshal(sh)
+			return b, true, err
+		})
+		if err != nil {
+			return n, err
+		}
+		n += rewrote
+	}
+	keys, err = s.Suppression.Keys(ctx, "")
+	if err != nil {
+		return n, err
+	}
+	for _, k := range keys {
+		data, srev, err := s.Suppression.Get(ctx, k)
+		if err != nil || srev == 0 {
+			return n, err
+		}
+		var cur Suppressed
+		if err := json.Unmarshal(data, &cur); err != nil {
+			return n, fmt.Errorf("suppression entry %s: %w", k, err)
+		}
+		if cur.Rev <= above {
+			continue
+		}
+		c, rev, ok, err := record(cur.Tenant, cur.ContactID)
+		if err != nil {
+			return n, err
+		}
+		if want, terminal := suppressedOf(c, rev); ok && terminal {
+			b, err := json.Marshal(want)
+			if err != nil {
+				return n, err
+			}
+			_, err = s.Suppression.Put(ctx, k, b, srev)
+			if err != nil {
+				return n, err
+			}
+		} else if err := s.Suppression.Delete(ctx, k, srev); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }

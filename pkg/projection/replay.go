@@ -44,10 +44,12 @@ func (p Progress) String() string {
 // ReplayOptions say which events to replay.
 type ReplayOptions struct {
 	FromSeq uint64    // replay from this stream sequence (0: from the first)
-	ToSeq   uint64    // up to this one (0: the last stored when the replay begins)
 	Since   time.Time // or from the first event stored at or after this time
 	// Dir names contacts as the live projector does (nil: derived ids only).
 	Dir *contacts.Directory
+	// Skip, if set, is told of an event that fails to apply (or panics) and the replay
+	// goes on; unset, the replay stops with the error.
+	Skip func(seq uint64, err error)
 	// OnProgress, if set, hears progress at most every Every (default 1 s).
 	OnProgress func(Progress)
 	Every      time.Duration
@@ -70,9 +72,6 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 		return Progress{}, err
 	}
 	last := info.State.LastSeq
-	if o.ToSeq > 0 {
-		last = min(last, o.ToSeq)
-	}
 	first := max(info.State.FirstSeq, 1)
 	switch {
 	case o.FromSeq > 0:
@@ -152,8 +151,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 			}
 			var env envelope.Envelope
 			if err := json.Unmarshal(msg.Data(), &env); err == nil && env.ID != "" {
-				if _, err := apply(ctx, s, ids, env); err != nil {
-					return p, fmt.Errorf("seq %d: %w", md.Sequence.Stream, err)
+				if err := applyOne(ctx, s, ids, env, o.Skip != nil); err != nil {
+					if o.Skip == nil {
+						return p, fmt.Errorf("seq %d: %w", md.Sequence.Stream, err)
+					}
+					o.Skip(md.Sequence.Stream, err)
 				}
 			}
 			p.Done++
@@ -230,6 +232,19 @@ func nextStored(ctx context.Context, st jetstream.Stream, seq uint64) (uint64, e
 // memo resolves contacts through the directory once per contact during a replay: a
 // million events must not cost a million directory round trips. A Record that merges
 // contacts drops what the memo kept of the merged ones.
+// applyOne applies env; with catch, a panic is its error.
+func applyOne(ctx context.Context, s Stores, ids Identities, env envelope.Envelope, catch bool) (err error) {
+	if catch {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+	}
+	_, err = apply(ctx, s, ids, env)
+	return err
+}
+
 type memo struct {
 	mu   sync.Mutex
 	dir  *contacts.Directory

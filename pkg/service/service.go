@@ -109,7 +109,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := stream.Ensure(ctx, conn.JS, stream.Options{DuplicateWindow: cfg.NATS.DuplicateWindow, Replicas: cfg.NATS.Replicas, DedupTTL: cfg.Gateway.DedupTTL}); err != nil {
+	if err := stream.Ensure(ctx, conn.JS, stream.Options{DuplicateWindow: cfg.NATS.DuplicateWindow, Replicas: cfg.NATS.Replicas, DedupTTL: cfg.Gateway.DedupTTL, Embedded: conn.Embedded != nil}); err != nil {
 		conn.Close()
 		return nil, err
 	}

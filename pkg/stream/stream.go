@@ -72,10 +72,16 @@ type Options struct {
 	DuplicateWindow time.Duration
 	Replicas        int
 	DedupTTL        time.Duration
+	// Embedded: the server runs in this process (exacto up), so it never stops
+	// without the process, and every recovery of a derived store runs on each start.
+	// Only then are the derived stores persisted asynchronously: an external server
+	// that crashed alone would lose their last writes while the processes that could
+	// rebuild them go on.
+	Embedded bool
 }
 
 // Derived are the stores written from EXACTO_EVENTS that need no fsync of their own
-// (docs/durability.md): on one node (R1, file storage) they are persisted
+// (docs/durability.md): on one embedded node (R1, file storage) they are persisted
 // asynchronously (nats-server's per-stream persist_mode async), so a write costs no
 // fsync, while EXACTO_EVENTS and the stores an operator's action or an effect's record
 // lives in stay synced. What a power cut may take from each:
@@ -96,7 +102,7 @@ var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" +
 
 // persistMode is how the stream named name persists under o.
 func (o Options) persistMode(name string) jetstream.PersistModeType {
-	if o.Replicas <= 1 && slices.Contains(Derived, name) {
+	if o.Embedded && o.Replicas <= 1 && slices.Contains(Derived, name) {
 		return jetstream.AsyncPersistMode
 	}
 	return jetstream.DefaultPersistMode
@@ -376,13 +382,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 		}
 	}
 	for _, cfg := range Buckets(o) {
-		if mode := o.persistMode("KV_" + cfg.Bucket); mode != jetstream.DefaultPersistMode {
-			if err := ensureBucket(ctx, js, cfg, mode); err != nil {
-				return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
-			}
-			continue
-		}
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		if err := ensureBucket(ctx, js, cfg, o.persistMode("KV_"+cfg.Bucket)); err != nil {
 			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 		}
 	}
@@ -391,8 +391,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 
 // ensureBucket creates the stream of bucket cfg with persist mode, as nats.go makes a
 // bucket's stream (a bucket's config has no persist mode, and the server cannot change
-// it later). A bucket that exists keeps its mode (one made by an earlier version stays
-// synced); its description and TTL follow cfg.
+// it later). A bucket that exists keeps its mode — one made by an earlier version stays
+// synced, one made asynchronous by `exacto up` stays so when a part alone connects to
+// that server — and its description, TTL and replicas follow cfg.
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, mode jetstream.PersistModeType) error {
 	name := "KV_" + cfg.Bucket
 	s, err := js.Stream(ctx, name)
@@ -413,10 +414,15 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		return err
 	}
 	sc := s.CachedInfo().Config
-	if sc.Description == cfg.Description && sc.MaxAge == cfg.TTL {
+	dup := sc.Duplicates
+	if cfg.TTL > 0 && cfg.TTL < dup {
+		dup = cfg.TTL // the server refuses a duplicate window longer than the age
+	}
+	replicas := max(cfg.Replicas, 1)
+	if sc.Description == cfg.Description && sc.MaxAge == cfg.TTL && sc.Duplicates == dup && sc.Replicas == replicas {
 		return nil
 	}
-	sc.Description, sc.MaxAge = cfg.Description, cfg.TTL
+	sc.Description, sc.MaxAge, sc.Duplicates, sc.Replicas = cfg.Description, cfg.TTL, dup, replicas
 	_, err = js.UpdateStream(ctx, sc)
 	return err
 }

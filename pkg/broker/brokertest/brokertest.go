@@ -12,7 +12,7 @@ import (
 )
 
 // Topology is the topology tests get unless they pass their own.
-var Topology = stream.Options{DuplicateWindow: 2 * time.Minute, Replicas: 1, DedupTTL: 7 * 24 * time.Hour}
+var Topology = stream.Options{DuplicateWindow: 2 * time.Minute, Replicas: 1, DedupTTL: 7 * 24 * time.Hour, Embedded: true}
 
 // Start starts a server in dir (t.TempDir() when empty) and connects to it; both stop
 // when the test ends.

@@ -82,9 +82,12 @@ func (x *Indexer) rewind(ctx context.Context) error {
 	if margin := uint64(stream.IndexConsumerConfig().MaxAckPending); held > margin {
 		from = held - margin
 	}
-	if ci.AckFloor.Stream < from {
-		return nil // nothing acked past what the index surely holds
+	if ci.Delivered.Stream < from {
+		return nil // nothing delivered past what the index surely holds
 	}
+	// The ack floor can lag far behind what was acked (one delivery waiting out its ack
+	// wait): from there too, every entry after it may be lost.
+	from = min(from, ci.AckFloor.Stream+1)
 	if _, err := x.js.ResetConsumerToSequence(ctx, stream.Events, stream.IndexConsumer, from); err != nil {
 		return err
 	}

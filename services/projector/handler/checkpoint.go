@@ -85,26 +85,39 @@ func (c *checkpoints) lowest(ctx context.Context) (uint64, error) {
 }
 
 // recover applies again every event the projector may have applied since the lowest
-// checkpoint: from it to the last one its consumer delivered.
+// checkpoint: from it to the last one stored (the consumer's own record of what it
+// delivered may be a moment old). An event that fails is logged and left to the live
+// projector, which dead-letters it: a start never loops on it. Then the campaign and
+// suppression entries computed from contact records the cut took are recomputed.
 func (c *checkpoints) recover(ctx context.Context, stores projection.Stores, dir *contacts.Directory) (int, error) {
 	from, err := c.lowest(ctx)
 	if err != nil {
 		return 0, err
 	}
-	cons, err := c.js.Consumer(ctx, stream.Events, stream.Projector)
-	if err != nil {
+	if _, err := c.js.Consumer(ctx, stream.Events, stream.Projector); err != nil {
 		return 0, nil // not made yet: nothing was applied
 	}
-	info, err := cons.Info(ctx)
+	contactsStream, err := c.js.Stream(ctx, "KV_"+checkpointBuckets[0])
 	if err != nil {
 		return 0, err
 	}
-	to := info.Delivered.Stream
-	if to <= from {
+	held := contactsStream.CachedInfo().State.LastSeq // revisions above it were lost, if any
+	p, err := projection.Replay(ctx, c.js, stores, projection.ReplayOptions{FromSeq: from + 1, Dir: dir,
+		Skip: func(seq uint64, err error) {
+			c.log.Warn("projector: an event failed to apply again; the live projector takes it", "seq", seq, "err", err)
+		}})
+	if err != nil {
+		return int(p.Done), err
+	}
+	if p.Done == 0 {
 		return 0, nil
 	}
-	p, err := projection.Replay(ctx, c.js, stores, projection.ReplayOptions{FromSeq: from + 1, ToSeq: to, Dir: dir})
-	return int(p.Done), err
+	if n, err := projection.Repair(ctx, stores, held); err != nil {
+		return int(p.Done), fmt.Errorf("repair: %w", err)
+	} else if n > 0 {
+		c.log.Info("projector: recomputed entries whose contact record a stop took", "entries", n)
+	}
+	return int(p.Done), nil
 }
 
 // keep moves the checkpoint to the consumer's ack floor every checkpointEvery until
@@ -131,7 +144,9 @@ func (c *checkpoints) keep(ctx context.Context) {
 		ok := true
 		for _, kv := range c.buckets {
 			if _, err := kv.Put(ctx, kvstore.CheckpointKey, floor); err != nil {
-				c.log.Warn("projector checkpoint", "bucket", kv.Bucket(), "err", err)
+				if ctx.Err() == nil { // not the stop
+					c.log.Warn("projector checkpoint", "bucket", kv.Bucket(), "err", err)
+				}
 				ok = false
 			}
 		}

@@ -219,7 +219,10 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 		if n > 0 {
 			env.Log.Info("projector: applied again the events since the last checkpoint", "events", n)
 		}
-		go cp.keep(ctx)
+		kctx, stopKeeping := context.WithCancel(ctx)
+		kept := make(chan struct{})
+		go func() { cp.keep(kctx); close(kept) }()
+		defer func() { stopKeeping(); <-kept }()
 	}
 	h := New(Options{Stores: stores, Dir: dir, Platforms: env.Platforms.For, Log: env.Log})
 	for _, t := range env.Config.Tenants {
