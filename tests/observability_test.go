@@ -60,7 +60,20 @@ func TestObservabilityReplyTraceAndMetrics(t *testing.T) {
 	waitCompleted(t, n, reply, "classifier", "stopper", "crmwriter", "projector")
 	waitCompleted(t, n, classified, "crmwriter")
 
-	metrics := scrape(t, "http://"+n.admin+"/metrics")
+	// A completed event's ack goes with its consumer's next batch of acks (within a
+	// second): the queues drain then.
+	var metrics []sample
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		metrics = scrape(t, "http://"+n.admin+"/metrics")
+		drained := true
+		for _, c := range []string{"classifier", "stopper", "crmwriter", "suppressor", "projector"} {
+			v, _ := sum(metrics, "exacto_consumer_pending", map[string]string{"consumer": c})
+			drained = drained && v == 0
+		}
+		if drained || time.Now().After(deadline) {
+			break
+		}
+	}
 	checkMetrics(t, metrics)
 	checkRulesAndDashboard(t, metrics)
 

@@ -25,8 +25,10 @@ const timeScale = 360
 // clientMargin widens each window the clients pace to, beyond the pacer's own headroom
 // (10%, 200 ms of Smartlead's 2 s): on a faster clock that headroom is 0.6 ms, less
 // than a loaded 2-core machine may delay a request between its turn and its arrival,
-// which no pacer sees. The sandbox enforces the scaled limits exactly.
-const clientMargin = 25 * time.Millisecond
+// which no pacer sees (25 ms and 60 ms were not always enough on a loaded machine).
+// Wider windows cost little time here: the hourly limit (1,000 per 10 s scaled) paces
+// the run, not the 2 s or minute ones. The sandbox enforces the scaled limits exactly.
+const clientMargin = 100 * time.Millisecond
 
 // smartleadRoutes are every Smartlead route of the sandbox.
 var smartleadRoutes = []string{sandbox.RouteSmartleadPause, sandbox.RouteSmartleadUnsubscribe, sandbox.RouteSmartleadUnsubscribeAll,

@@ -115,6 +115,10 @@ type GroupCommit struct {
 	// MaxWait bounds what group commit adds to a webhook's latency: a batch closes this
 	// long after its first event at the latest (default 1ms).
 	MaxWait time.Duration `yaml:"max_wait"`
+	// DerivedWait is the same bound for the events consumers derive (a classification,
+	// a stop), which no webhook waits for: a longer window gathers the derived events of
+	// every consumer of the process into fewer commits (default 200ms).
+	DerivedWait time.Duration `yaml:"derived_wait"`
 }
 
 // DLQ configures the dead-letter workflow.
@@ -489,6 +493,9 @@ func (c *Config) applyDefaults() {
 	if gc := &c.Gateway.GroupCommit; gc.MaxWait == 0 {
 		gc.MaxWait = time.Millisecond
 	}
+	if gc := &c.Gateway.GroupCommit; gc.DerivedWait == 0 {
+		gc.DerivedWait = 200 * time.Millisecond
+	}
 	if c.DLQ.SLO == 0 {
 		c.DLQ.SLO = 15 * time.Minute
 	}
@@ -600,6 +607,9 @@ func (c *Config) Validate() error {
 	}
 	if gc := c.Gateway.GroupCommit; gc.MaxWait < 0 || gc.MaxWait > 100*time.Millisecond {
 		fail(0, "gateway.group_commit.max_wait %v: want at most 100ms (it adds to every webhook's latency)", gc.MaxWait)
+	}
+	if gc := c.Gateway.GroupCommit; gc.DerivedWait < 0 || gc.DerivedWait > 5*time.Second {
+		fail(0, "gateway.group_commit.derived_wait %v: want at most 5s (it delays every derived event)", gc.DerivedWait)
 	}
 	if c.NATS.Sync != "always" {
 		if d, err := time.ParseDuration(c.NATS.Sync); err != nil || d <= 0 {

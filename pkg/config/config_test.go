@@ -385,6 +385,7 @@ func TestGroupCommit(t *testing.T) {
 		{"gateway: {group_commit: {max_events: 1001}}", "gateway.group_commit.max_events 1001: want 1 (off) to 1000"},
 		{"gateway: {group_commit: {max_events: -1}}", "gateway.group_commit.max_events -1"},
 		{"gateway: {group_commit: {max_wait: 1s}}", "gateway.group_commit.max_wait 1s: want at most 100ms"},
+		{"gateway: {group_commit: {derived_wait: 10s}}", "gateway.group_commit.derived_wait 10s: want at most 5s"},
 	} {
 		if _, err := Parse([]byte(tc.doc+"\n"+good), "exacto.yaml", env(goodEnv)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v does not contain %q", tc.doc, err, tc.want)

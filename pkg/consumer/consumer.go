@@ -109,13 +109,15 @@ type Options struct {
 	WorkflowVersion string
 	// SLO gives an event's SLO class and target (config slos); nil: no SLO accounting.
 	SLO func(env envelope.Envelope) (class string, target time.Duration)
+	// Checkpoints, when set (one embedded node), keeps the consumer's state in the
+	// server's memory and its ack floor here (checkpoint.go).
+	Checkpoints jetstream.KeyValue
 }
 
 // prefetch is how many events each worker's pull asks for at a time. watermill-nats
-// hands a subscription's events over one at a time and holds the next until the one
-// before is acknowledged, so a larger prefetch saves only a pull request's round trip,
-// while every event buffered in the client when the process stops waits out the ack
-// wait (only the one handed over can be given back).
+// hands a subscription's events over one at a time, so a larger prefetch saves only a
+// pull request's round trip, while every event buffered in the client when the process
+// stops waits out the ack wait (only the one handed over can be given back).
 const prefetch = 1
 
 // Run consumes until ctx ends.
@@ -153,9 +155,14 @@ func Run(ctx context.Context, o Options) error {
 		stopped: func() bool { return ctx.Err() != nil },
 		backoff: retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
-		Conn:                o.NC,
-		Logger:              watermill.NopLogger{},
-		AckWaitTimeout:      o.Sub.AckWait,
+		Conn:   o.NC,
+		Logger: watermill.NopLogger{},
+		// watermill-nats waits this long for a handed-over message's ack before it
+		// forgets it, and acks or naks it itself if it comes sooner: a nanosecond makes
+		// it forget every message as soon as a worker takes it. The runner answers each
+		// JetStream message itself (delivered), when its attempt is settled: a worker
+		// takes its next event meanwhile, and acks go to the server in batches.
+		AckWaitTimeout:      time.Nanosecond,
 		ResourceInitializer: r.bind,
 		NakDelay:            backoff{r.backoff},
 		Unmarshaler:         withMetadata{delivered: &r.delivered, stopping: &r.stopping},
@@ -175,13 +182,15 @@ func Run(ctx context.Context, o Options) error {
 	// context: watermill-nats closes a subscription's output channel when its context
 	// ends while NATS may still hand it a message, and that message's send then panics
 	// (send on closed channel) half the time. When ctx ends the workers take no new
-	// event, finish the ones they hold (each acked before its worker returns), hand back
-	// the ones they did not take, and only then is the subscriber closed.
+	// event, finish the ones they hold, settle and ack them, hand back the ones they did
+	// not take, and only then is the subscriber closed.
 	subCtx := context.WithoutCancel(ctx)
+	r.acks = newAcker(o.NC, o.Sub.AckWait, o.Sub.MaxAckPending, o.Log, name)
 	var wg sync.WaitGroup
 	for range o.Workers {
 		msgs, err := sub.Subscribe(subCtx, o.Sub.StreamName())
 		if err != nil {
+			r.acks.close()
 			sub.Close()
 			return err
 		}
@@ -201,11 +210,22 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}()
 	}
+	var stopCheckpoints, checkpointsDone chan struct{}
+	if o.Checkpoints != nil {
+		stopCheckpoints, checkpointsDone = make(chan struct{}), make(chan struct{})
+		go func() { defer close(checkpointsDone); r.checkpoints(stopCheckpoints) }()
+	}
 	if o.Ready != nil {
 		o.Ready()
 	}
 	<-ctx.Done()
 	wg.Wait()
+	r.settling.Wait()
+	r.acks.close() // every settled event acked before anything is handed back
+	if stopCheckpoints != nil {
+		close(stopCheckpoints)
+		<-checkpointsDone
+	}
 	// Events this process fetched but no worker took go back to the server now, so that
 	// another replica (or this one restarted) gets them at once, not after the ack wait:
 	// those waiting for a worker here, and those the client still buffers, which the
@@ -230,20 +250,51 @@ type runner struct {
 	js    jetstream.JetStream
 	guard *guard.Guard
 	locks contactLocks
-	// delivered maps each watermill message to its JetStream message, so an attempt
-	// acks it itself and knows the ack reached the server (watermill's own ack is
-	// dropped when the subscriber closes).
+	// delivered maps each watermill message to its JetStream message, which the
+	// runner alone answers (watermill forgets a message once a worker takes it).
 	delivered sync.Map
 	// stopping: no worker takes events any more; Unmarshal hands each one back.
 	stopping atomic.Bool
 	stopped  func() bool // the process is stopping (Run's context ended)
 	backoff  retry.Backoff
+	// settling counts the attempts handed over to settle; acks holds their acks.
+	settling sync.WaitGroup
+	acks     *acker
+	consumer atomic.Pointer[jetstream.Consumer] // as bound
 }
 
-// bind creates or updates the service's durable consumer from the topology.
+// bind creates or updates the service's durable consumer from the topology (each
+// worker's subscription binds it).
 func (r *runner) bind(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-	c, err := js.CreateOrUpdateConsumer(ctx, r.o.Sub.StreamName(), r.o.Sub.ConsumerConfig())
+	c, err := bindConsumer(ctx, js, r.o.Sub.StreamName(), r.o.Sub.ConsumerConfig(), r.o.Checkpoints)
+	if err == nil {
+		r.consumer.Store(&c)
+	}
 	return c, nil, err
+}
+
+// checkpoints writes the consumer's ack floor every checkpointEvery until stop, and
+// once more then.
+func (r *runner) checkpoints(stop <-chan struct{}) {
+	var last uint64
+	write := func() {
+		if c := r.consumer.Load(); c != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			last = checkpoint(ctx, *c, r.o.Checkpoints, r.o.Sub.Durable, last)
+			cancel()
+		}
+	}
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			write()
+		case <-stop:
+			write()
+			return
+		}
+	}
 }
 
 // backoff paces transient redeliveries: watermill-nats asks it with the delivery count.
@@ -302,7 +353,12 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	ctx = telemetry.Extract(ctx, func(k string) string { return m.Metadata.Get(textproto.CanonicalMIMEHeaderKey(k)) })
 	ctx, span := tracer.Start(ctx, "consume "+r.name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("exacto.event_id", env.ID), attribute.String("exacto.type", env.Type), attribute.Int("exacto.delivery", delivered)))
-	defer span.End()
+	handedOver := false // the attempt went on to settle in a goroutine of its own
+	defer func() {
+		if !handedOver {
+			span.End()
+		}
+	}()
 	if delivered == 1 {
 		r.outcome(ctx, env, guard.Record{Status: guard.Received})
 	}
@@ -325,14 +381,22 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	// and then never be released.
 	stopping := ctx.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Sub.AckWait)
-	defer cancel()
+	release := func() {}
+	// done ends the attempt: unless the attempt is handed over to settle (below), when
+	// handle returns.
+	done := func() { release(); cancel() }
+	defer func() {
+		if !handedOver {
+			done()
+		}
+	}()
 	if contact := env.ContactKey(); contact != "" {
-		release, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
+		rel, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
 		if err != nil || !ok {
 			r.nack(m) // the contact is busy in another attempt (or the bucket is away)
 			return
 		}
-		defer release()
+		release = rel
 	}
 	select {
 	case <-stopping: // stopped while taking the lease: nothing done yet
@@ -361,12 +425,37 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		Last: r.o.Sub.MaxDeliver > 0 && a.Record.Attempts >= r.o.Sub.MaxDeliver, pacer: r.o.Pacer, breakers: r.o.Breakers, runner: r}
 	// The handler gets the ack wait less a reserve: what follows (guard, dead letter,
 	// outcome, ack) must still have time when the handler used all of its own.
-	hctx, hcancel := context.WithTimeout(ctx, r.o.Sub.AckWait-r.o.Sub.AckWait/6)
+	derived := &held{ctx: ctx}
+	hctx, hcancel := context.WithTimeout(holding(ctx, derived), r.o.Sub.AckWait-r.o.Sub.AckWait/6)
 	herr := r.call(hctx, ev)
 	hcancel()
+	if herr == nil && derived.pending() {
+		// The effect is made; its derived events are being committed with others'. The
+		// attempt is settled once they are stored, and the worker goes on meanwhile.
+		handedOver = true
+		r.settling.Add(1)
+		go func() {
+			defer r.settling.Done()
+			defer done()
+			defer span.End()
+			if err := derived.wait(); err != nil {
+				r.settle(ctx, m, env, &a, retry.Transiently("derived events", err))
+				return
+			}
+			r.settle(ctx, m, env, &a, nil)
+		}()
+		return
+	}
+	// Derived events a failed handler left are dropped here: their ids are fixed, so
+	// the next attempt's are the same events.
+	r.settle(ctx, m, env, &a, herr)
+}
+
+// settle records an attempt's end: completed (herr nil) or failed.
+func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.Envelope, a *guard.Attempt, herr error) {
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
-		if err := r.guard.Complete(ctx, &a); err != nil {
+		if err := r.guard.Complete(ctx, a); err != nil {
 			r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
 		}
 		r.outcome(ctx, env, a.Record)
@@ -385,13 +474,13 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		// event stays retryable and in the stream, never marked dead and lost.
 		if err := r.deadLetter(ctx, env, m.Payload, herr, class, a.Record); err != nil {
 			r.o.Log.WarnContext(ctx, "dead letter not stored; redelivering", "consumer", r.name, "id", env.ID, "err", err)
-			if err := r.guard.Fail(ctx, &a, herr, true, time.Now()); err != nil {
+			if err := r.guard.Fail(ctx, a, herr, true, time.Now()); err != nil {
 				r.o.Log.WarnContext(ctx, "guard fail", "consumer", r.name, "id", env.ID, "err", err)
 			}
 			r.nack(m)
 			return
 		}
-		if err := r.guard.Fail(ctx, &a, herr, false, time.Time{}); err != nil {
+		if err := r.guard.Fail(ctx, a, herr, false, time.Time{}); err != nil {
 			// Acked now, the event would stay "processing" for ever and a replay of
 			// its letter would find nothing to reset: it comes back instead, is
 			// resumed once its lease runs out, and is dead-lettered again (the same
@@ -407,7 +496,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}
 	// next_attempt_at is the redelivery the nak asks for: the same jittered delay.
 	delay := r.retryDelay(m)
-	if err := r.guard.Fail(ctx, &a, herr, true, time.Now().Add(delay)); err != nil {
+	if err := r.guard.Fail(ctx, a, herr, true, time.Now().Add(delay)); err != nil {
 		r.o.Log.WarnContext(ctx, "guard fail", "consumer", r.name, "id", env.ID, "err", err)
 	}
 	r.outcome(ctx, env, a.Record)
@@ -428,16 +517,13 @@ func (r *runner) call(ctx context.Context, ev Event) (err error) {
 	return r.o.Handle(ctx, ev)
 }
 
-// ack acknowledges m and waits for the server to confirm it, so that once handle
-// returns the event is done with, even if the subscriber closes right after; a lost ack
-// only means a redelivery, which the guard skips.
-func (r *runner) ack(ctx context.Context, m *message.Message) {
+// ack acknowledges m with the consumer's next batch of acks (Run sends those held when
+// it stops, before it returns); a lost ack only means a redelivery, which the guard
+// skips.
+func (r *runner) ack(_ context.Context, m *message.Message) {
 	if jm, ok := r.delivered.LoadAndDelete(m); ok {
-		if err := jm.(jetstream.Msg).DoubleAck(ctx); err != nil {
-			r.o.Log.WarnContext(ctx, "ack not confirmed", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
-		}
+		r.acks.add(jm.(jetstream.Msg))
 	}
-	m.Ack() // releases watermill's hold on the message (its own ack finds it acked)
 }
 
 // nack hands m back for redelivery after the backoff, or at once when the process is
@@ -464,7 +550,6 @@ func (r *runner) nackAfter(m *message.Message, delay time.Duration) {
 			r.o.Log.Warn("nak not sent", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
 		}
 	}
-	m.Nack() // releases watermill's hold on the message (its own nak finds it answered)
 }
 
 // DeadLetter is what EXACTO_DLQ holds per dead event and consumer.

@@ -43,9 +43,18 @@ func publish(t *testing.T, conn *broker.Conn, n int) []string {
 
 // publishFor stores n reply events, the i-th from contact(i) ("" for none).
 func publishFor(t *testing.T, conn *broker.Conn, n int, contact func(i int) string) []string {
+	return publishEvents(t, conn, 0, n, contact)
+}
+
+// publishFrom stores n reply events numbered from the from-th on.
+func publishFrom(t *testing.T, conn *broker.Conn, from, n int) []string {
+	return publishEvents(t, conn, from, n, func(int) string { return "" })
+}
+
+func publishEvents(t *testing.T, conn *broker.Conn, from, n int, contact func(i int) string) []string {
 	t.Helper()
 	var ids []string
-	for i := range n {
+	for i := from; i < from+n; i++ {
 		env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", fmt.Sprint(i)), Type: envelope.TypeReplyReceived,
 			Tenant: "acme", Provider: "instantly", Endpoint: "ep", Time: time.Now()}
 		if c := contact(i); c != "" {
@@ -62,8 +71,9 @@ func publishFor(t *testing.T, conn *broker.Conn, n int, contact func(i int) stri
 	return ids
 }
 
-// run starts a runner on its own connection; it stops when the test ends.
-func run(t *testing.T, conn *broker.Conn, h Handler, tune ...func(*Options)) {
+// run starts a runner on its own connection; it stops when the test ends, or before
+// when the returned func is called.
+func run(t *testing.T, conn *broker.Conn, h Handler, tune ...func(*Options)) (stop func()) {
 	t.Helper()
 	nc, err := nats.Connect(conn.Embedded.ClientURL())
 	if err != nil {
@@ -81,7 +91,10 @@ func run(t *testing.T, conn *broker.Conn, h Handler, tune ...func(*Options)) {
 			t.Error(err)
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done; nc.Close() })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done; nc.Close() }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // effects counts handler calls per event.
@@ -814,5 +827,149 @@ func TestBreakerTripsOnlyOnADependencyThatDoesNotAnswer(t *testing.T) {
 	}
 	if s := b.State("hubspot"); s != gobreaker.StateOpen {
 		t.Fatalf("three 503s in a row left the breaker %v", s)
+	}
+}
+
+// An attempt whose derived events are still being committed does not hold its worker,
+// and is completed and acked only once they are stored; one that cannot be stored
+// comes back.
+func TestSettledOnlyOnceDerivedEventsAreStored(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	d, err := NewDeriver(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	var failOnce sync.Map // derived ids whose first commit fails
+	d.Via(func(ctx context.Context, msg *nats.Msg) (func() (bool, error), error) {
+		id := msg.Header.Get(jetstream.MsgIDHeader)
+		return func() (bool, error) {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+			if _, first := failOnce.LoadAndDelete(id); first {
+				return false, errors.New("commit refused")
+			}
+			return false, nil
+		}, nil
+	})
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		fx.add(ev.Envelope.ID)
+		return d.Publish(ctx, envelope.Derive(ev.Envelope, "testworker", envelope.TypeReplyClassified, envelope.Data{}, time.Now()))
+	}, func(o *Options) { o.Workers = 1 })
+	ids := publish(t, conn, 3)
+	failOnce.Store(envelope.Derive(envelope.Envelope{ID: ids[0], Tenant: "acme"}, "testworker", envelope.TypeReplyClassified, envelope.Data{}, time.Now()).ID, true)
+	waitFor(t, "one worker to take all three events while none is settled", func() bool {
+		return fx.get(ids[0]) == 1 && fx.get(ids[1]) == 1 && fx.get(ids[2]) == 1
+	})
+	c, err := conn.JS.Consumer(ctx, stream.Events, sub.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if rec := status(t, conn, id); rec.Status != guard.Processing {
+			t.Fatalf("%s is %q before its derived event is stored", id, rec.Status)
+		}
+	}
+	if info, err := c.Info(ctx); err != nil || info.NumAckPending != 3 {
+		t.Fatalf("acked before settled: %d pending acks (%v)", info.NumAckPending, err)
+	}
+	close(gate)
+	waitFor(t, "every event completed, the first after a second attempt", func() bool {
+		for _, id := range ids {
+			if status(t, conn, id).Status != guard.Completed {
+				return false
+			}
+		}
+		return true
+	})
+	if fx.get(ids[0]) != 2 || fx.get(ids[1]) != 1 || fx.get(ids[2]) != 1 {
+		t.Fatalf("handler calls %d %d %d, want 2 1 1", fx.get(ids[0]), fx.get(ids[1]), fx.get(ids[2]))
+	}
+	waitFor(t, "every ack sent", func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+}
+
+// On one embedded node the consumer's state is in the server's memory: after the server
+// restarts, the consumer starts again after its checkpointed ack floor, and a consumer
+// left on disk by an earlier version moves to memory after its ack floor.
+func TestConsumerStartsAgainAfterItsCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	for _, onDiskFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("on disk first: ", onDiskFirst), func(t *testing.T) {
+			dir := t.TempDir()
+			conn := brokertest.Start(t, dir)
+			withCheckpoints := func(conn *broker.Conn) func(*Options) {
+				kv, err := conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return func(o *Options) { o.Checkpoints = kv }
+			}
+			var fx effects
+			h := func(ctx context.Context, ev Event) error { fx.add(ev.Envelope.ID); return nil }
+			completed := func(conn *broker.Conn, ids []string) func() bool {
+				return func() bool {
+					for _, id := range ids {
+						if status(t, conn, id).Status != guard.Completed {
+							return false
+						}
+					}
+					return true
+				}
+			}
+			first := publish(t, conn, 5)
+			tune := []func(*Options){}
+			if !onDiskFirst {
+				tune = append(tune, withCheckpoints(conn))
+			}
+			stop := run(t, conn, h, tune...)
+			waitFor(t, "the first five completed", completed(conn, first))
+			if !onDiskFirst {
+				kv, _ := conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
+				waitFor(t, "the checkpoint at the fifth event", func() bool {
+					seq, err := checkpointOf(ctx, kv, sub.Durable)
+					return err == nil && seq == 5
+				})
+			} else {
+				waitFor(t, "every ack sent", func() bool {
+					c, err := conn.JS.Consumer(ctx, stream.Events, sub.Durable)
+					return err == nil && c.CachedInfo().AckFloor.Stream == 5
+				})
+			}
+			stop()
+			c, err := conn.JS.Consumer(ctx, stream.Events, sub.Durable)
+			if err != nil || c.CachedInfo().Config.MemoryStorage == onDiskFirst {
+				t.Fatalf("consumer %+v, %v: want its state in memory %v", c, err, !onDiskFirst)
+			}
+			if !onDiskFirst { // the server restarts: a consumer in memory is gone
+				conn.Close()
+				conn = brokertest.Start(t, dir)
+				if _, err := conn.JS.Consumer(ctx, stream.Events, sub.Durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+					t.Fatalf("consumer after the restart: %v", err)
+				}
+			}
+			later := publishFrom(t, conn, 5, 3)
+			run(t, conn, h, withCheckpoints(conn))
+			waitFor(t, "the three later events completed", completed(conn, later))
+			c, err = conn.JS.Consumer(ctx, stream.Events, sub.Durable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg := c.CachedInfo().Config; !cfg.MemoryStorage || cfg.DeliverPolicy != jetstream.DeliverByStartSequencePolicy || cfg.OptStartSeq != 6 {
+				t.Fatalf("consumer bound with memory %v, policy %v, start %d: want in memory from the 6th event", cfg.MemoryStorage, cfg.DeliverPolicy, cfg.OptStartSeq)
+			}
+			for _, id := range append(first, later...) {
+				if fx.get(id) != 1 {
+					t.Fatalf("%s handled %d times", id, fx.get(id))
+				}
+			}
+		})
 	}
 }

@@ -37,7 +37,9 @@ func NewDeriver(ctx context.Context, js jetstream.JetStream) (*Deriver, error) {
 	return &Deriver{js: js, index: index}, nil
 }
 
-// Publish stores env unless it is stored already.
+// Publish stores env unless it is stored already. In a runner's attempt through a
+// committer it returns once env is queued: the runner completes the attempt only once
+// env is stored.
 func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
 	if stored, err := stream.Stored(ctx, d.index, env.ID); err != nil || stored {
 		return err
@@ -47,6 +49,16 @@ func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
 		return err
 	}
 	if d.publish != nil {
+		if h := heldOf(ctx); h != nil {
+			// In a runner's attempt: the attempt waits for it before it is completed,
+			// the handler does not.
+			wait, err := d.publish(h.ctx, msg)
+			if err != nil {
+				return err
+			}
+			h.add(wait)
+			return nil
+		}
 		wait, err := d.publish(ctx, msg)
 		if err != nil {
 			return err

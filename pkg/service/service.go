@@ -58,10 +58,11 @@ type Env struct {
 	// Pacer holds each dependency's Retry-After pause: a 429 one consumer of the
 	// process receives pauses that dependency for every consumer of the process.
 	Pacer *retry.Pacer
-	// Commit is the process's group committer on EXACTO_EVENTS (nil when the config's
-	// group commit is off): the gateway's webhooks and the consumers' derived events
-	// share its atomic batches, so concurrent writes share one fsync.
+	// Commit is the process's group committer of webhooks on EXACTO_EVENTS (nil when
+	// the config's group commit is off): concurrent webhooks share one fsync. derived
+	// is the consumers' committer of derived events, with its longer window.
 	Commit                 *ingest.Committer
+	derived                *ingest.Committer
 	adminSrv               *http.Server
 	telemetry              *telemetry.Providers
 	stopBreakers, stopSLOs func()
@@ -168,6 +169,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	}
 	if gc := cfg.Gateway.GroupCommit; gc.MaxEvents > 1 {
 		env.Commit = ingest.NewCommitter(conn.JS, gc.MaxEvents, gc.MaxWait, cfg.Gateway.PublishTimeout)
+		env.derived = ingest.NewCommitter(conn.JS, config.MaxBatch, gc.DerivedWait, cfg.Gateway.PublishTimeout)
 	}
 	env.adminSrv = admin.Server(cfg.AdminAddr, env.Admin)
 	go env.adminSrv.Serve(ln)
@@ -175,13 +177,14 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 }
 
 // Deriver stores derived events on EXACTO_EVENTS once, through the process's group
-// committer when there is one.
+// committer of derived events when there is one: every consumer's derived events of
+// the last group_commit.derived_wait share one commit.
 func (e *Env) Deriver(ctx context.Context) (*consumer.Deriver, error) {
 	d, err := consumer.NewDeriver(ctx, e.Conn.JS)
-	if err != nil || e.Commit == nil {
+	if err != nil || e.derived == nil {
 		return d, err
 	}
-	return d.Via(e.Commit.Publish), nil
+	return d.Via(e.derived.Publish), nil
 }
 
 // Close stops the admin server and the NATS connection (and embedded server), and
@@ -190,6 +193,7 @@ func (e *Env) Close() {
 	e.adminSrv.Close()
 	if e.Commit != nil {
 		e.Commit.Close()
+		e.derived.Close()
 	}
 	if e.Sandbox != nil {
 		e.Sandbox.Close()
@@ -260,6 +264,16 @@ func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Op
 	}
 	replays := o
 	replays.Workers = 1
+	if e.Conn.Embedded != nil && e.Config.NATS.Replicas <= 1 {
+		// One embedded node: the server keeps the consumer's state in memory, and its
+		// ack floor is checkpointed (pkg/consumer/checkpoint.go). The replays' consumer
+		// stays on disk: its events are rare, each an operator's action.
+		kv, err := e.Conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", stream.ConsumerCheckpoints, err)
+		}
+		o.Checkpoints = kv
+	}
 	var mu sync.Mutex
 	waiting := 2
 	bound := func() {

@@ -36,6 +36,9 @@ const (
 	Guards = "EXACTO_GUARDS"
 	// ContactLocks serialises each consumer's work on one contact across replicas.
 	ContactLocks = "EXACTO_CONTACT_LOCKS"
+	// ConsumerCheckpoints holds each consumer's ack floor on one embedded node, where
+	// the server keeps the consumers' own state in memory (pkg/consumer).
+	ConsumerCheckpoints = "EXACTO_CONSUMER_CHECKPOINTS"
 	// Confirmations keeps what the source said of each unsigned event (pkg/confirm).
 	Confirmations = "EXACTO_CONFIRMATIONS"
 	// RateLimits holds each platform account's recent calls, so every process paces
@@ -94,10 +97,12 @@ type Options struct {
 //   - EventIndex: the index writer re-indexes from the stream on start (Indexer).
 //   - ContactIDs and the live projections: the projector applies again, from the
 //     stream, what followed its last checkpoint (services/projector).
+//   - ConsumerCheckpoints: a consumer starts again from an older ack floor, and its
+//     guards skip what it had done.
 //
 // In a cluster (replicas above 1) nats-server refuses async persist: there the Raft
 // log already shares one append among many writes.
-var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex,
+var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex, "KV_" + ConsumerCheckpoints,
 	"KV_" + ContactIDs, "KV_" + ProjectionPrefix + "CONTACTS", "KV_" + ProjectionPrefix + "CAMPAIGNS", "KV_" + ProjectionPrefix + "SUPPRESSION"}
 
 // persistMode is how the stream named name persists under o.
@@ -187,6 +192,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		ProjectionBucket("suppression", "", o.Replicas),
 		// Locks are leases; the TTL only sweeps the ones a dead worker left behind.
 		{Bucket: ContactLocks, Description: "consumer.tenant.contact -> lease of the worker handling it", TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		{Bucket: ConsumerCheckpoints, Description: "consumer -> its ack floor on EXACTO_EVENTS, when the server keeps its state in memory", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// Memory: a lost verdict costs one more question to the source, never an effect
 		// (the source is asked again); a day outlives any consumer's retries.
 		{Bucket: Confirmations, Description: "tenant.event id -> what the source said of an unsigned event (pkg/confirm)", TTL: 24 * time.Hour, Storage: jetstream.MemoryStorage, Replicas: o.Replicas},

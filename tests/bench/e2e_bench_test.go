@@ -268,6 +268,11 @@ func runExacto(b *testing.B, fsync string, n, rate int, drainFor time.Duration) 
 	bodies := make([][]byte, n)
 	for i := range bodies {
 		bodies[i] = replyBody(i, at.Add(time.Duration(i)*time.Millisecond))
+		// Instantly holds each reply before its webhook: the stopper confirms an
+		// unsigned reply at the source before it stops anything.
+		if err := sb.Happened("instantly", bodies[i]); err != nil {
+			b.Fatal(err)
+		}
 	}
 	header := http.Header{"Content-Type": {"application/json"}, "X-Exacto-Secret": {e2eSecret}}
 	stoppedSubject := stream.EventSubject("bench", "instantly", envelope.TypeSequenceStopped)

@@ -120,9 +120,9 @@ func BenchmarkUpFsyncs(b *testing.B) {
 	secs := func(w [2]time.Time) string { return w[1].Sub(w[0]).Round(100 * time.Millisecond).String() }
 	row("fsync", "fsyncs per webhook at load (32 senders, every consumer)", fmt.Sprintf("%.2f", fLoad), fmt.Sprintf("%.2f", fBase), fLoad/fBase,
 		fmt.Sprintf("%d replies in %s until every consumer acked all; baseline: the gateway alone (consumers paused), %d replies in %s; idle %.1f fsyncs/s subtracted; most: %s; baseline's: %s",
-			okLoad, secs(load), okBase, secs(base), perSec, counts[2].top(4), counts[1].top(3)))
+			okLoad, secs(load), okBase, secs(base), perSec, counts[2].top(8), counts[1].top(3)))
 	row("fsync", "fsyncs per webhook at one sender (every consumer)", fmt.Sprintf("%.2f", fOne), fmt.Sprintf("%.2f", fBase), fOne/fBase,
-		fmt.Sprintf("%d replies one after the other in %s until every consumer acked all; most: %s", okOne, secs(one), counts[3].top(4)))
+		fmt.Sprintf("%d replies one after the other in %s until every consumer acked all; most: %s", okOne, secs(one), counts[3].top(8)))
 	b.ReportMetric(fLoad, "fsyncs/webhook_load")
 	b.ReportMetric(fOne, "fsyncs/webhook_one")
 }
@@ -197,7 +197,18 @@ func waitIndexed(b *testing.B, ctx context.Context, js jetstream.JetStream) {
 func waitDrained(b *testing.B, ctx context.Context, js jetstream.JetStream, durables []string, replies int) {
 	stopped := stream.EventSubject("demo", "instantly", envelope.TypeSequenceStopped)
 	deadline := time.Now().Add(5 * time.Minute)
+	report := time.Now().Add(10 * time.Second)
 	for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(report) { // where a slow drain waits
+			report = time.Now().Add(10 * time.Second)
+			var behind []string
+			for _, d := range durables {
+				if n := backlog(ctx, js, d); n > 0 {
+					behind = append(behind, fmt.Sprintf("%s %d", d, n))
+				}
+			}
+			b.Logf("draining: %d sequence.stopped; backlogs: %s", countSubject(ctx, js, stopped), strings.Join(behind, ", "))
+		}
 		if replies >= 0 && countSubject(ctx, js, stopped) < uint64(replies) {
 			continue
 		}
@@ -241,7 +252,7 @@ var fsyncLine = regexp.MustCompile(`^\d+\s+(\d+\.\d+)\s+(?:fsync|fdatasync)\(\d+
 
 // storeOf names the JetStream store a synced path belongs to: the stream's directory
 // name, and what in it (msgs, obs: consumer state, batches: atomic batch staging).
-var storeOf = regexp.MustCompile(`/streams/([^/]+)(?:/(msgs|obs|batches))?`)
+var storeOf = regexp.MustCompile(`/streams/([^/]+)(?:/(msgs|obs/[^/]+|batches))?`)
 
 // countFsyncs counts the fsyncs of strace log inside each window.
 func countFsyncs(b *testing.B, log string, windows ...[2]time.Time) []fsyncCount {
