@@ -120,7 +120,13 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 	}
 	var ids Identities
 	if o.Dir != nil {
-		ids = &memo{dir: o.Dir, seen: map[string]contacts.Record{}}
+		// Loading the directory costs about what reading as many events does; a Get per
+		// contact costs a round trip: load it unless it is much larger than the replay.
+		dir, err := o.Dir.Preload(ctx, 10*p.Total)
+		if err != nil {
+			return p, err
+		}
+		ids = &memo{dir: dir, seen: map[string]contacts.Record{}}
 	}
 	progressAt := time.Now() // when the replay last applied an event (or began)
 	wait := false            // the last pull came back empty while the stream still holds events to apply
@@ -229,9 +235,6 @@ func nextStored(ctx context.Context, st jetstream.Stream, seq uint64) (uint64, e
 	return msg.Sequence, nil
 }
 
-// memo resolves contacts through the directory once per contact during a replay: a
-// million events must not cost a million directory round trips. A Record that merges
-// contacts drops what the memo kept of the merged ones.
 // applyOne applies env; with catch, a panic is its error.
 func applyOne(ctx context.Context, s Stores, ids Identities, env envelope.Envelope, catch bool) (err error) {
 	if catch {
@@ -245,6 +248,9 @@ func applyOne(ctx context.Context, s Stores, ids Identities, env envelope.Envelo
 	return err
 }
 
+// memo resolves contacts through the directory once per contact during a replay: a
+// million events must not cost a million directory round trips. A Record that merges
+// contacts drops what the memo kept of the merged ones.
 type memo struct {
 	mu   sync.Mutex
 	dir  *contacts.Directory
