@@ -118,6 +118,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 			o.OnProgress(p)
 		}
 	}
+	s.held = newHeld()
 	var ids Identities
 	if o.Dir != nil {
 		// Loading the directory costs about what reading as many events does; a Get per
