@@ -132,9 +132,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 	// Pulling and decoding run beside applying: two cores, one each.
 	pctx, stop := context.WithCancel(ctx)
 	chunks, pulled := make(chan chunk, 4), make(chan struct{})
+	spent := make(chan []fetched, cap(chunks)+2) // applied chunks' lists, for pull to fill again
 	go func() {
 		defer close(pulled)
-		pull(pctx, st, c, p.LastSeq, last, chunks)
+		pull(pctx, st, c, p.LastSeq, last, chunks, spent)
 	}()
 	defer func() { stop(); <-pulled }()
 	for p.LastSeq < last {
@@ -159,6 +160,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 			}
 			p.Done++
 			p.LastSeq = e.seq
+		}
+		clear(ck.events) // nothing of them is kept alive
+		select {
+		case spent <- ck.events[:0]:
+		default:
 		}
 		if ck.err != nil {
 			if ck.stalled {
@@ -201,12 +207,13 @@ type chunk struct {
 }
 
 // pull pulls the events of c after seq up to last, decodes them and sends them on out, a
-// chunk per pull, until a chunk with end or err set, or ctx ends. An empty pull proves
-// nothing (an ordered consumer reset, a reconnect, a leader change, a slow server): the
-// stream says whether an event is still stored up to last. If none is, the rest was
-// deleted: the end. If one is, pull again, waiting for it, but give up, with an error,
-// after stallAfter without an event delivered.
-func pull(ctx context.Context, st jetstream.Stream, c jetstream.Consumer, seq, last uint64, out chan<- chunk) {
+// chunk per pull (in a list from spent when one is there), until a chunk with end or err
+// set, or ctx ends. An empty pull proves nothing (an ordered consumer reset, a
+// reconnect, a leader change, a slow server): the stream says whether an event is still
+// stored up to last. If none is, the rest was deleted: the end. If one is, pull again,
+// waiting for it, but give up, with an error, after stallAfter without an event
+// delivered.
+func pull(ctx context.Context, st jetstream.Stream, c jetstream.Consumer, seq, last uint64, out chan<- chunk, spent <-chan []fetched) {
 	progressAt := time.Now() // when the last event was delivered (or the replay began)
 	wait := false            // the last pull came back empty while the stream still holds events to apply
 	for seq < last {
@@ -218,6 +225,10 @@ func pull(ctx context.Context, st jetstream.Stream, c jetstream.Consumer, seq, l
 			batch, err = c.FetchNoWait(batchSize)
 		}
 		var ck chunk
+		select {
+		case ck.events = <-spent: // an envelope is large: reuse the lists
+		default:
+		}
 		if err != nil {
 			ck.err = err
 		} else {
