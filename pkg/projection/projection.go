@@ -145,6 +145,7 @@ func SuppressionKey(tenant, contactID string) string { return tenant + "." + con
 // Stores are the three projections' stores.
 type Stores struct {
 	Contacts, Campaigns, Suppression Store
+	held                             *held // a replay's decoded records; nil live
 }
 
 // identity is who an event is about: the contact id, account id and the contact key,
@@ -164,10 +165,16 @@ type Identities interface {
 // directory cannot name (a chat user id, a payment customer), to an id derived from its
 // contact key.
 func identify(ctx context.Context, dir Identities, env envelope.Envelope) (identity, error) {
+	seen, named := directorySeen(env)
+	return identifySeen(ctx, dir, env, seen, named)
+}
+
+// identifySeen is identify with directorySeen(env) given.
+func identifySeen(ctx context.Context, dir Identities, env envelope.Envelope, seen contacts.Seen, named bool) (identity, error) {
 	key := env.ContactKey()
 	id := identity{key: key}
 	if dir != nil {
-		if seen, ok := directorySeen(env); ok {
+		if named {
 			rec, err := dir.Record(ctx, env.Tenant, seen)
 			if err != nil {
 				return id, err
@@ -228,42 +235,61 @@ func external(env envelope.Envelope) map[string]string {
 	return out
 }
 
-// merge adds env to c; it reports whether c changed.
+// merge adds env to c; it reports whether c changed, as its JSON would show (compared
+// field by field: encoding the record twice per event was most of a replay's time).
 func merge(c *Contact, who identity, env envelope.Envelope, keys []lifecycle.Key) bool {
-	before, _ := json.Marshal(c)
-	c.Tenant = env.Tenant
+	changed := false
+	set := func(field *string, v string) {
+		changed = changed || *field != v
+		*field = v
+	}
+	set(&c.Tenant, env.Tenant)
 	if c.ContactID == "" {
-		c.ContactID = who.contactID
+		set(&c.ContactID, who.contactID)
 	}
 	if who.accountID != "" {
-		c.AccountID = who.accountID // the contact's account as its keys now say
+		set(&c.AccountID, who.accountID) // the contact's account as its keys now say
 	}
 	if who.key != "" && !slices.Contains(c.Keys, who.key) {
 		c.Keys = append(c.Keys, who.key)
 		slices.Sort(c.Keys)
+		changed = true
 	}
 	for kind, id := range external(env) {
 		if c.External == nil {
 			c.External = map[string][]string{}
 		}
-		if l := c.External[kind]; !slices.Contains(l, id) {
-			l = append(l, id)
+		if old := c.External[kind]; !slices.Contains(old, id) {
+			l := append(slices.Clone(old), id)
 			slices.Sort(l)
-			c.External[kind] = l[:min(len(l), maxIDs)]
+			l = l[:min(len(l), maxIDs)]
+			changed = changed || !slices.Equal(l, old) // a new id above the bound changes nothing
+			c.External[kind] = l
 		}
 	}
 	for _, k := range keys {
 		if k.Campaign == "" {
-			c.Lifecycle = lifecycle.Apply(c.Lifecycle, env)
+			next := lifecycle.Apply(c.Lifecycle, env)
+			changed = changed || !sameState(c.Lifecycle, next)
+			c.Lifecycle = next
 			continue
 		}
 		if c.Campaigns == nil {
 			c.Campaigns = map[string]lifecycle.State{}
 		}
-		c.Campaigns[k.Campaign] = lifecycle.Apply(c.Campaigns[k.Campaign], env)
+		cur, had := c.Campaigns[k.Campaign]
+		next := lifecycle.Apply(cur, env)
+		changed = changed || !had || !sameState(cur, next)
+		c.Campaigns[k.Campaign] = next
 	}
-	after, _ := json.Marshal(c)
-	return string(before) != string(after)
+	return changed
+}
+
+// sameState reports whether a and b encode alike: facts are strings and normalised
+// times (UTC, no monotonic reading), so equal facts are equal JSON; a nil list encodes
+// as null, an empty one as [].
+func sameState(a, b lifecycle.State) bool {
+	return (a.Facts == nil) == (b.Facts == nil) && slices.Equal(a.Facts, b.Facts)
 }
 
 // Result is what one event did to its contact's projection.
@@ -288,11 +314,11 @@ func Apply(ctx context.Context, s Stores, dir *contacts.Directory, env envelope.
 
 func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope) (Result, error) {
 	keys := lifecycle.Keys(env)
-	_, names := directorySeen(env)
-	if len(keys) == 0 && (!names || dir == nil) {
+	seen, named := directorySeen(env)
+	if len(keys) == 0 && (!named || dir == nil) {
 		return Result{}, nil
 	}
-	who, err := identify(ctx, dir, env)
+	who, err := identifySeen(ctx, dir, env, seen, named)
 	if err != nil {
 		return Result{}, err
 	}
@@ -304,40 +330,34 @@ func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope)
 	}
 	var res Result
 	created := false
-	data, rev, err := update(ctx, s.Contacts, ContactKey(env.Tenant, who.contactID), func(old []byte) ([]byte, bool, error) {
-		var c Contact
-		created = old == nil
-		if old != nil {
-			if err := json.Unmarshal(old, &c); err != nil {
-				return nil, false, fmt.Errorf("contact record: %w", err)
-			}
+	var m map[string]heldRec[Contact]
+	if s.held != nil {
+		m = s.held.contacts
+	}
+	c, rev, err := updateRecord(ctx, s.Contacts, m, "contact record", ContactKey(env.Tenant, who.contactID), func(c *Contact, found bool) (bool, error) {
+		created = !found
+		if s.held != nil { // a replay keeps no Result: the views cost more than the merge
+			res.Changed = merge(c, who, env, keys)
+			return res.Changed, nil
 		}
-		before := views(c, keys)
-		res.Changed = merge(&c, who, env, keys)
-		after := views(c, keys)
+		before := views(*c, keys)
+		res.Changed = merge(c, who, env, keys)
+		after := views(*c, keys)
 		res.Discrepancies, res.Undecided = nil, nil
 		for i := range before {
 			res.Discrepancies = append(res.Discrepancies, lifecycle.NewDiscrepancies(before[i], after[i])...)
 			res.Undecided = append(res.Undecided, lifecycle.NewUndecided(before[i], after[i])...)
 		}
-		res.Contact = c
-		if !res.Changed {
-			return old, false, nil
-		}
-		b, err := json.Marshal(c)
-		return b, true, err
+		return res.Changed, nil
 	})
 	if err != nil {
 		return Result{}, err
 	}
-	if err := json.Unmarshal(data, &res.Contact); err != nil {
-		return Result{}, err
-	}
-	res.Rev = rev
+	res.Contact, res.Rev = c, rev
 	if err := derive(ctx, s, res.Contact, rev); err != nil {
 		return res, err
 	}
-	if seen, named := directorySeen(env); created && named && dir != nil {
+	if created && named && dir != nil {
 		// Another projector may have merged this contact into another and folded its
 		// record away between identify and this write, which then made the record
 		// anew: ask again, and fold it where it now belongs.
@@ -368,24 +388,23 @@ func views(c Contact, keys []lifecycle.Key) []lifecycle.View {
 
 // derive brings c's campaign memberships and suppression entry up to revision rev.
 func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
+	var m map[string]heldRec[Shard]
+	if s.held != nil {
+		m = s.held.shards
+	}
 	for _, campaign := range slices.Sorted(maps.Keys(c.Campaigns)) {
-		want := member(rev, c.InCampaign(campaign))
-		_, _, err := update(ctx, s.Campaigns, shardKey(c.Tenant, campaign, c.ContactID), func(old []byte) ([]byte, bool, error) {
-			sh := Shard{Tenant: c.Tenant, Campaign: campaign}
-			if old != nil {
-				if err := json.Unmarshal(old, &sh); err != nil {
-					return nil, false, fmt.Errorf("campaign shard: %w", err)
-				}
+		_, _, err := updateRecord(ctx, s.Campaigns, m, "campaign shard", shardKey(c.Tenant, campaign, c.ContactID), func(sh *Shard, found bool) (bool, error) {
+			if !found {
+				sh.Tenant, sh.Campaign = c.Tenant, campaign
 			}
 			if cur, ok := sh.Members[c.ContactID]; ok && cur.Rev >= rev {
-				return old, false, nil // as new or newer already
+				return false, nil // as new or newer already
 			}
 			if sh.Members == nil {
 				sh.Members = map[string]Member{}
 			}
-			sh.Members[c.ContactID] = want
-			b, err := json.Marshal(sh)
-			return b, true, err
+			sh.Members[c.ContactID] = member(rev, c.InCampaign(campaign))
+			return true, nil
 		})
 		if err != nil {
 			return err

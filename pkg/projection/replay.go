@@ -118,73 +118,62 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 			o.OnProgress(p)
 		}
 	}
+	s.held = newHeld()
 	var ids Identities
 	if o.Dir != nil {
-		ids = &memo{dir: o.Dir, seen: map[string]contacts.Record{}}
+		// Loading the directory costs about what reading as many events does; a Get per
+		// contact costs a round trip: load it unless it is much larger than the replay.
+		dir, err := o.Dir.Preload(ctx, 10*p.Total)
+		if err != nil {
+			return p, err
+		}
+		ids = &memo{dir: dir, seen: map[string]contacts.Record{}}
 	}
-	progressAt := time.Now() // when the replay last applied an event (or began)
-	wait := false            // the last pull came back empty while the stream still holds events to apply
+	// Pulling and decoding run beside applying: two cores, one each.
+	pctx, stop := context.WithCancel(ctx)
+	chunks, pulled := make(chan chunk, 4), make(chan struct{})
+	spent := make(chan []fetched, cap(chunks)+2) // applied chunks' lists, for pull to fill again
+	go func() {
+		defer close(pulled)
+		pull(pctx, st, c, p.LastSeq, last, chunks, spent)
+	}()
+	defer func() { stop(); <-pulled }()
 	for p.LastSeq < last {
 		if ctx.Err() != nil {
 			report()
 			return p, ctx.Err()
 		}
-		var batch jetstream.MessageBatch
-		if wait {
-			batch, err = c.Fetch(500, jetstream.FetchMaxWait(retryWait))
-		} else {
-			batch, err = c.FetchNoWait(500)
+		var ck chunk
+		select {
+		case ck = <-chunks:
+		case <-ctx.Done():
+			continue
 		}
-		if err != nil {
-			return p, err
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				return p, err
-			}
-			if md.Sequence.Stream > last { // stored after the end we fixed: done
-				p.LastSeq = last
-				break
-			}
-			var env envelope.Envelope
-			if err := json.Unmarshal(msg.Data(), &env); err == nil && env.ID != "" {
-				if err := applyOne(ctx, s, ids, env, o.Skip != nil); err != nil {
+		for _, e := range ck.events {
+			if e.ok {
+				if err := applyOne(ctx, s, ids, e.env, o.Skip != nil); err != nil {
 					if o.Skip == nil {
-						return p, fmt.Errorf("seq %d: %w", md.Sequence.Stream, err)
+						return p, fmt.Errorf("seq %d: %w", e.seq, err)
 					}
-					o.Skip(md.Sequence.Stream, err)
+					o.Skip(e.seq, err)
 				}
 			}
 			p.Done++
-			p.LastSeq = md.Sequence.Stream
+			p.LastSeq = e.seq
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return p, err
+		clear(ck.events) // nothing of them is kept alive
+		select {
+		case spent <- ck.events[:0]:
+		default:
 		}
-		if n > 0 {
-			progressAt, wait = time.Now(), false
-		} else if p.LastSeq < last {
-			// An empty pull proves nothing (an ordered consumer reset, a reconnect, a leader
-			// change, a slow server): the stream says whether an event is still stored up to
-			// the end we fixed. If none is, the rest was deleted: done. If one is, pull again,
-			// waiting for it, but give up, with an error, after stallAfter without progress.
-			next, err := nextStored(ctx, st, p.LastSeq+1)
-			if err != nil {
-				return p, fmt.Errorf("after seq %d: %w", p.LastSeq, err)
-			}
-			switch {
-			case next == 0 || next > last:
-				p.LastSeq = last
-			case time.Since(progressAt) >= stallAfter:
+		if ck.err != nil {
+			if ck.stalled {
 				report()
-				return p, fmt.Errorf("replay stalled: no event delivered for %s though the stream holds seq %d (applied up to seq %d of %d)",
-					stallAfter, next, p.LastSeq, last)
-			default:
-				wait = true
 			}
+			return p, ck.err
+		}
+		if ck.end {
+			p.LastSeq = last
 		}
 		if time.Since(lastReport) >= every {
 			report()
@@ -193,6 +182,102 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 	}
 	report()
 	return p, nil
+}
+
+// batchSize is how many events one pull asks for: each pull of an ordered consumer makes
+// a new consumer on the server, so fewer, larger pulls read faster.
+const batchSize = 2000
+
+// fetched is one event pulled: its stream sequence, and the envelope when it decodes to
+// one with an id (an event that does not is counted, not applied).
+type fetched struct {
+	seq uint64
+	env envelope.Envelope
+	ok  bool
+}
+
+// chunk is what one pull gave: its events in order, then whether nothing is left to
+// apply up to the end (end), or the error that ends the replay (stalled: for want of
+// events the stream holds).
+type chunk struct {
+	events  []fetched
+	end     bool
+	stalled bool
+	err     error
+}
+
+// pull pulls the events of c after seq up to last, decodes them and sends them on out, a
+// chunk per pull (in a list from spent when one is there), until a chunk with end or err
+// set, or ctx ends. An empty pull proves nothing (an ordered consumer reset, a
+// reconnect, a leader change, a slow server): the stream says whether an event is still
+// stored up to last. If none is, the rest was deleted: the end. If one is, pull again,
+// waiting for it, but give up, with an error, after stallAfter without an event
+// delivered.
+func pull(ctx context.Context, st jetstream.Stream, c jetstream.Consumer, seq, last uint64, out chan<- chunk, spent <-chan []fetched) {
+	progressAt := time.Now() // when the last event was delivered (or the replay began)
+	wait := false            // the last pull came back empty while the stream still holds events to apply
+	for seq < last {
+		var batch jetstream.MessageBatch
+		var err error
+		if wait {
+			batch, err = c.Fetch(batchSize, jetstream.FetchMaxWait(retryWait))
+		} else {
+			batch, err = c.FetchNoWait(batchSize)
+		}
+		var ck chunk
+		select {
+		case ck.events = <-spent: // an envelope is large: reuse the lists
+		default:
+		}
+		if err != nil {
+			ck.err = err
+		} else {
+			for msg := range batch.Messages() {
+				md, err := msg.Metadata()
+				if err != nil {
+					ck.err = err
+					break
+				}
+				if md.Sequence.Stream > last { // stored after the end we fixed: done
+					ck.end = true
+					break
+				}
+				e := fetched{seq: md.Sequence.Stream}
+				e.ok = json.Unmarshal(msg.Data(), &e.env) == nil && e.env.ID != ""
+				ck.events = append(ck.events, e)
+				seq = e.seq
+			}
+			if err := batch.Error(); ck.err == nil && !ck.end && err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+				ck.err = err
+			}
+		}
+		switch {
+		case ck.err != nil || ck.end:
+		case len(ck.events) > 0:
+			progressAt, wait = time.Now(), false
+		case seq < last:
+			next, err := nextStored(ctx, st, seq+1)
+			switch {
+			case err != nil:
+				ck.err = fmt.Errorf("after seq %d: %w", seq, err)
+			case next == 0 || next > last:
+				ck.end = true
+			case time.Since(progressAt) >= stallAfter:
+				ck.err, ck.stalled = fmt.Errorf("replay stalled: no event delivered for %s though the stream holds seq %d (applied up to seq %d of %d)",
+					stallAfter, next, seq, last), true
+			default:
+				wait = true
+			}
+		}
+		select {
+		case out <- ck:
+		case <-ctx.Done():
+			return
+		}
+		if ck.err != nil || ck.end {
+			return
+		}
+	}
 }
 
 // FirstSince returns the sequence of the first event stored at or after t, or 0 when
@@ -229,9 +314,6 @@ func nextStored(ctx context.Context, st jetstream.Stream, seq uint64) (uint64, e
 	return msg.Sequence, nil
 }
 
-// memo resolves contacts through the directory once per contact during a replay: a
-// million events must not cost a million directory round trips. A Record that merges
-// contacts drops what the memo kept of the merged ones.
 // applyOne applies env; with catch, a panic is its error.
 func applyOne(ctx context.Context, s Stores, ids Identities, env envelope.Envelope, catch bool) (err error) {
 	if catch {
@@ -245,6 +327,9 @@ func applyOne(ctx context.Context, s Stores, ids Identities, env envelope.Envelo
 	return err
 }
 
+// memo resolves contacts through the directory once per contact during a replay: a
+// million events must not cost a million directory round trips. A Record that merges
+// contacts drops what the memo kept of the merged ones.
 type memo struct {
 	mu   sync.Mutex
 	dir  *contacts.Directory

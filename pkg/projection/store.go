@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -142,4 +143,84 @@ func Fill(ctx context.Context, js jetstream.JetStream, into string, src Stores) 
 		}
 	}
 	return nil
+}
+
+// held keeps, during a replay, the records it last read or wrote, decoded, each with
+// the revision of the stored bytes it equals: a contact's next event need not decode
+// what its last one encoded. At most maxHeld of each kind (the events of a contact come
+// close together; a replay of millions must not hold everything twice).
+type held struct {
+	contacts map[string]heldRec[Contact]
+	shards   map[string]heldRec[Shard]
+}
+
+type heldRec[T any] struct {
+	rev uint64
+	v   T
+}
+
+const maxHeld = 1 << 16
+
+func newHeld() *held {
+	return &held{contacts: map[string]heldRec[Contact]{}, shards: map[string]heldRec[Shard]{}}
+}
+
+// hold keeps v as key's value at rev in m, making room if m is full.
+func hold[T any](m map[string]heldRec[T], key string, rev uint64, v T) {
+	if _, ok := m[key]; !ok && len(m) >= maxHeld {
+		for k := range m { // any one: map order is random
+			delete(m, k)
+			break
+		}
+	}
+	m[key] = heldRec[T]{rev, v}
+}
+
+// updateRecord is update for a decoded record (what names its kind in errors): merge
+// changes *v (the zero T when key is absent, found false) and says whether it did; a changed record is encoded and written
+// at the revision read. It returns the record as stored and its revision. With m (a
+// replay), the record comes from m when m holds key at the revision read, and merge owns
+// it: m gives it up until the write.
+func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], what, key string, merge func(v *T, found bool) (bool, error)) (T, uint64, error) {
+	var zero T
+	for range 50 {
+		old, rev, err := s.Get(ctx, key)
+		if err != nil {
+			return zero, 0, err
+		}
+		var v T
+		if h, ok := m[key]; ok && h.rev == rev && rev != 0 {
+			v = h.v
+			delete(m, key) // merge may change it; kept again below
+		} else if old != nil {
+			if err := json.Unmarshal(old, &v); err != nil {
+				return zero, 0, fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		changed, err := merge(&v, old != nil)
+		if err != nil {
+			return zero, 0, err
+		}
+		if !changed {
+			if m != nil && rev != 0 {
+				hold(m, key, rev, v)
+			}
+			return v, rev, nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return zero, 0, err
+		}
+		rev, err = s.Put(ctx, key, b, rev)
+		if err == nil {
+			if m != nil {
+				hold(m, key, rev, v)
+			}
+			return v, rev, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return zero, 0, err
+		}
+	}
+	return zero, 0, fmt.Errorf("projection: %s: too much contention", key)
 }
