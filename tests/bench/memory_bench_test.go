@@ -58,6 +58,26 @@ func vmKiB(b *testing.B, pid int, field string) int {
 	return 0
 }
 
+// cpuSeconds is the CPU time (user and system, every thread) process pid has used.
+func cpuSeconds(b *testing.B, pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Skipf("no /proc here: %v", err)
+	}
+	// pid (comm) state ppid …: utime and stime are the 14th and 15th fields, the comm
+	// (which may hold spaces) ends at the last ')'.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	return (utime + stime) / 100 // USER_HZ, 100 on Linux
+}
+
 func mib(kib int) string { return fmt.Sprintf("%.0f MiB", float64(kib)/1024) }
 
 // tail keeps the last 64 KiB written to it.
@@ -197,6 +217,7 @@ func BenchmarkUpMemory(b *testing.B) {
 	header := http.Header{"Content-Type": {"application/json"}, "X-Exacto-Secret": {"demo-instantly-secret"}}
 	var next, ok, failed atomic.Int64
 	var wg sync.WaitGroup
+	cpu0 := cpuSeconds(b, pid)
 	at := time.Now()
 	end := at.Add(time.Duration(seconds) * time.Second)
 	for range senders {
@@ -230,6 +251,7 @@ func BenchmarkUpMemory(b *testing.B) {
 	time.Sleep(took) // the consumers go on with the backlog
 	peak := vmKiB(b, pid, "VmHWM")
 	rss := vmKiB(b, pid, "VmRSS")
+	cpu := cpuSeconds(b, pid) - cpu0
 
 	// How far the consumers got, read from the process's own NATS port.
 	js := u.js(b)
@@ -240,9 +262,9 @@ func BenchmarkUpMemory(b *testing.B) {
 		b.Errorf("%d webhooks not answered 200", failed.Load())
 	}
 	row("memory", "peak RSS of exacto up at load (VmHWM)", mib(peak), mib(idle), float64(peak)/float64(idle),
-		fmt.Sprintf("%d senders for %v: %d signed Instantly replies (%.0f/s) of leads the sandbox holds%s; VmHWM %s when sending ended; %v later VmRSS %s, %d replies classified and %d stopped; baseline: VmHWM right after /readyz",
+		fmt.Sprintf("%d senders for %v: %d signed Instantly replies (%.0f/s) of leads the sandbox holds%s; VmHWM %s when sending ended; %v later VmRSS %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on; baseline: VmHWM right after /readyz",
 			senders, took.Round(100*time.Millisecond), ok.Load(), float64(ok.Load())/took.Seconds(), exhausted, mib(atLoad),
-			took.Round(100*time.Millisecond), mib(rss), count("reply.classified"), count("sequence.stopped")))
+			took.Round(100*time.Millisecond), mib(rss), count("reply.classified"), count("sequence.stopped"), cpu))
 	b.ReportMetric(float64(peak)/1024, "peak_MiB")
 	b.ReportMetric(float64(idle)/1024, "idle_MiB")
 }
