@@ -19,6 +19,7 @@ import (
 
 	"exacto.dev/pkg/classify"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/memlimit"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/registry"
 	"exacto.dev/pkg/ratelimit"
@@ -50,6 +51,11 @@ type Config struct {
 	// (routing, classifier, …): every event metric carries it, so a rollout shows beside
 	// the version before it. Default "v1".
 	WorkflowVersion string `yaml:"workflow_version"`
+	// MemoryLimit is the process's soft memory limit (pkg/memlimit): a size such as
+	// 100MiB, which the process raises itself while its live heap needs more, or "off".
+	// Unset, `exacto up` takes DefaultMemoryLimit and a part run alone none. GOMEMLIMIT,
+	// when set, wins.
+	MemoryLimit string `yaml:"memory_limit"`
 
 	// Warnings collects what loaded but deserves the operator's attention (literal
 	// secrets, short path tokens).
@@ -322,6 +328,10 @@ const (
 	DefaultDataDir   = "./.exacto"
 	DefaultSandbox   = "127.0.0.1:8082"
 	DefaultFile      = "./exacto.yaml"
+	// DefaultMemoryLimit is `exacto up`'s soft memory limit: the garbage collector
+	// keeps the whole pipeline near it (docs/performance.md, Memory) instead of letting
+	// the heap grow to twice what is live.
+	DefaultMemoryLimit = "100MiB"
 )
 
 // Env lists the environment variables that override the file, by field.
@@ -337,6 +347,8 @@ var Env = map[string]string{
 	"EXACTO_SANDBOX_URL":  "sandbox_url",
 	// The version label of every event metric.
 	"EXACTO_WORKFLOW_VERSION": "workflow_version",
+	// The process's soft memory limit.
+	"EXACTO_MEMORY_LIMIT": "memory_limit",
 }
 
 // Load reads the config: path if given, else EXACTO_CONFIG, else ./exacto.yaml if it
@@ -440,6 +452,7 @@ func (c *Config) applyEnv(getenv func(string) string) {
 	set(&c.SandboxAddr, "EXACTO_SANDBOX_ADDR")
 	set(&c.SandboxURL, "EXACTO_SANDBOX_URL")
 	set(&c.WorkflowVersion, "EXACTO_WORKFLOW_VERSION")
+	set(&c.MemoryLimit, "EXACTO_MEMORY_LIMIT")
 }
 
 func (c *Config) applyDefaults() {
@@ -610,6 +623,11 @@ func (c *Config) Validate() error {
 	}
 	if gc := c.Gateway.GroupCommit; gc.DerivedWait < 0 || gc.DerivedWait > 5*time.Second {
 		fail(0, "gateway.group_commit.derived_wait %v: want at most 5s (it delays every derived event)", gc.DerivedWait)
+	}
+	if c.MemoryLimit != "" {
+		if _, err := memlimit.Parse(c.MemoryLimit); err != nil {
+			fail(0, "memory_limit: %v", err)
+		}
 	}
 	if c.NATS.Sync != "always" {
 		if d, err := time.ParseDuration(c.NATS.Sync); err != nil || d <= 0 {

@@ -433,3 +433,24 @@ func TestQuarantineCap(t *testing.T) {
 		t.Fatalf("quarantine_cap under body_limit: %v", err)
 	}
 }
+
+// memory_limit is a size or off, EXACTO_MEMORY_LIMIT overrides it, and a size that
+// does not parse stops the start.
+func TestMemoryLimit(t *testing.T) {
+	c, err := Parse([]byte("memory_limit: 200MiB\n"+good), "f", env(goodEnv))
+	if err != nil || c.MemoryLimit != "200MiB" {
+		t.Fatalf("memory_limit: %q, %v", c.MemoryLimit, err)
+	}
+	c, err = Parse([]byte("memory_limit: 200MiB\n"+good), "f", env(mapWith(goodEnv, "EXACTO_MEMORY_LIMIT", "off")))
+	if err != nil || c.MemoryLimit != "off" {
+		t.Fatalf("EXACTO_MEMORY_LIMIT not applied: %q, %v", c.MemoryLimit, err)
+	}
+	if c, err = Parse([]byte(good), "f", env(goodEnv)); err != nil || c.MemoryLimit != "" {
+		t.Fatalf("unset memory_limit: %q, %v (the process picks its default)", c.MemoryLimit, err)
+	}
+	for _, bad := range []string{"200MB", "0", "lots"} {
+		if _, err := Parse([]byte("memory_limit: "+bad+"\n"+good), "f", env(goodEnv)); err == nil || !strings.Contains(err.Error(), "memory_limit") {
+			t.Errorf("memory_limit %q: error %v, want one naming memory_limit", bad, err)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/ingest"
+	"exacto.dev/pkg/memlimit"
 	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
@@ -102,6 +103,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if !o.Embed && cfg.NATS.URL == "" {
 		return nil, errors.New("EXACTO_NATS_URL is required: this part runs against an existing NATS (`exacto up` embeds one)")
 	}
+	keepMemoryLimit(ctx, cfg, o.Embed, log)
 	tel, err := telemetry.Setup(ctx, o.Name, os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
@@ -174,6 +176,26 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	env.adminSrv = admin.Server(cfg.AdminAddr, env.Admin)
 	go env.adminSrv.Serve(ln)
 	return env, nil
+}
+
+// keepMemoryLimit holds the process under the config's memory_limit (`exacto up`:
+// config.DefaultMemoryLimit when unset), raised while the live heap needs more
+// (pkg/memlimit), until ctx ends. GOMEMLIMIT, when set, wins: the runtime applied it.
+func keepMemoryLimit(ctx context.Context, cfg *config.Config, up bool, log *slog.Logger) {
+	limit := cfg.MemoryLimit
+	if limit == "" && up {
+		limit = config.DefaultMemoryLimit
+	}
+	if os.Getenv("GOMEMLIMIT") != "" || limit == "" || limit == "off" {
+		return
+	}
+	base, err := memlimit.Parse(limit)
+	if err != nil { // Validate refused it already
+		return
+	}
+	memlimit.Keep(ctx, base, time.Second, func(limit, live int64) {
+		log.Info("memory limit", "limit_mib", limit>>20, "live_heap_mib", live>>20, "memory_limit_mib", base>>20)
+	})
 }
 
 // Deriver stores derived events on EXACTO_EVENTS once, through the process's group
