@@ -61,8 +61,12 @@ func TestReplyEndToEnd(t *testing.T) {
 	if lead.Status == sandbox.InstantlyActive {
 		t.Fatalf("the lead is still active at Instantly: %+v", lead)
 	}
-	if n := len(p.sb.Stops("priya@northwind.example")); n != 1 {
-		t.Fatalf("%d stop calls at Instantly, want 1", n)
+	// One write stopped the lead: the stop for the reply, or — when the stopper took the
+	// classification first — the raise to Interested, after which the reply finds the
+	// lead stopped already.
+	stops, raises := len(p.sb.Stops("priya@northwind.example")), len(p.sb.Raises("priya@northwind.example"))
+	if stops > 1 || stops+raises == 0 {
+		t.Fatalf("%d stop calls and %d raises at Instantly, want one stop or, without it, a raise", stops, raises)
 	}
 	// The interested reply ends Interested at Instantly, never Not Interested.
 	eventually(t, 10*time.Second, "the lead labelled Interested", func() bool {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/stream"
 )
 
 // Consumer state in memory, its ack floor checkpointed. nats-server writes a file
@@ -16,20 +18,24 @@ import (
 // left per webhook. That state is derived: the guards say what each consumer did. So
 // on one embedded node (Options.Checkpoints set) the consumer keeps its state in the
 // server's memory (mem_storage), and the runner writes its ack floor to
-// EXACTO_CONSUMER_CHECKPOINTS every second. When the server restarts (with the
-// process) the consumer is gone; the runner creates it again to deliver from the
-// checkpoint on: what was acked after the checkpoint comes again and its guard skips
-// it, what was pending comes again at once.
+// EXACTO_CONSUMER_CHECKPOINTS (synced) every checkpointEvery. When the server restarts
+// (with the process) the consumer is gone; the runner creates it again to deliver
+// from the checkpoint on: what was acked after the checkpoint comes again and its
+// guard skips it, what was pending comes again at once.
 
-// checkpointEvery is how often a consumer's ack floor is written when it moved.
-const checkpointEvery = time.Second
+// checkpointEvery is how often a consumer's ack floor is written when it moved: each
+// write is an fsync, and each second of lag only a few more deliveries the guards skip.
+const checkpointEvery = 5 * time.Second
 
 // bindConsumer creates or updates the durable consumer for cfg. One that exists keeps
 // its deliver policy (which cannot change) and, when this process keeps no checkpoints
 // (a worker bound to another process's embedded server), its storage. With
 // checkpoints, a new consumer keeps its state in memory and starts after its
-// checkpoint, and one on disk (from an earlier version) is created again in memory
-// after its ack floor, keeping its pause.
+// checkpoint, paused as the service's replays consumer (on disk) is; one on disk
+// (from an earlier version, or made by a process without checkpoints) is created
+// again in memory after the later of its ack floor and the checkpoint, keeping its
+// pause. Deleting it ends the pulls of any other process bound to it: they bind again
+// when restarted.
 func bindConsumer(ctx context.Context, js jetstream.JetStream, streamName string, cfg jetstream.ConsumerConfig, checkpoints jetstream.KeyValue) (jetstream.Consumer, error) {
 	c, err := js.Consumer(ctx, streamName, cfg.Durable)
 	switch {
@@ -40,11 +46,17 @@ func bindConsumer(ctx context.Context, js jetstream.JetStream, streamName string
 			cfg.DeliverPolicy, cfg.OptStartSeq = info.Config.DeliverPolicy, info.Config.OptStartSeq
 			return js.CreateOrUpdateConsumer(ctx, streamName, cfg)
 		}
+		seq, err := checkpointOf(ctx, checkpoints, cfg.Durable)
+		if err != nil {
+			return nil, err
+		}
 		if err := js.DeleteConsumer(ctx, streamName, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("consumer %s: create again with its state in memory: %w", cfg.Durable, err)
 		}
-		cfg.MemoryStorage, cfg.PauseUntil = true, info.Config.PauseUntil
-		from(&cfg, info.AckFloor.Stream)
+		cfg.PauseUntil = info.Config.PauseUntil
+		if err := from(ctx, js, streamName, &cfg, max(seq, info.AckFloor.Stream)); err != nil {
+			return nil, err
+		}
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return nil, err
 	case checkpoints != nil:
@@ -52,18 +64,37 @@ func bindConsumer(ctx context.Context, js jetstream.JetStream, streamName string
 		if err != nil {
 			return nil, err
 		}
+		if err := from(ctx, js, streamName, &cfg, seq); err != nil {
+			return nil, err
+		}
+		// A pause outlives the restart: the replays consumer, on disk, kept it.
+		if r, err := js.Consumer(ctx, stream.Replays, replays(cfg.Durable)); err == nil {
+			if until := r.CachedInfo().Config.PauseUntil; until != nil && until.After(time.Now()) {
+				cfg.PauseUntil = until
+			}
+		}
+	}
+	if checkpoints != nil {
 		cfg.MemoryStorage = true
-		from(&cfg, seq)
 	}
 	return js.CreateOrUpdateConsumer(ctx, streamName, cfg)
 }
 
-// from makes cfg deliver what follows stream sequence seq (everything when 0).
-func from(cfg *jetstream.ConsumerConfig, seq uint64) {
+// from makes cfg deliver what follows stream sequence seq (everything when 0), never
+// past the stream's last event: with lazy sync a cut can take the stream's tail and
+// leave a checkpoint above it, and the sequences it took are stored again.
+func from(ctx context.Context, js jetstream.JetStream, streamName string, cfg *jetstream.ConsumerConfig, seq uint64) error {
 	if seq == 0 {
-		return
+		return nil
 	}
-	cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+	s, err := js.Stream(ctx, streamName)
+	if err != nil {
+		return err
+	}
+	if seq = min(seq, s.CachedInfo().State.LastSeq); seq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+	}
+	return nil
 }
 
 // checkpointOf is durable's checkpointed ack floor (0: none).
@@ -83,7 +114,7 @@ func checkpointOf(ctx context.Context, kv jetstream.KeyValue, durable string) (u
 }
 
 // checkpoint writes c's ack floor to kv when it moved past last, and returns the
-// floor written (last when nothing was).
+// floor written (last when nothing was): a checkpoint never goes back.
 func checkpoint(ctx context.Context, c jetstream.Consumer, kv jetstream.KeyValue, durable string, last uint64) uint64 {
 	info, err := c.Info(ctx)
 	if err != nil || info.AckFloor.Stream <= last {
@@ -93,4 +124,25 @@ func checkpoint(ctx context.Context, c jetstream.Consumer, kv jetstream.KeyValue
 		return last
 	}
 	return info.AckFloor.Stream
+}
+
+// Ran says whether durable's consumer ever took events: it exists, or (its state in
+// memory, the server restarted) it left a checkpoint.
+func Ran(ctx context.Context, js jetstream.JetStream, durable string) (bool, error) {
+	_, err := js.Consumer(ctx, stream.Events, durable)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false, err
+	}
+	kv, err := js.KeyValue(ctx, stream.ConsumerCheckpoints)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	seq, err := checkpointOf(ctx, kv, durable)
+	return seq > 0, err
 }

@@ -186,10 +186,16 @@ func Run(ctx context.Context, o Options) error {
 	// not take, and only then is the subscriber closed.
 	subCtx := context.WithoutCancel(ctx)
 	r.acks = newAcker(o.NC, o.Sub.AckWait, o.Sub.MaxAckPending, o.Log, name)
+	ctx, stopWorkers := context.WithCancel(ctx) // ends with Run's, or when a worker cannot start
+	defer stopWorkers()
 	var wg sync.WaitGroup
 	for range o.Workers {
 		msgs, err := sub.Subscribe(subCtx, o.Sub.StreamName())
 		if err != nil {
+			// The workers started settle and ack what they took before it stops.
+			stopWorkers()
+			wg.Wait()
+			r.settling.Wait()
 			r.acks.close()
 			sub.Close()
 			return err
@@ -276,7 +282,7 @@ func (r *runner) bind(ctx context.Context, js jetstream.JetStream, _ string) (je
 // checkpoints writes the consumer's ack floor every checkpointEvery until stop, and
 // once more then.
 func (r *runner) checkpoints(stop <-chan struct{}) {
-	var last uint64
+	last, _ := checkpointOf(context.Background(), r.o.Checkpoints, r.o.Sub.Durable) // never written back
 	write := func() {
 		if c := r.consumer.Load(); c != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -432,11 +438,13 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	if herr == nil && derived.pending() {
 		// The effect is made; its derived events are being committed with others'. The
 		// attempt is settled once they are stored, and the worker goes on meanwhile.
+		// The contact's next event need not wait for that: its lease goes now.
 		handedOver = true
+		release()
 		r.settling.Add(1)
 		go func() {
 			defer r.settling.Done()
-			defer done()
+			defer cancel()
 			defer span.End()
 			if err := derived.wait(); err != nil {
 				r.settle(ctx, m, env, &a, retry.Transiently("derived events", err))

@@ -973,3 +973,46 @@ func TestConsumerStartsAgainAfterItsCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// A consumer made again after a restart keeps the pause its replays consumer (on
+// disk) kept, and never starts past the stream's last event (a lazy-sync cut can take
+// the stream's tail and leave a checkpoint above it).
+func TestRecreatedConsumerKeepsItsPauseAndStaysWithinTheStream(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	publish(t, conn, 3)
+	kv, err := conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, sub.Durable, []byte("100")); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour).UTC()
+	if _, err := conn.JS.CreateOrUpdateConsumer(ctx, stream.Replays, jetstream.ConsumerConfig{Durable: replays(sub.Durable), AckPolicy: jetstream.AckExplicitPolicy, PauseUntil: &until}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := bindConsumer(ctx, conn.JS, stream.Events, sub.ConsumerConfig(), kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := c.CachedInfo()
+	if !info.Config.MemoryStorage || info.Config.OptStartSeq != 4 {
+		t.Errorf("made with memory %v from %d: want in memory from 4 (the stream ends at 3)", info.Config.MemoryStorage, info.Config.OptStartSeq)
+	}
+	if !info.Paused || info.Config.PauseUntil == nil || !info.Config.PauseUntil.Equal(until) {
+		t.Errorf("paused %v until %v: want until %v, as its replays consumer", info.Paused, info.Config.PauseUntil, until)
+	}
+	if ran, err := Ran(ctx, conn.JS, sub.Durable); err != nil || !ran {
+		t.Errorf("Ran: %v %v", ran, err)
+	}
+	if err := conn.JS.DeleteConsumer(ctx, stream.Events, sub.Durable); err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := Ran(ctx, conn.JS, "nobody"); err != nil || ran {
+		t.Errorf("Ran of a consumer that never was: %v %v", ran, err)
+	}
+	if ran, err := Ran(ctx, conn.JS, sub.Durable); err != nil || !ran {
+		t.Errorf("Ran of a consumer gone with its checkpoint kept: %v %v", ran, err)
+	}
+}

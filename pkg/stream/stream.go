@@ -37,7 +37,8 @@ const (
 	// ContactLocks serialises each consumer's work on one contact across replicas.
 	ContactLocks = "EXACTO_CONTACT_LOCKS"
 	// ConsumerCheckpoints holds each consumer's ack floor on one embedded node, where
-	// the server keeps the consumers' own state in memory (pkg/consumer).
+	// the server keeps the consumers' own state in memory (pkg/consumer). Synced: a
+	// lost checkpoint would make a consumer deliver the whole history again.
 	ConsumerCheckpoints = "EXACTO_CONSUMER_CHECKPOINTS"
 	// Confirmations keeps what the source said of each unsigned event (pkg/confirm).
 	Confirmations = "EXACTO_CONFIRMATIONS"
@@ -97,12 +98,10 @@ type Options struct {
 //   - EventIndex: the index writer re-indexes from the stream on start (Indexer).
 //   - ContactIDs and the live projections: the projector applies again, from the
 //     stream, what followed its last checkpoint (services/projector).
-//   - ConsumerCheckpoints: a consumer starts again from an older ack floor, and its
-//     guards skip what it had done.
 //
 // In a cluster (replicas above 1) nats-server refuses async persist: there the Raft
 // log already shares one append among many writes.
-var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex, "KV_" + ConsumerCheckpoints,
+var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex,
 	"KV_" + ContactIDs, "KV_" + ProjectionPrefix + "CONTACTS", "KV_" + ProjectionPrefix + "CAMPAIGNS", "KV_" + ProjectionPrefix + "SUPPRESSION"}
 
 // persistMode is how the stream named name persists under o.

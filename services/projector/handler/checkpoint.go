@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/projection"
@@ -94,8 +95,10 @@ func (c *checkpoints) recover(ctx context.Context, stores projection.Stores, dir
 	if err != nil {
 		return 0, err
 	}
-	if _, err := c.js.Consumer(ctx, stream.Events, stream.Projector); err != nil {
-		return 0, nil // not made yet: nothing was applied
+	// Never ran: nothing was applied. (Its consumer is gone after every restart when
+	// the server kept its state in memory: its checkpoint says it ran.)
+	if ran, err := consumer.Ran(ctx, c.js, stream.Projector); err != nil || !ran {
+		return 0, err
 	}
 	contactsStream, err := c.js.Stream(ctx, "KV_"+checkpointBuckets[0])
 	if err != nil {
