@@ -3,10 +3,14 @@ package reconcile
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform/instantly"
 )
+
+// InFlight is how long after a reply the pipeline may still be taking it in.
+const InFlight = 10 * time.Minute
 
 // missedOutcomes: the platform counts a reply, shows a booked meeting or a won lead
 // that the projection lacks for the contact in that campaign. Reported for review, not
@@ -18,6 +22,10 @@ import (
 //
 // Only Instantly shows replies and outcomes on its leads (email_reply_count,
 // lt_interest_status); Smartlead's campaign lead listing does not.
+//
+// A lead whose last reply is more recent than InFlight is not judged yet: its webhook,
+// or the projector's backlog behind it, may still be on the way (under load a pass
+// found thousands of replies the projector had not reached); a later pass judges it.
 func missedOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
 	leads, err := p.platformLeads(ctx)
 	if err != nil {
@@ -37,7 +45,7 @@ func missedOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
 			interest == instantly.MeetingCompleted || interest == instantly.Won)
 		meeting := hasInterest && (interest == instantly.MeetingBooked || interest == instantly.MeetingCompleted)
 		won := hasInterest && interest == instantly.Won
-		if l.Replies == 0 && !positive {
+		if l.Replies == 0 && !positive || !l.LastReply.IsZero() && p.now().Sub(l.LastReply) < InFlight {
 			continue
 		}
 		c, known, err := p.Reader.ContactByEmail(ctx, p.Tenant, l.Email)

@@ -276,7 +276,12 @@ func TestMissedReplyProposedAndDecided(t *testing.T) {
 	ctx := context.Background()
 	fresh := f.sb.AddInstantlyLead(camp, "di@northwind.example")
 	stale := f.sb.AddInstantlyLead(camp, "ed@northwind.example")
-	for _, e := range []string{"di@northwind.example", "ed@northwind.example"} {
+	// A reply of a minute ago may still be on its way: not judged on this pass.
+	recent := f.sb.AddInstantlyLead(camp, "fay@northwind.example")
+	f.sb.UpdateInstantlyLead(recent, func(l *sandbox.InstantlyLead) {
+		l.EmailReplyCount, l.TimestampLastReply = 1, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	})
+	for _, e := range []string{"di@northwind.example", "ed@northwind.example", "fay@northwind.example"} {
 		f.project("instantly", envelope.TypeEmailSent, e, camp, "em-"+e, time.Now().Add(-200*time.Hour))
 	}
 	won := instantly.MeetingBooked
