@@ -387,13 +387,14 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	// and then never be released.
 	stopping := ctx.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Sub.AckWait)
+	// The contact's lease goes when handle returns, the attempt settled or handed over
+	// (below): the effect is made either way. The attempt's context lasts until it is
+	// settled.
 	release := func() {}
-	// done ends the attempt: unless the attempt is handed over to settle (below), when
-	// handle returns.
-	done := func() { release(); cancel() }
+	defer func() { release() }()
 	defer func() {
 		if !handedOver {
-			done()
+			cancel()
 		}
 	}()
 	if contact := env.ContactKey(); contact != "" {
@@ -438,9 +439,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	if herr == nil && derived.pending() {
 		// The effect is made; its derived events are being committed with others'. The
 		// attempt is settled once they are stored, and the worker goes on meanwhile.
-		// The contact's next event need not wait for that: its lease goes now.
 		handedOver = true
-		release()
 		r.settling.Add(1)
 		go func() {
 			defer r.settling.Done()

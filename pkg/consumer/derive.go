@@ -49,19 +49,19 @@ func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
 		return err
 	}
 	if d.publish != nil {
-		if h := heldOf(ctx); h != nil {
-			// In a runner's attempt: the attempt waits for it before it is completed,
-			// the handler does not.
-			wait, err := d.publish(h.ctx, msg)
-			if err != nil {
-				return err
-			}
-			h.add(wait)
-			return nil
+		// In a runner's attempt the attempt waits for it before it is completed, on its
+		// own context; the handler does not.
+		h, wctx := heldOf(ctx), ctx
+		if h != nil {
+			wctx = h.ctx
 		}
-		wait, err := d.publish(ctx, msg)
+		wait, err := d.publish(wctx, msg)
 		if err != nil {
 			return err
+		}
+		if h != nil {
+			h.add(wait)
+			return nil
 		}
 		_, err = wait() // a duplicate is stored already: done
 		return err
