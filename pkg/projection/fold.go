@@ -46,7 +46,7 @@ func foldOne(ctx context.Context, s Stores, tenant string, who identity, loser s
 	if err := json.Unmarshal(data, &lc); err != nil {
 		return fmt.Errorf("contact record: %w", err)
 	}
-	_, wrev, err := update(ctx, s.Contacts, ContactKey(tenant, who.contactID), func(old []byte) ([]byte, bool, error) {
+	_, wrev, err := update(ctx, s.Contacts, ContactKey(tenant, who.contactID), func(old []byte, _ uint64) ([]byte, bool, error) {
 		var c Contact
 		if old != nil {
 			if err := json.Unmarshal(old, &c); err != nil {
@@ -68,7 +68,7 @@ func foldOne(ctx context.Context, s Stores, tenant string, who identity, loser s
 	// The merged contact's derived entries go; the winner's are brought up to its
 	// record. Removing a member or an entry twice is harmless.
 	for _, campaign := range slices.Sorted(maps.Keys(lc.Campaigns)) {
-		_, _, err := update(ctx, s.Campaigns, shardKey(tenant, campaign, loser), func(old []byte) ([]byte, bool, error) {
+		_, _, err := update(ctx, s.Campaigns, shardKey(tenant, campaign, loser), func(old []byte, _ uint64) ([]byte, bool, error) {
 			if old == nil {
 				return nil, false, nil
 			}

@@ -414,7 +414,7 @@ func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
 	if !terminal {
 		return nil // a suppression is never lifted by later events
 	}
-	_, _, err := update(ctx, s.Suppression, SuppressionKey(c.Tenant, c.ContactID), func(old []byte) ([]byte, bool, error) {
+	_, _, err := update(ctx, s.Suppression, SuppressionKey(c.Tenant, c.ContactID), func(old []byte, _ uint64) ([]byte, bool, error) {
 		if old != nil {
 			var cur Suppressed
 			if err := json.Unmarshal(old, &cur); err != nil {
@@ -484,7 +484,7 @@ func Repair(ctx context.Context, s Stores, above uint64) (int, error) {
 	}
 	for _, k := range keys {
 		rewrote := 0
-		_, _, err := update(ctx, s.Campaigns, k, func(old []byte) ([]byte, bool, error) {
+		_, _, err := update(ctx, s.Campaigns, k, func(old []byte, _ uint64) ([]byte, bool, error) {
 			rewrote = 0
 			var sh Shard
 			if old == nil {

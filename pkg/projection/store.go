@@ -29,14 +29,15 @@ func NewMemory() *Memory { return kvstore.NewMemory() }
 
 // update applies merge to key's value with optimistic concurrency: read, merge, write
 // at the revision read, and again on a conflict. merge gets nil for an absent key and
-// says whether it changed anything; an unchanged value is not written.
-func update(ctx context.Context, s Store, key string, merge func(old []byte) ([]byte, bool, error)) ([]byte, uint64, error) {
+// the revision read, and says whether it changed anything; an unchanged value is not
+// written.
+func update(ctx context.Context, s Store, key string, merge func(old []byte, rev uint64) ([]byte, bool, error)) ([]byte, uint64, error) {
 	for range 50 {
 		old, rev, err := s.Get(ctx, key)
 		if err != nil {
 			return nil, 0, err
 		}
-		next, changed, err := merge(old)
+		next, changed, err := merge(old, rev)
 		if err != nil || !changed {
 			return old, rev, err
 		}
@@ -91,7 +92,7 @@ func Copy(ctx context.Context, dst, src Stores) error {
 			if err != nil {
 				return err
 			}
-			if _, _, err := update(ctx, to, k, func([]byte) ([]byte, bool, error) { return v, true, nil }); err != nil {
+			if _, _, err := update(ctx, to, k, func([]byte, uint64) ([]byte, bool, error) { return v, true, nil }); err != nil {
 				return fmt.Errorf("copy %s %s: %w", name, k, err)
 			}
 		}
@@ -182,45 +183,30 @@ func hold[T any](m map[string]heldRec[T], key string, rev uint64, v T) {
 // replay), the record comes from m when m holds key at the revision read, and merge owns
 // it: m gives it up until the write.
 func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], what, key string, merge func(v *T, found bool) (bool, error)) (T, uint64, error) {
-	var zero T
-	for range 50 {
-		old, rev, err := s.Get(ctx, key)
-		if err != nil {
-			return zero, 0, err
-		}
-		var v T
+	var v T
+	_, rev, err := update(ctx, s, key, func(old []byte, rev uint64) ([]byte, bool, error) {
+		v = *new(T)
 		if h, ok := m[key]; ok && h.rev == rev && rev != 0 {
 			v = h.v
 			delete(m, key) // merge may change it; kept again below
 		} else if old != nil {
 			if err := json.Unmarshal(old, &v); err != nil {
-				return zero, 0, fmt.Errorf("%s: %w", what, err)
+				return nil, false, fmt.Errorf("%s: %w", what, err)
 			}
 		}
 		changed, err := merge(&v, old != nil)
-		if err != nil {
-			return zero, 0, err
-		}
-		if !changed {
-			if m != nil && rev != 0 {
-				hold(m, key, rev, v)
-			}
-			return v, rev, nil
+		if err != nil || !changed {
+			return nil, false, err
 		}
 		b, err := json.Marshal(v)
-		if err != nil {
-			return zero, 0, err
-		}
-		rev, err = s.Put(ctx, key, b, rev)
-		if err == nil {
-			if m != nil {
-				hold(m, key, rev, v)
-			}
-			return v, rev, nil
-		}
-		if !errors.Is(err, ErrConflict) {
-			return zero, 0, err
-		}
+		return b, true, err
+	})
+	if err != nil {
+		var zero T
+		return zero, 0, err
 	}
-	return zero, 0, fmt.Errorf("projection: %s: too much contention", key)
+	if m != nil && rev != 0 {
+		hold(m, key, rev, v)
+	}
+	return v, rev, nil
 }
