@@ -109,16 +109,23 @@ type Options struct {
 	WorkflowVersion string
 	// SLO gives an event's SLO class and target (config slos); nil: no SLO accounting.
 	SLO func(env envelope.Envelope) (class string, target time.Duration)
+	// Unordered: the handler's effect depends on its event alone (the classifier), so
+	// events of one contact may run at once and no contact lease is taken (two writes
+	// fewer per event; ordering.go).
+	Unordered bool
 	// Checkpoints, when set (one embedded node), keeps the consumer's state in the
 	// server's memory and its ack floor here (checkpoint.go).
 	Checkpoints jetstream.KeyValue
 }
 
-// prefetch is how many events each worker's pull asks for at a time. watermill-nats
-// hands a subscription's events over one at a time, so a larger prefetch saves only a
-// pull request's round trip, while every event buffered in the client when the process
-// stops waits out the ack wait (only the one handed over can be given back).
-const prefetch = 1
+// prefetch is how many events each worker's pull asks for at a time: the next events
+// wait in the client while the worker handles one, so a pull request's round trip is
+// paid once per few events, not per event. When the process stops, those it buffers go
+// back to the server at once (Run: the drain passes them through Unmarshal, which naks
+// them), so a replica or the next start gets them without waiting out the ack wait. One
+// held past its ack wait behind a slow attempt is redelivered meanwhile, and its copy
+// here is then skipped or found busy by the guard.
+const prefetch = 4
 
 // Run consumes until ctx ends.
 func Run(ctx context.Context, o Options) error {
@@ -365,9 +372,6 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			span.End()
 		}
 	}()
-	if delivered == 1 {
-		r.outcome(ctx, env, guard.Record{Status: guard.Received})
-	}
 	var deps []string
 	if r.o.Dependencies != nil {
 		deps = r.o.Dependencies(env)
@@ -387,9 +391,8 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	// and then never be released.
 	stopping := ctx.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Sub.AckWait)
-	// The contact's lease goes when handle returns, the attempt settled or handed over
-	// (below): the effect is made either way. The attempt's context lasts until it is
-	// settled.
+	// The contact's lease goes when handle returns, or first thing when a made effect is
+	// handed over to settle (below). The attempt's context lasts until it is settled.
 	release := func() {}
 	defer func() { release() }()
 	defer func() {
@@ -397,7 +400,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			cancel()
 		}
 	}()
-	if contact := env.ContactKey(); contact != "" {
+	if contact := env.ContactKey(); contact != "" && !r.o.Unordered {
 		rel, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
 		if err != nil || !ok {
 			r.nack(m) // the contact is busy in another attempt (or the bucket is away)
@@ -426,7 +429,6 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		r.nack(m)
 		return
 	}
-	r.outcome(ctx, env, a.Record)
 	crashPoint(CrashAfterGuard)
 	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, FirstAttempt: a.Record.FirstAttempt,
 		Last: r.o.Sub.MaxDeliver > 0 && a.Record.Attempts >= r.o.Sub.MaxDeliver, pacer: r.o.Pacer, breakers: r.o.Breakers, runner: r}
@@ -436,15 +438,20 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	hctx, hcancel := context.WithTimeout(holding(ctx, derived), r.o.Sub.AckWait-r.o.Sub.AckWait/6)
 	herr := r.call(hctx, ev)
 	hcancel()
-	if herr == nil && derived.pending() {
-		// The effect is made; its derived events are being committed with others'. The
-		// attempt is settled once they are stored, and the worker goes on meanwhile.
+	if herr == nil {
+		// The effect is made; its derived events (if any) are being committed with
+		// others'. The attempt is settled (the contact released, the guard completed,
+		// the event acked) once they are stored, and the worker goes on meanwhile: its
+		// next event costs it no wait for this one's bookkeeping.
 		handedOver = true
+		releaseContact := release
+		release = func() {}
 		r.settling.Add(1)
 		go func() {
 			defer r.settling.Done()
 			defer cancel()
 			defer span.End()
+			releaseContact()
 			if err := derived.wait(); err != nil {
 				r.settle(ctx, m, env, &a, retry.Transiently("derived events", err))
 				return
@@ -615,8 +622,11 @@ type Outcome struct {
 	At            time.Time `json:"at"`
 }
 
-// outcome publishes a status change; losing one is logged, not fatal: the guard record
-// stays the truth of the event's status.
+// outcome publishes what an attempt did: completed, failed and retried, or dead-lettered.
+// Its start is not published (the guard record tells an attempt under way, and
+// `exacto events show` reads it): two more writes per event and consumer that nobody
+// would see before the result. Losing one is logged, not fatal: the guard record stays
+// the truth of the event's status.
 func (r *runner) outcome(ctx context.Context, env envelope.Envelope, rec guard.Record) {
 	data, _ := json.Marshal(Outcome{Consumer: r.name, EventID: env.ID, Status: rec.Status, Attempts: rec.Attempts,
 		LastError: rec.LastError, NextAttemptAt: rec.NextAttemptAt, At: time.Now().UTC()})

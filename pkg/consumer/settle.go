@@ -45,12 +45,6 @@ func (h *held) add(wait func() (bool, error)) {
 	h.mu.Unlock()
 }
 
-func (h *held) pending() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.waits) > 0
-}
-
 // wait waits for every held derived event; a duplicate is stored already.
 func (h *held) wait() error {
 	h.mu.Lock()

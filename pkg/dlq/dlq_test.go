@@ -292,7 +292,16 @@ func TestPreviewChangesNothing(t *testing.T) {
 	now := time.Now()
 	fresh := r.publish(t, 1, envelope.TypeReplyReceived, now.Add(-2*time.Hour))
 	stale := r.publish(t, 2, envelope.TypeMeetingBooked, now.Add(-30*time.Hour))
-	waitFor(t, "two dead letters", func() bool { return len(r.letters(t, Filter{})) == 2 })
+	// The guard says dead_letter just after the letter is stored: wait for both.
+	waitFor(t, "two dead letters, recorded in their guards", func() bool {
+		letters := r.letters(t, Filter{})
+		for _, l := range letters {
+			if rec, _, _ := guard.Status(ctx, r.q.guards, l.Consumer, l.EventID); rec.Status != guard.DeadLetter {
+				return false
+			}
+		}
+		return len(letters) == 2
+	})
 	fl := r.letters(t, Filter{Type: envelope.TypeReplyReceived})[0]
 	sl := r.letters(t, Filter{Type: envelope.TypeMeetingBooked})[0]
 	r.broken.Delete(fresh)

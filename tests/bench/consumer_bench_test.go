@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/ingest"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/hubspot"
 	"exacto.dev/pkg/platform/sandbox"
@@ -56,16 +58,25 @@ func publishEvents(b *testing.B, conn *broker.Conn, n int) {
 	<-conn.JS.PublishAsyncComplete()
 }
 
-// consumerRow is how long one path took for its events.
+// consumerRow is how long one path took for its events, how many messages its
+// connection sent to the server (requests, publishes, acks) and how many allocations
+// the process made meanwhile (client and embedded server).
 type consumerRow struct {
 	name   string
 	events int
-	took   time.Duration
+	drained
 }
+
+type drained struct {
+	took          time.Duration
+	sent, mallocs uint64
+}
+
+func (r consumerRow) per(n uint64) float64 { return float64(n) / float64(r.events) }
 
 // drain runs the framework with handle until n events of sub have completed, and
 // times it.
-func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, deps consumer.Dependencies, handle consumer.Handler) time.Duration {
+func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o consumer.Options) drained {
 	var done atomic.Int64
 	nc, err := conn.Dial("bench")
 	if err != nil {
@@ -73,10 +84,14 @@ func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, deps
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	start := time.Now()
 	go func() {
 		defer close(stopped)
-		consumer.Run(ctx, consumer.Options{NC: nc, Sub: sub, Workers: 8, Dependencies: deps, Handle: func(ctx context.Context, ev consumer.Event) error {
+		handle := o.Handle
+		o.NC, o.Sub, o.Workers = nc, sub, 8
+		o.Handle = func(ctx context.Context, ev consumer.Event) error {
 			// Only completions count: a classification that overtakes its reply's
 			// note is retried, as it would be in production.
 			err := handle(ctx, ev)
@@ -84,25 +99,38 @@ func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, deps
 				done.Add(1)
 			}
 			return err
-		}})
+		}
+		consumer.Run(ctx, o)
 	}()
 	for done.Load() < int64(n) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
 	cancel()
-	<-stopped
-	return elapsed
+	<-stopped // every settled event acked
+	runtime.ReadMemStats(&m1)
+	return drained{took: elapsed, sent: nc.Stats().OutMsgs, mallocs: m1.Mallocs - m0.Mallocs}
 }
 
 // rawDrain is the baseline: a bare JetStream consumer acking each event.
-func rawDrain(b *testing.B, conn *broker.Conn, n int) time.Duration {
+func rawDrain(b *testing.B, conn *broker.Conn, n int) drained {
 	ctx := context.Background()
-	c, err := conn.JS.CreateOrUpdateConsumer(ctx, stream.Events, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "events.>"})
+	nc, err := conn.Dial("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, stream.Events, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "events.>"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	var done atomic.Int64
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	start := time.Now()
 	cc, err := c.Consume(func(m jetstream.Msg) { m.DoubleAck(ctx); done.Add(1) })
 	if err != nil {
@@ -113,7 +141,8 @@ func rawDrain(b *testing.B, conn *broker.Conn, n int) time.Duration {
 	}
 	elapsed := time.Since(start)
 	cc.Stop()
-	return elapsed
+	runtime.ReadMemStats(&m1)
+	return drained{took: elapsed, sent: nc.Stats().OutMsgs, mallocs: m1.Mallocs - m0.Mallocs}
 }
 
 // BenchmarkConsumers drains the same stored events through a bare JetStream consumer
@@ -121,7 +150,8 @@ func rawDrain(b *testing.B, conn *broker.Conn, n int) time.Duration {
 // service with the platform sandbox answering at once, in one process. The stopper,
 // crmwriter and suppressor each take 2n events: the stopper n replies and n
 // unsubscribes, the crmwriter n replies and their n classifications, the suppressor n
-// unsubscribes and the n classifications. EXACTO_BENCH_CONSUMER_LEADS sets n (default
+// unsubscribes and the n classifications. Derived events go through a group committer
+// of derived events, as in every service. EXACTO_BENCH_CONSUMER_LEADS sets n (default
 // 1000).
 func BenchmarkConsumers(b *testing.B) {
 	n := envInt("EXACTO_BENCH_CONSUMER_LEADS", 1000)
@@ -138,6 +168,10 @@ func BenchmarkConsumers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Derived events share commits as in every service (service.Env.Deriver).
+	committer := ingest.NewCommitter(conn.JS, config.MaxBatch, cfg.Gateway.GroupCommit.DerivedWait, cfg.Gateway.PublishTimeout)
+	defer committer.Close()
+	d = d.Via(committer.Publish)
 	dir, err := contacts.Open(ctx, conn.JS)
 	if err != nil {
 		b.Fatal(err)
@@ -154,19 +188,23 @@ func BenchmarkConsumers(b *testing.B) {
 	b.ResetTimer()
 	rows := []consumerRow{{"bare JetStream consume + double ack", 2 * n, rawDrain(b, conn, 2*n)}}
 	noop := stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
-	rows = append(rows, consumerRow{"framework, no-op handler", n, drain(b, conn, noop, n, nil, func(context.Context, consumer.Event) error { return nil })})
-	rows = append(rows, consumerRow{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, nil, classifier.New(d, classify.New()))})
-	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", 2 * n, drain(b, conn, of(stream.Stopper), 2*n, stopper.Dependencies,
-		stopper.New(d, platforms.For, dir, nil))})
-	rows = append(rows, consumerRow{"crmwriter (contact, note, classification)", 2 * n, drain(b, conn, of(stream.CRMWriter), 2*n, consumer.On(crmwriter.Dependency),
-		crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
-			Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish}))})
-	rows = append(rows, consumerRow{"suppressor (list, tell platforms)", 2 * n, drain(b, conn, of(stream.Suppressor), 2*n, nil,
-		suppressor.New(suppression.New(kv), platforms.For, dir))})
+	rows = append(rows, consumerRow{"framework, no-op handler", n, drain(b, conn, noop, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})})
+	rows = append(rows, consumerRow{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New()), Unordered: true})})
+	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", 2 * n, drain(b, conn, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies,
+		Handle: stopper.New(d, platforms.For, dir, nil)})})
+	rows = append(rows, consumerRow{"crmwriter (contact, note, classification)", 2 * n, drain(b, conn, of(stream.CRMWriter), 2*n, consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),
+		Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
+			Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish})})})
+	rows = append(rows, consumerRow{"suppressor (list, tell platforms)", 2 * n, drain(b, conn, of(stream.Suppressor), 2*n, consumer.Options{
+		Handle: suppressor.New(suppression.New(kv), platforms.For, dir)})})
 	b.StopTimer()
 	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
+	base := rows[0]
 	for _, r := range rows[1:] {
-		rateRow("consumers", r.name+" events/s", rate(r), rate(rows[0]), fmt.Sprintf("%d events, 8 workers; baseline: %s", r.events, rows[0].name))
+		note := fmt.Sprintf("%d events, 8 workers; baseline: %s", r.events, base.name)
+		rateRow("consumers", r.name+" events/s", rate(r), rate(base), note)
+		row("consumers", r.name+": messages sent to the server per event", fmt.Sprintf("%.1f", r.per(r.sent)), fmt.Sprintf("%.1f", base.per(base.sent)), r.per(r.sent)/base.per(base.sent), note)
+		row("consumers", r.name+": allocations per event (client and server)", fmt.Sprintf("%.0f", r.per(r.mallocs)), fmt.Sprintf("%.0f", base.per(base.mallocs)), r.per(r.mallocs)/base.per(base.mallocs), note)
 		b.ReportMetric(rate(r), strings.TrimSuffix(strings.Fields(r.name)[0], ",")+"_events/s")
 	}
 }

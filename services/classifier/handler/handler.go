@@ -58,7 +58,10 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	return env.Consume(ctx, stream.Classifier, up, consumer.Options{Handle: gate.Wrap(Acts, New(d, classify.New()))})
+	return env.Consume(ctx, stream.Classifier, up, consumer.Options{Handle: gate.Wrap(Acts, New(d, classify.New())),
+		// A classification depends on its reply alone; consumers of reply.classified order
+		// a contact's events by their own leases and lifecycle.
+		Unordered: true})
 }
 
 // Acts says which events the classifier acts on: replies (its subscription's other
