@@ -400,21 +400,24 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			cancel()
 		}
 	}()
+	// The contact's lease and the event's claim are taken at once: one round trip of
+	// waiting, not two. A claim whose lease turns out busy is given back (guard.Undo).
+	var leased chan leaseTaken
 	if contact := env.ContactKey(); contact != "" && !r.o.Unordered {
-		rel, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
-		if err != nil || !ok {
-			r.nack(m) // the contact is busy in another attempt (or the bucket is away)
-			return
-		}
-		release = rel
-	}
-	select {
-	case <-stopping: // stopped while taking the lease: nothing done yet
-		r.nack(m)
-		return
-	default:
+		leased = make(chan leaseTaken, 1)
+		go func() {
+			rel, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
+			leased <- leaseTaken{rel, ok && err == nil}
+		}()
 	}
 	a, err := r.guard.Begin(ctx, env.ID)
+	free := true // the contact is ours (or needs no lease)
+	if leased != nil {
+		l := <-leased
+		if free = l.ok; free {
+			release = l.release
+		}
+	}
 	if err != nil {
 		r.o.Log.WarnContext(ctx, "guard unavailable", "consumer", r.name, "id", env.ID, "err", err)
 		r.nack(m)
@@ -426,6 +429,20 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		r.ack(ctx, m)
 		return
 	case guard.Busy:
+		r.nack(m)
+		return
+	}
+	select {
+	case <-stopping: // stopped while claiming: nothing done yet
+		free = false
+	default:
+	}
+	if !free {
+		// The contact is busy in another attempt (or the bucket is away), or the
+		// process is stopping: the event goes back, its claim too.
+		if err := r.guard.Undo(ctx, &a); err != nil {
+			r.o.Log.WarnContext(ctx, "guard claim not given back; the next attempt resumes it", "consumer", r.name, "id", env.ID, "err", err)
+		}
 		r.nack(m)
 		return
 	}
@@ -516,6 +533,12 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 	r.outcome(ctx, env, a.Record)
 	r.nackAfter(m, delay)
 	r.attempted(ctx, env, a.Record.Attempts, "retry")
+}
+
+// leaseTaken is a contact lease's acquisition: ok with its release, or not ours.
+type leaseTaken struct {
+	release func()
+	ok      bool
 }
 
 // call runs the handler. A handler that panics has failed permanently: its event is

@@ -404,6 +404,23 @@ func TestPerContactOrdering(t *testing.T) {
 			t.Fatalf("%s handled %d times", id, fx.get(id))
 		}
 	}
+	mu.Unlock()
+	// An event whose contact was busy went back with its claim given back: one attempt
+	// counted per event, however often it met a busy contact.
+	waitFor(t, "every guard completed", func() bool {
+		for _, id := range ids {
+			if status(t, conn, id).Status != guard.Completed {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	for _, id := range ids {
+		if rec := status(t, conn, id); rec.Attempts != 1 {
+			t.Fatalf("%s: %d attempts counted, want 1: %+v", id, rec.Attempts, rec)
+		}
+	}
 }
 
 // A paused consumer holds its events in the stream; on resume they are all handled.

@@ -74,8 +74,9 @@ type Attempt struct {
 	// Wait is how long a Busy event should wait before its redelivery.
 	Wait time.Duration
 
-	key string
-	rev uint64
+	key  string
+	rev  uint64
+	prev *Record // what Begin found (nil: no record), for Undo
 }
 
 // Guard is the guard bucket, seen by one consumer.
@@ -127,7 +128,25 @@ func (g *Guard) Begin(ctx context.Context, eventID string) (Attempt, error) {
 	if err != nil {
 		return Attempt{}, fmt.Errorf("guard claim %s: %w", key, err)
 	}
-	return Attempt{Decision: Proceed, Record: next, Resumed: resumed, key: key, rev: rev}, nil
+	return Attempt{Decision: Proceed, Record: next, Resumed: resumed, key: key, rev: rev, prev: &cur}, nil
+}
+
+// Undo gives back a claim whose attempt never began its effect (the runner claims the
+// event and its contact's lease at once, and the lease was busy): the record returns
+// to what Begin found, so the attempt is neither counted nor held. A claim taken over
+// meanwhile is left alone. If Undo fails, the claim stays until its lease runs out and
+// the next attempt is told Resumed: it looks before it acts, which is always safe.
+func (g *Guard) Undo(ctx context.Context, a *Attempt) error {
+	var err error
+	if a.prev == nil {
+		err = g.kv.Delete(ctx, a.key, jetstream.LastRevision(a.rev))
+	} else {
+		_, err = g.kv.Update(ctx, a.key, mustJSON(*a.prev), a.rev)
+	}
+	if err != nil && !conflict(err) {
+		return fmt.Errorf("guard undo %s: %w", a.key, err)
+	}
+	return nil
 }
 
 // Complete records that a's effect is done.

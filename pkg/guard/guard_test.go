@@ -198,3 +198,55 @@ func TestConcurrentClaimsOneProceeds(t *testing.T) {
 		t.Fatalf("proceeded %d, busy %d", proceeded.Load(), busy.Load())
 	}
 }
+
+// An attempt given back before its effect leaves the record as Begin found it: gone
+// for a first claim, the last attempt's for a retry; the next claim counts from there.
+// A claim taken over meanwhile is not undone.
+func TestUndoGivesTheClaimBack(t *testing.T) {
+	ctx := context.Background()
+	kv := bucket(t)
+	c := &clock{}
+	c.set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	g := guarded(kv, "stopper", c)
+
+	a, err := g.Begin(ctx, "ev_1")
+	if err != nil || a.Decision != Proceed {
+		t.Fatalf("first: %+v %v", a, err)
+	}
+	if err := g.Undo(ctx, &a); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := Status(ctx, kv, "stopper", "ev_1"); ok || err != nil {
+		t.Fatalf("after undoing the first claim a record is left (%v)", err)
+	}
+	a, err = g.Begin(ctx, "ev_1")
+	if err != nil || a.Decision != Proceed || a.Record.Attempts != 1 || a.Resumed {
+		t.Fatalf("claimed again: %+v %v", a, err)
+	}
+	if err := g.Fail(ctx, &a, errors.New("503"), true, c.now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := g.Begin(ctx, "ev_1")
+	if err != nil || b.Decision != Proceed || b.Record.Attempts != 2 {
+		t.Fatalf("retry: %+v %v", b, err)
+	}
+	if err := g.Undo(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, _ := Status(ctx, kv, "stopper", "ev_1"); rec.Status != RetryableFailed || rec.Attempts != 1 || rec.LastError != "503" {
+		t.Fatalf("after undoing the retry: %+v", rec)
+	}
+	// Taken over after its lease ran out: the stale attempt's Undo leaves the new one.
+	b, _ = g.Begin(ctx, "ev_1")
+	c.set(c.now().Add(time.Minute))
+	d, err := g.Begin(ctx, "ev_1")
+	if err != nil || d.Decision != Proceed || !d.Resumed {
+		t.Fatalf("takeover: %+v %v", d, err)
+	}
+	if err := g.Undo(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, _ := Status(ctx, kv, "stopper", "ev_1"); rec.Status != Processing || rec.Attempts != d.Record.Attempts {
+		t.Fatalf("a stale undo changed the new claim: %+v", rec)
+	}
+}
