@@ -51,7 +51,7 @@ func BenchmarkUpFsyncs(b *testing.B) {
 	}
 	n := envInt("EXACTO_BENCH_FSYNC_N", 2000)
 	log := filepath.Join(b.TempDir(), "strace.log")
-	u := startUp(b, strace, "-f", "-y", "-ttt", "-qq", "-e", "trace=fsync,fdatasync", "-o", log)
+	u := startUp(b, nil, strace, "-f", "-y", "-ttt", "-qq", "-e", "trace=fsync,fdatasync", "-o", log)
 	js := u.js(b)
 	ctx := context.Background()
 	url := "http://" + u.addr(0) + "/hooks/instantly/demo-instantly-token"

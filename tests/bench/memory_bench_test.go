@@ -119,9 +119,9 @@ type upProcess struct {
 	cmd     *exec.Cmd
 }
 
-// startUp starts `exacto up`; wrap, when given, is a command line it runs under
-// (strace …).
-func startUp(b *testing.B, wrap ...string) *upProcess {
+// startUp starts `exacto up` with env added to its environment (EXACTO_NATS_SYNC=2m…);
+// wrap, when given, is a command line it runs under (strace …).
+func startUp(b *testing.B, env []string, wrap ...string) *upProcess {
 	bin := exactoBinary(b)
 	dir := b.TempDir()
 	ports := brokertest.FreePorts(b, 4)
@@ -132,6 +132,7 @@ func startUp(b *testing.B, wrap ...string) *upProcess {
 	cmd.Env = append(os.Environ(),
 		"EXACTO_HTTP_ADDR="+u.addr(0), "EXACTO_ADMIN_ADDR="+u.addr(1), "EXACTO_NATS_LISTEN="+u.addr(2), "EXACTO_SANDBOX_ADDR="+u.addr(3),
 		"EXACTO_SANDBOX_URL=", "EXACTO_NATS_URL=", "EXACTO_CONFIG=", "EXACTO_LOG_FORMAT=json", "EXACTO_DATA_DIR="+filepath.Join(dir, "data"))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = u.out, u.out
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -209,7 +210,7 @@ func (u *upProcess) js(b *testing.B) jetstream.JetStream {
 // ended, and takes its peak RSS then.
 func BenchmarkUpMemory(b *testing.B) {
 	seconds := envInt("EXACTO_BENCH_UP_SECONDS", 10)
-	u := startUp(b)
+	u := startUp(b, nil)
 	pid, addr := u.pid, u.addr
 	idle := vmKiB(b, pid, "VmHWM")
 
