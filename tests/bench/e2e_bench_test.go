@@ -205,8 +205,7 @@ func readAll(b *testing.B, js jetstream.JetStream, n int, each func(jetstream.Ms
 // receivedat (the gateway's clock once the delivery is verified and parsed); stopped is
 // the JetStream timestamp of the stored sequence.stopped: one process, one clock.
 func runExacto(b *testing.B, fsync string, n, rate int, drainFor time.Duration) e2eRun {
-	b.Setenv("EXACTO_NATS_SYNC", fsync)
-	u := startUp(b)
+	u := startUp(b, []string{"EXACTO_NATS_SYNC=" + fsync})
 	defer u.stop()
 	bodies := fsyncBodies(b, u.addr(3), 0, n)
 	js := u.js(b)
