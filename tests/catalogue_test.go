@@ -330,7 +330,7 @@ func newCatEnv(t *testing.T) (*catEnv, *server.Server) {
 // runIndexer writes the index of stored ids from EXACTO_EVENTS until the test ends.
 func runIndexer(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	idx, err := server.NewIndexer(context.Background(), js, nil)
+	idx, err := server.NewIndexer(context.Background(), js, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func startGateway(t *testing.T, js jetstream.JetStream, publishTimeout time.Dura
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := server.NewIndexer(ctx, js, nil)
+	idx, err := server.NewIndexer(ctx, js, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 // write is an fsync, and each second of lag only a few more deliveries the guards skip.
 const checkpointEvery = 5 * time.Second
 
-// bindConsumer creates or updates the durable consumer for cfg. One that exists keeps
+// Bind creates or updates the durable consumer for cfg. One that exists keeps
 // its deliver policy (which cannot change) and, when this process keeps no checkpoints
 // (a worker bound to another process's embedded server), its storage. With
 // checkpoints, a new consumer keeps its state in memory and starts after its
@@ -36,7 +36,7 @@ const checkpointEvery = 5 * time.Second
 // again in memory after the later of its ack floor and the checkpoint, keeping its
 // pause. Deleting it ends the pulls of any other process bound to it: they bind again
 // when restarted.
-func bindConsumer(ctx context.Context, js jetstream.JetStream, streamName string, cfg jetstream.ConsumerConfig, checkpoints jetstream.KeyValue) (jetstream.Consumer, error) {
+func Bind(ctx context.Context, js jetstream.JetStream, streamName string, cfg jetstream.ConsumerConfig, checkpoints jetstream.KeyValue) (jetstream.Consumer, error) {
 	c, err := js.Consumer(ctx, streamName, cfg.Durable)
 	switch {
 	case err == nil:
@@ -111,6 +111,30 @@ func checkpointOf(ctx context.Context, kv jetstream.KeyValue, durable string) (u
 		return 0, fmt.Errorf("checkpoint of %s: %q: %w", durable, e.Value(), err)
 	}
 	return seq, nil
+}
+
+// KeepCheckpoints writes the ack floor of the consumer bound (nil: none yet) to kv
+// every checkpointEvery until stop is closed, and once more then.
+func KeepCheckpoints(kv jetstream.KeyValue, durable string, bound func() jetstream.Consumer, stop <-chan struct{}) {
+	last, _ := checkpointOf(context.Background(), kv, durable) // never written back
+	write := func() {
+		if c := bound(); c != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			last = checkpoint(ctx, c, kv, durable, last)
+			cancel()
+		}
+	}
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			write()
+		case <-stop:
+			write()
+			return
+		}
+	}
 }
 
 // checkpoint writes c's ack floor to kv when it moved past last, and returns the

@@ -279,7 +279,7 @@ type runner struct {
 // bind creates or updates the service's durable consumer from the topology (each
 // worker's subscription binds it).
 func (r *runner) bind(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-	c, err := bindConsumer(ctx, js, r.o.Sub.StreamName(), r.o.Sub.ConsumerConfig(), r.o.Checkpoints)
+	c, err := Bind(ctx, js, r.o.Sub.StreamName(), r.o.Sub.ConsumerConfig(), r.o.Checkpoints)
 	if err == nil {
 		r.consumer.Store(&c)
 	}
@@ -289,25 +289,12 @@ func (r *runner) bind(ctx context.Context, js jetstream.JetStream, _ string) (je
 // checkpoints writes the consumer's ack floor every checkpointEvery until stop, and
 // once more then.
 func (r *runner) checkpoints(stop <-chan struct{}) {
-	last, _ := checkpointOf(context.Background(), r.o.Checkpoints, r.o.Sub.Durable) // never written back
-	write := func() {
+	KeepCheckpoints(r.o.Checkpoints, r.o.Sub.Durable, func() jetstream.Consumer {
 		if c := r.consumer.Load(); c != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			last = checkpoint(ctx, *c, r.o.Checkpoints, r.o.Sub.Durable, last)
-			cancel()
+			return *c
 		}
-	}
-	t := time.NewTicker(checkpointEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			write()
-		case <-stop:
-			write()
-			return
-		}
-	}
+		return nil
+	}, stop)
 }
 
 // backoff paces transient redeliveries: watermill-nats asks it with the delivery count.

@@ -1011,7 +1011,7 @@ func TestRecreatedConsumerKeepsItsPauseAndStaysWithinTheStream(t *testing.T) {
 	if _, err := conn.JS.CreateOrUpdateConsumer(ctx, stream.Replays, jetstream.ConsumerConfig{Durable: replays(sub.Durable), AckPolicy: jetstream.AckExplicitPolicy, PauseUntil: &until}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := bindConsumer(ctx, conn.JS, stream.Events, sub.ConsumerConfig(), kv)
+	c, err := Bind(ctx, conn.JS, stream.Events, sub.ConsumerConfig(), kv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"exacto.dev/pkg/admin"
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/config"
@@ -249,6 +251,20 @@ func Main(name string, run Run) {
 	}
 }
 
+// Checkpoints is the bucket where consumers keep their ack floors when their state is
+// in the server's memory: on one embedded node (pkg/consumer/checkpoint.go); nil
+// otherwise, where consumers keep their state on disk.
+func (e *Env) Checkpoints(ctx context.Context) (jetstream.KeyValue, error) {
+	if e.Conn.Embedded == nil || e.Config.NATS.Replicas > 1 {
+		return nil, nil
+	}
+	kv, err := e.Conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", stream.ConsumerCheckpoints, err)
+	}
+	return kv, nil
+}
+
 // Consume runs consumer service name until ctx ends: its subscription to the events
 // and its subscription to the replays an operator sends it from the DLQ, each on a
 // connection of its own (watermill drains it on close), with the config's dead-letter
@@ -286,15 +302,10 @@ func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Op
 	}
 	replays := o
 	replays.Workers = 1
-	if e.Conn.Embedded != nil && e.Config.NATS.Replicas <= 1 {
-		// One embedded node: the server keeps the consumer's state in memory, and its
-		// ack floor is checkpointed (pkg/consumer/checkpoint.go). The replays' consumer
-		// stays on disk: its events are rare, each an operator's action.
-		kv, err := e.Conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
-		if err != nil {
-			return fmt.Errorf("bucket %s: %w", stream.ConsumerCheckpoints, err)
-		}
-		o.Checkpoints = kv
+	// The replays' consumer stays on disk: its events are rare, each an operator's action.
+	var err error
+	if o.Checkpoints, err = e.Checkpoints(ctx); err != nil {
+		return err
 	}
 	var mu sync.Mutex
 	waiting := 2

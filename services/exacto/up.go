@@ -72,6 +72,10 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	if err := console.Operations(ctx, env); err != nil {
 		return err
 	}
+	checkpoints, err := env.Checkpoints(ctx) // the index writer's, as the workers'
+	if err != nil {
+		return err
+	}
 	errs := make(chan error, len(workers)+1)
 	var wg sync.WaitGroup
 	gatewayUp := env.Part()
@@ -89,7 +93,7 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 			}
 		}()
 	}
-	err = server.RunWith(ctx, server.Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit}, func(addr string) {
+	err = server.RunWith(ctx, server.Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit, Checkpoints: checkpoints}, func(addr string) {
 		banner(env, addr)
 		gatewayUp()
 	})

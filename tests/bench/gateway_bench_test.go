@@ -135,7 +135,7 @@ func gateway(ctx context.Context, b *testing.B, conn *broker.Conn, extra string)
 	if err != nil {
 		b.Fatal(err)
 	}
-	idx, err := server.NewIndexer(ctx, conn.JS, nil)
+	idx, err := server.NewIndexer(ctx, conn.JS, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/stream"
 )
 
@@ -26,11 +27,18 @@ import (
 // take its last entries while the consumer's acks survive. So on start it goes back
 // from the last entry the index holds and indexes again what follows (puts are
 // idempotent).
+//
+// With checkpoints (one embedded node, service.Env.Checkpoints) its consumer keeps its
+// state in the server's memory and its ack floor in EXACTO_CONSUMER_CHECKPOINTS, as the
+// consumer services' do (pkg/consumer/checkpoint.go): after a restart it indexes again
+// from its checkpoint, which costs a few idempotent puts instead of an fsync of the
+// consumer's state per batch.
 type Indexer struct {
-	js    jetstream.JetStream
-	cons  jetstream.Consumer
-	index jetstream.KeyValue
-	log   *slog.Logger
+	js          jetstream.JetStream
+	cons        jetstream.Consumer
+	index       jetstream.KeyValue
+	checkpoints jetstream.KeyValue // nil: the consumer's state is on disk
+	log         *slog.Logger
 }
 
 // indexBatch is how many entries one batch writes at most.
@@ -39,8 +47,8 @@ const indexBatch = 256
 // NewIndexer binds the index consumer (creating or updating it from the topology) and,
 // when the index is persisted asynchronously, rewinds it past what a power cut could
 // have taken.
-func NewIndexer(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Indexer, error) {
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream.Events, stream.IndexConsumerConfig())
+func NewIndexer(ctx context.Context, js jetstream.JetStream, checkpoints jetstream.KeyValue, log *slog.Logger) (*Indexer, error) {
+	cons, err := consumer.Bind(ctx, js, stream.Events, stream.IndexConsumerConfig(), checkpoints)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", stream.IndexConsumer, err)
 	}
@@ -51,7 +59,7 @@ func NewIndexer(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	x := &Indexer{js: js, cons: cons, index: index, log: log}
+	x := &Indexer{js: js, cons: cons, index: index, checkpoints: checkpoints, log: log}
 	if err := x.rewind(ctx); err != nil {
 		return nil, fmt.Errorf("index %s: %w", stream.EventIndex, err)
 	}
@@ -88,6 +96,19 @@ func (x *Indexer) rewind(ctx context.Context) error {
 	// The ack floor can lag far behind what was acked (one delivery waiting out its ack
 	// wait): from there too, every entry after it may be lost.
 	from = min(from, ci.AckFloor.Stream+1)
+	if cfg := ci.Config; cfg.DeliverPolicy == jetstream.DeliverByStartSequencePolicy && from < cfg.OptStartSeq {
+		// Created after its checkpoint (its state in memory): the server refuses a reset
+		// before its start, so it is created again from there.
+		cfg.OptStartSeq = from
+		if err := x.js.DeleteConsumer(ctx, stream.Events, stream.IndexConsumer); err != nil {
+			return err
+		}
+		if x.cons, err = x.js.CreateOrUpdateConsumer(ctx, stream.Events, cfg); err != nil {
+			return err
+		}
+		x.log.Info("index: indexing again from before its last entry", "from", from, "last_indexed", held, "checkpoint", ci.Config.OptStartSeq-1)
+		return nil
+	}
 	if _, err := x.js.ResetConsumerToSequence(ctx, stream.Events, stream.IndexConsumer, from); err != nil {
 		return err
 	}
@@ -154,8 +175,20 @@ func (x *Indexer) Run(ctx context.Context) error {
 			cancel()
 		}
 	}()
+	var stopCheckpoints, checkpointsDone chan struct{}
+	if x.checkpoints != nil {
+		stopCheckpoints, checkpointsDone = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(checkpointsDone)
+			consumer.KeepCheckpoints(x.checkpoints, stream.IndexConsumer, func() jetstream.Consumer { return x.cons }, stopCheckpoints)
+		}()
+	}
 	<-ctx.Done()
 	<-done
+	if stopCheckpoints != nil { // after the last batch's acks
+		close(stopCheckpoints)
+		<-checkpointsDone
+	}
 	// Stop, not drain: an entry not yet acknowledged is redelivered and written again,
 	// which is harmless (Put is idempotent), and stopping never waits on a lost server.
 	cc.Stop()

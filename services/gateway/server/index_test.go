@@ -9,50 +9,75 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/stream"
 )
+
+// indexHarness is an embedded server with the topology, events to publish and an
+// Indexer to run.
+type indexHarness struct {
+	t     *testing.T
+	ctx   context.Context
+	conn  *broker.Conn
+	index jetstream.KeyValue
+}
+
+func newIndexHarness(t *testing.T) *indexHarness {
+	conn := brokertest.Start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	index, err := conn.JS.KeyValue(ctx, stream.EventIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &indexHarness{t: t, ctx: ctx, conn: conn, index: index}
+}
+
+// publish stores events ev_from … ev_to-1.
+func (h *indexHarness) publish(from, to int) {
+	for i := from; i < to; i++ {
+		msg := &nats.Msg{Subject: "events.acme.stripe.payment.succeeded", Data: []byte("{}"), Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("ev_%d", i))
+		if _, err := h.conn.JS.PublishMsg(h.ctx, msg); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *indexHarness) indexed(i int) bool {
+	_, err := h.index.Get(h.ctx, fmt.Sprintf("ev_%d", i))
+	return err == nil
+}
+
+// run starts an Indexer (checkpoints nil: its consumer on disk) and returns what stops it.
+func (h *indexHarness) run(checkpoints jetstream.KeyValue) (stop func()) {
+	x, err := NewIndexer(h.ctx, h.conn.JS, checkpoints, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if inMemory := x.cons.CachedInfo().Config.MemoryStorage; inMemory != (checkpoints != nil) {
+		h.t.Fatalf("index consumer state in memory: %v, with checkpoints: %v", inMemory, checkpoints != nil)
+	}
+	rctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() { x.Run(rctx); close(done) }()
+	return func() { cancel(); <-done }
+}
 
 // On one node the index is persisted asynchronously: a power cut can take its last
 // entries while the index consumer's acks survive. Simulated here by acking events
 // nobody indexed: a new Indexer goes back from the index's last entry and indexes them.
 func TestIndexerRewindsPastLostEntries(t *testing.T) {
-	conn := brokertest.Start(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			msg := &nats.Msg{Subject: "events.acme.stripe.payment.succeeded", Data: []byte("{}"), Header: nats.Header{}}
-			msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("ev_%d", i))
-			if _, err := conn.JS.PublishMsg(ctx, msg); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	index, err := conn.JS.KeyValue(ctx, stream.EventIndex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	indexed := func(i int) bool { _, err := index.Get(ctx, fmt.Sprintf("ev_%d", i)); return err == nil }
-	runIndexer := func() (stop func()) {
-		x, err := NewIndexer(ctx, conn.JS, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { x.Run(rctx); close(done) }()
-		return func() { cancel(); <-done }
-	}
-
-	publish(0, 10)
-	stop := runIndexer()
-	waitUntil(t, "the first ten indexed", func() bool { return indexed(9) })
+	h := newIndexHarness(t)
+	h.publish(0, 10)
+	stop := h.run(nil)
+	waitUntil(t, "the first ten indexed", func() bool { return h.indexed(9) })
 	stop()
 	// Ten more, acked by the index consumer but not in the index: what a power cut
 	// leaves when the consumer's state reached the disk and the entries did not.
-	publish(10, 20)
-	cons, err := conn.JS.Consumer(ctx, stream.Events, stream.IndexConsumer)
+	h.publish(10, 20)
+	cons, err := h.conn.JS.Consumer(h.ctx, stream.Events, stream.IndexConsumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,24 +87,55 @@ func TestIndexerRewindsPastLostEntries(t *testing.T) {
 	}
 	acked := 0
 	for m := range batch.Messages() {
-		if err := m.DoubleAck(ctx); err != nil {
+		if err := m.DoubleAck(h.ctx); err != nil {
 			t.Fatal(err)
 		}
 		acked++
 	}
-	if acked != 10 || indexed(15) {
-		t.Fatalf("acked %d; ev_15 indexed: %v", acked, indexed(15))
+	if acked != 10 || h.indexed(15) {
+		t.Fatalf("acked %d; ev_15 indexed: %v", acked, h.indexed(15))
 	}
-	stop = runIndexer()
+	stop = h.run(nil)
 	defer stop()
 	waitUntil(t, "the lost entries indexed again", func() bool {
 		for i := 10; i < 20; i++ {
-			if !indexed(i) {
+			if !h.indexed(i) {
 				return false
 			}
 		}
 		return true
 	})
+}
+
+// On one embedded node the index writer's consumer keeps its state in the server's
+// memory and its ack floor as a checkpoint: written when it stops, and after a restart
+// (the consumer gone with the server's memory) it binds again and goes on indexing.
+func TestIndexerKeepsItsStateInMemoryWithACheckpoint(t *testing.T) {
+	h := newIndexHarness(t)
+	checkpoints, err := h.conn.JS.KeyValue(h.ctx, stream.ConsumerCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publish(0, 10)
+	stop := h.run(checkpoints)
+	waitUntil(t, "ten indexed", func() bool { return h.indexed(9) })
+	waitUntil(t, "the ten acked", func() bool {
+		c, err := h.conn.JS.Consumer(h.ctx, stream.Events, stream.IndexConsumer)
+		return err == nil && c.CachedInfo().AckFloor.Stream == 10
+	})
+	stop()
+	e, err := checkpoints.Get(h.ctx, stream.IndexConsumer)
+	if err != nil || string(e.Value()) != "10" {
+		t.Fatalf("checkpoint after the stop: %v %v", e, err)
+	}
+	// A restart of the server: the consumer is gone.
+	if err := h.conn.JS.DeleteConsumer(h.ctx, stream.Events, stream.IndexConsumer); err != nil {
+		t.Fatal(err)
+	}
+	h.publish(10, 20)
+	stop = h.run(checkpoints)
+	defer stop()
+	waitUntil(t, "the next ten indexed", func() bool { return h.indexed(19) })
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {

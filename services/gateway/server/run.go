@@ -28,7 +28,7 @@ func RunWith(ctx context.Context, o Options, ready func(addr string)) error {
 	if err != nil {
 		return err
 	}
-	idx, err := NewIndexer(ctx, js, log)
+	idx, err := NewIndexer(ctx, js, o.Checkpoints, log)
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,11 @@ func RunWith(ctx context.Context, o Options, ready func(addr string)) error {
 
 // Serve runs the gateway of a started process (a service.Run): up once it listens.
 func Serve(ctx context.Context, env *service.Env, up func()) error {
-	return RunWith(ctx, Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit}, func(addr string) {
+	checkpoints, err := env.Checkpoints(ctx)
+	if err != nil {
+		return err
+	}
+	return RunWith(ctx, Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit, Checkpoints: checkpoints}, func(addr string) {
 		env.Log.Info("gateway listening", "addr", addr)
 		up()
 	})

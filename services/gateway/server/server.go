@@ -65,6 +65,9 @@ type Options struct {
 	// Commit, when set, is the process's group committer (exacto up: shared with the
 	// consumers' derived events); nil: the gateway makes its own when the config asks.
 	Commit *ingest.Committer
+	// Checkpoints, when set (one embedded node), keeps the index writer's consumer state
+	// in the server's memory and its ack floor here (Indexer).
+	Checkpoints jetstream.KeyValue
 }
 
 // New builds the gateway from a validated config. The topology must already exist.

@@ -74,7 +74,7 @@ func newHarness(t *testing.T, topo ...stream.Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := NewIndexer(ctx, h.conn.JS, nil)
+	idx, err := NewIndexer(ctx, h.conn.JS, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
