@@ -30,6 +30,16 @@ const MaxBody = 1 << 20
 // deadline.
 const DefaultTimeout = 10 * time.Second
 
+// client is what an HTTP without a Client of its own sends with. Every worker of every
+// consumer of a process calls the same few hosts at once; Go's default transport keeps
+// two idle connections a host, so the others were closed after each call and dialled
+// (and, at a real provider, TLS-handshaken) again for the next.
+var client = &http.Client{Transport: func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return t
+}()}
+
 // HTTP sends JSON requests to one dependency and classifies the outcome.
 type HTTP struct {
 	Dependency string
@@ -125,11 +135,8 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 		h.Auth(req)
 	}
 	telemetry.Inject(ctx, req.Header)
-	client := h.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
+	c := cmp.Or(h.Client, client)
+	resp, err := c.Do(req)
 	if err != nil {
 		return Classify(h.Dependency, nil, redact(err, req.URL))
 	}

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"cmp"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,13 +46,21 @@ type Object struct {
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 	Associations []Association
+	in           *[]*Object // the list it is stored in (notes, deals, meetings…)
 }
 
 type hubspotState struct {
-	nextID    int
-	contacts  []*Object // creation order = search order
-	notes     []*Object
-	searchLag time.Duration
+	nextID   int
+	contacts []*Object // creation order = search order
+	notes    []*Object
+	// The indexes: by id, and notes by a property's value (each built when first
+	// asked for, then kept up to date by every write of a note's properties).
+	contactByID map[string]*Object
+	noteByID    map[string]*Object
+	notesBy     map[string]map[string]*Object // property → value → the first note with it
+	linked      map[string][]*Object          // contact id → the objects associated with it
+	byEmail     map[string][]*Object          // lower-cased e-mail → its contacts, in creation order
+	searchLag   time.Duration
 	// props are the custom note properties, groups the note property groups (a new
 	// portal has neither: Exacto makes its own); refuseUnique refuses unique values.
 	props        map[string]*hsProperty
@@ -61,20 +71,118 @@ type hubspotState struct {
 func (h *hubspotState) init() {
 	h.nextID = 1000
 	h.props, h.groups = map[string]*hsProperty{}, map[string]bool{}
+	h.contactByID, h.noteByID, h.notesBy = map[string]*Object{}, map[string]*Object{}, map[string]map[string]*Object{}
+	h.linked, h.byEmail = map[string][]*Object{}, map[string][]*Object{}
+}
+
+// indexEmail files contact c under its e-mail now, and no longer under was.
+func (h *hubspotState) indexEmail(c *Object, was string) {
+	if was != "" {
+		h.byEmail[was] = slices.DeleteFunc(h.byEmail[was], func(o *Object) bool { return o == c })
+	}
+	if e := strings.ToLower(c.Properties["email"]); e != "" {
+		h.byEmail[e] = append(h.byEmail[e], c)
+		slices.SortFunc(h.byEmail[e], byCreation)
+	}
+}
+
+// byCreation orders objects as they were made: their ids are one counting sequence.
+func byCreation(a, b *Object) int {
+	return cmp.Or(cmp.Compare(len(a.ID), len(b.ID)), strings.Compare(a.ID, b.ID))
+}
+
+// store appends o to list, with its associations indexed.
+func (h *hubspotState) store(list *[]*Object, o *Object) {
+	o.in = list
+	*list = append(*list, o)
+	for _, a := range o.Associations {
+		h.link(o, a.ToID)
+	}
+}
+
+// link indexes o's association with contactID.
+func (h *hubspotState) link(o *Object, contactID string) {
+	if !slices.Contains(h.linked[contactID], o) {
+		h.linked[contactID] = append(h.linked[contactID], o)
+	}
+}
+
+// associatedWith is what a search through associations reads instead of all of list:
+// when every filter group asks for objects associated with a contact, the objects of
+// list associated with one of those contacts, in creation order (ok false otherwise).
+func (h *hubspotState) associatedWith(list *[]*Object, req hsSearchReq) (objs []*Object, ok bool) {
+	if len(req.FilterGroups) == 0 {
+		return nil, false
+	}
+	for _, g := range req.FilterGroups {
+		i := slices.IndexFunc(g.Filters, func(f hsFilter) bool { return f.PropertyName == "associations.contact" && f.Operator == "EQ" })
+		if i < 0 {
+			return nil, false
+		}
+		for _, o := range h.linked[g.Filters[i].Value] {
+			if o.in == list {
+				objs = append(objs, o)
+			}
+		}
+	}
+	slices.SortFunc(objs, byCreation)
+	return slices.Compact(objs), true
+}
+
+func (h *hubspotState) addContact(o *Object) {
+	h.store(&h.contacts, o)
+	h.contactByID[o.ID] = o
+	h.indexEmail(o, "")
+}
+
+func (h *hubspotState) addNote(o *Object) {
+	h.store(&h.notes, o)
+	h.noteByID[o.ID] = o
+	for name, idx := range h.notesBy {
+		if v, ok := o.Properties[name]; ok && idx[v] == nil {
+			idx[v] = o
+		}
+	}
+}
+
+// setNoteProperties sets props on n, the others kept.
+func (h *hubspotState) setNoteProperties(n *Object, props map[string]string) {
+	if n.Properties == nil {
+		n.Properties = map[string]string{}
+	}
+	for name, idx := range h.notesBy {
+		v, ok := props[name]
+		if !ok {
+			continue
+		}
+		if old, had := n.Properties[name]; had && idx[old] == n {
+			delete(idx, old)
+		}
+		if idx[v] == nil {
+			idx[v] = n
+		}
+	}
+	maps.Copy(n.Properties, props)
+}
+
+// noteWith is the first note whose property name is value, nil if none.
+func (h *hubspotState) noteWith(name, value string) *Object {
+	idx := h.notesBy[name]
+	if idx == nil {
+		idx = map[string]*Object{}
+		for _, n := range h.notes {
+			if v, ok := n.Properties[name]; ok && idx[v] == nil {
+				idx[v] = n
+			}
+		}
+		h.notesBy[name] = idx
+	}
+	return idx[value]
 }
 
 func (h *hubspotState) id() string {
 	h.nextID++
 	return strconv.Itoa(h.nextID)
-}
-
-func find(objs []*Object, id string) *Object {
-	for _, o := range objs {
-		if o.ID == id {
-			return o
-		}
-	}
-	return nil
 }
 
 func clone(o *Object) Object {
@@ -129,7 +237,7 @@ func (s *Server) AddContact(email string, props map[string]string) string {
 	}
 	p["email"] = strings.ToLower(email)
 	o := &Object{ID: s.hubspot.id(), Properties: p, CreatedAt: time.Now()}
-	s.hubspot.contacts = append(s.hubspot.contacts, o)
+	s.hubspot.addContact(o)
 	return o.ID
 }
 
@@ -138,7 +246,7 @@ func (s *Server) AddNote(props map[string]string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := &Object{ID: s.hubspot.id(), Properties: maps.Clone(props), CreatedAt: time.Now()}
-	s.hubspot.notes = append(s.hubspot.notes, o)
+	s.hubspot.addNote(o)
 	return o.ID
 }
 
@@ -155,7 +263,7 @@ func (s *Server) AddNoteFor(contactID string, props map[string]string) string {
 	if o.Properties["hs_timestamp"] == "" {
 		o.Properties["hs_timestamp"] = o.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z")
 	}
-	s.hubspot.notes = append(s.hubspot.notes, o)
+	s.hubspot.addNote(o)
 	return o.ID
 }
 
@@ -187,9 +295,9 @@ func (s *Server) mountHubSpot(mux *http.ServeMux) {
 	a, d := s.hubspotAuth, hubspotDeny
 	s.handle(mux, "POST /crm/v3/objects/notes", RouteHubSpotNoteCreate, a, d, s.hsCreateNote)
 	s.handle(mux, "PATCH /crm/v3/objects/notes/{id}", RouteHubSpotNoteUpdate, a, d, s.hsUpdateNote)
-	s.handle(mux, "POST /crm/v3/objects/notes/search", RouteHubSpotNoteSearch, a, d, s.hsSearch(func() []*Object { return s.hubspot.notes }))
+	s.handle(mux, "POST /crm/v3/objects/notes/search", RouteHubSpotNoteSearch, a, d, s.hsSearch(&s.hubspot.notes))
 	s.handle(mux, "POST /crm/v3/objects/contacts", RouteHubSpotContactCreate, a, d, s.hsCreateContact)
-	s.handle(mux, "POST /crm/v3/objects/contacts/search", RouteHubSpotContactSearch, a, d, s.hsSearch(func() []*Object { return s.hubspot.contacts }))
+	s.handle(mux, "POST /crm/v3/objects/contacts/search", RouteHubSpotContactSearch, a, d, s.hsSearch(&s.hubspot.contacts))
 	s.handle(mux, "GET /crm/v3/objects/contacts/{id}", RouteHubSpotContactGet, a, d, s.hsGetContact)
 	s.handle(mux, "PATCH /crm/v3/objects/contacts/{id}", RouteHubSpotContactUpdate, a, d, s.hsUpdateContact)
 	s.mountHubSpotBatch(mux)
@@ -245,14 +353,14 @@ func (s *Server) hsCreateNote(w http.ResponseWriter, r *http.Request) {
 					"sandbox knows only note-to-contact association type 202, got "+strconv.Itoa(t.TypeID))
 				return
 			}
-			if find(s.hubspot.contacts, as.To.ID) == nil {
+			if s.hubspot.contactByID[as.To.ID] == nil {
 				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "contact "+as.To.ID+" does not exist")
 				return
 			}
 			o.Associations = append(o.Associations, Association{ToID: as.To.ID, TypeID: t.TypeID, Category: t.Category})
 		}
 	}
-	s.hubspot.notes = append(s.hubspot.notes, o)
+	s.hubspot.addNote(o)
 	writeJSON(w, http.StatusCreated, hsJSON(o))
 }
 
@@ -274,12 +382,10 @@ func (s *Server) uniqueNoteID(w http.ResponseWriter, props map[string]string, se
 	if p := s.hubspot.props[NoteExternalIDProperty]; ext == "" || p == nil || !p.HasUniqueValue {
 		return true
 	}
-	for _, n := range s.hubspot.notes {
-		if n.ID != self && n.Properties[NoteExternalIDProperty] == ext {
-			hubspotError(w, http.StatusConflict, "CONFLICT",
-				"A note with "+NoteExternalIDProperty+"="+ext+" already exists. Existing ID: "+n.ID)
-			return false
-		}
+	if n := s.hubspot.noteWith(NoteExternalIDProperty, ext); n != nil && n.ID != self {
+		hubspotError(w, http.StatusConflict, "CONFLICT",
+			"A note with "+NoteExternalIDProperty+"="+ext+" already exists. Existing ID: "+n.ID)
+		return false
 	}
 	return true
 }
@@ -297,7 +403,7 @@ func (s *Server) hsUpdateNote(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := find(s.hubspot.notes, r.PathValue("id"))
+	n := s.hubspot.noteByID[r.PathValue("id")]
 	if n == nil {
 		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "resource not found")
 		return
@@ -305,10 +411,7 @@ func (s *Server) hsUpdateNote(w http.ResponseWriter, r *http.Request) {
 	if !s.uniqueNoteID(w, req.Properties, n.ID) {
 		return
 	}
-	if n.Properties == nil {
-		n.Properties = map[string]string{}
-	}
-	maps.Copy(n.Properties, req.Properties)
+	s.hubspot.setNoteProperties(n, req.Properties)
 	n.UpdatedAt = time.Now()
 	writeJSON(w, http.StatusOK, hsJSON(n))
 }
@@ -322,13 +425,9 @@ func (s *Server) hsCreateContact(w http.ResponseWriter, r *http.Request) {
 	email := strings.ToLower(req.Properties["email"])
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if email != "" {
-		for _, c := range s.hubspot.contacts {
-			if c.Properties["email"] == email {
-				hubspotError(w, http.StatusConflict, "CONFLICT", "Contact already exists. Existing ID: "+c.ID)
-				return
-			}
-		}
+	if same := s.hubspot.byEmail[email]; email != "" && len(same) > 0 {
+		hubspotError(w, http.StatusConflict, "CONFLICT", "Contact already exists. Existing ID: "+same[0].ID)
+		return
 	}
 	p := maps.Clone(req.Properties)
 	if p == nil {
@@ -338,7 +437,7 @@ func (s *Server) hsCreateContact(w http.ResponseWriter, r *http.Request) {
 		p["email"] = email
 	}
 	o := &Object{ID: s.hubspot.id(), Properties: p, CreatedAt: time.Now()}
-	s.hubspot.contacts = append(s.hubspot.contacts, o)
+	s.hubspot.addContact(o)
 	writeJSON(w, http.StatusCreated, hsJSON(o))
 }
 
@@ -349,12 +448,10 @@ func (s *Server) hsGetContact(w http.ResponseWriter, r *http.Request) {
 	var c *Object
 	switch prop := r.URL.Query().Get("idProperty"); prop {
 	case "":
-		c = find(s.hubspot.contacts, r.PathValue("id"))
+		c = s.hubspot.contactByID[r.PathValue("id")]
 	case "email":
-		for _, o := range s.hubspot.contacts {
-			if strings.EqualFold(o.Properties["email"], r.PathValue("id")) {
-				c = o
-			}
+		if same := s.hubspot.byEmail[strings.ToLower(r.PathValue("id"))]; len(same) > 0 {
+			c = same[len(same)-1]
 		}
 	default:
 		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "idProperty "+prop+" is not a unique property of contacts")
@@ -375,28 +472,32 @@ func (s *Server) hsUpdateContact(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := find(s.hubspot.contacts, r.PathValue("id"))
+	c := s.hubspot.contactByID[r.PathValue("id")]
 	if c == nil {
 		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "resource not found")
 		return
 	}
+	was := strings.ToLower(c.Properties["email"])
 	for k, v := range req.Properties {
 		if k == "email" {
 			v = strings.ToLower(v)
 		}
 		c.Properties[k] = v
 	}
+	s.hubspot.indexEmail(c, was)
 	c.UpdatedAt = time.Now()
 	writeJSON(w, http.StatusOK, hsJSON(c))
 }
 
+type hsFilter struct {
+	PropertyName string `json:"propertyName"`
+	Operator     string `json:"operator"`
+	Value        string `json:"value"`
+}
+
 type hsSearchReq struct {
 	FilterGroups []struct {
-		Filters []struct {
-			PropertyName string `json:"propertyName"`
-			Operator     string `json:"operator"`
-			Value        string `json:"value"`
-		} `json:"filters"`
+		Filters []hsFilter `json:"filters"`
 	} `json:"filterGroups"`
 	Limit int    `json:"limit"`
 	After string `json:"after"`
@@ -406,7 +507,7 @@ type hsSearchReq struct {
 // filters within a group ANDed; paging is by an opaque "after" cursor. The
 // pseudo-property associations.contact (EQ a contact id) matches the records
 // associated with that contact, as HubSpot's "search through associations" does.
-func (s *Server) hsSearch(objs func() []*Object) http.HandlerFunc {
+func (s *Server) hsSearch(list *[]*Object) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req hsSearchReq
 		if err := readJSON(r, &req); err != nil {
@@ -443,7 +544,11 @@ func (s *Server) hsSearch(objs func() []*Object) http.HandlerFunc {
 		defer s.mu.Unlock()
 		cutoff := time.Now().Add(-s.hubspot.searchLag)
 		var hits []*Object
-		for _, o := range objs() {
+		objs, ok := s.hubspot.associatedWith(list, req)
+		if !ok {
+			objs = *list
+		}
+		for _, o := range objs {
 			if s.hubspot.searchLag > 0 && o.CreatedAt.After(cutoff) {
 				continue
 			}

@@ -138,16 +138,6 @@ func (s *Server) uniqueProperty(w http.ResponseWriter, name string) bool {
 	return true
 }
 
-// noteByProperty is the note whose property name is value, nil if none.
-func (s *Server) noteByProperty(name, value string) *Object {
-	for _, n := range s.hubspot.notes {
-		if n.Properties[name] == value {
-			return n
-		}
-	}
-	return nil
-}
-
 type hsError struct {
 	Status   string `json:"status"`
 	Category string `json:"category"`
@@ -175,9 +165,9 @@ func (s *Server) hsNotesRead(w http.ResponseWriter, r *http.Request) {
 	}
 	results, errs := []map[string]any{}, []hsError{}
 	for _, in := range req.Inputs {
-		n := find(s.hubspot.notes, in.ID)
+		n := s.hubspot.noteByID[in.ID]
 		if req.IDProperty != "" {
-			n = s.noteByProperty(req.IDProperty, in.ID)
+			n = s.hubspot.noteWith(req.IDProperty, in.ID)
 		}
 		if n == nil {
 			errs = append(errs, hsError{"error", "OBJECT_NOT_FOUND", "Could not get some NOTE objects, they may be deleted or not exist. Check that ids are valid. ids: " + in.ID})
@@ -223,16 +213,16 @@ func (s *Server) hsNotesUpsert(w http.ResponseWriter, r *http.Request) {
 			props = map[string]string{}
 		}
 		props[in.IDProperty] = in.ID
-		n, isNew := s.noteByProperty(in.IDProperty, in.ID), false
+		n, isNew := s.hubspot.noteWith(in.IDProperty, in.ID), false
 		if n == nil {
 			if props["hs_timestamp"] == "" {
 				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Property hs_timestamp is required")
 				return
 			}
 			n, isNew = &Object{ID: s.hubspot.id(), Properties: props, CreatedAt: time.Now()}, true
-			s.hubspot.notes = append(s.hubspot.notes, n)
+			s.hubspot.addNote(n)
 		} else {
-			maps.Copy(n.Properties, props)
+			s.hubspot.setNoteProperties(n, props)
 			n.UpdatedAt = time.Now()
 		}
 		res := hsJSON(n)
@@ -247,7 +237,7 @@ func (s *Server) hsNotesUpsert(w http.ResponseWriter, r *http.Request) {
 func (s *Server) hsAssociate(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, c := find(s.hubspot.notes, r.PathValue("id")), find(s.hubspot.contacts, r.PathValue("cid"))
+	n, c := s.hubspot.noteByID[r.PathValue("id")], s.hubspot.contactByID[r.PathValue("cid")]
 	if n == nil || c == nil {
 		hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "note "+r.PathValue("id")+" or contact "+r.PathValue("cid")+" does not exist")
 		return
@@ -258,6 +248,7 @@ func (s *Server) hsAssociate(w http.ResponseWriter, r *http.Request) {
 	}
 	if !known {
 		n.Associations = append(n.Associations, Association{ToID: c.ID, TypeID: NoteToContactAssociation, Category: "HUBSPOT_DEFINED"})
+		s.hubspot.link(n, c.ID)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "COMPLETE", "results": []map[string]any{{
 		"from": map[string]string{"id": n.ID}, "to": map[string]string{"id": c.ID},

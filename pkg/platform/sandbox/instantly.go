@@ -126,8 +126,18 @@ type blockEntry struct {
 }
 
 type instantlyState struct {
-	nextID       int
-	leads        []*InstantlyLead
+	nextID int
+	leads  []*InstantlyLead // in the order they were added: their ids' order too
+	// The indexes of leads and e-mails: a sandbox holding the leads of a campaign burst
+	// (tens of thousands) answers each call without reading them all.
+	byID         map[string]*InstantlyLead
+	byEmail      map[string][]*InstantlyLead // by lower-cased address, in order added
+	campaigns    map[string]bool             // campaigns some lead is in
+	emailByID    map[string]*InstantlyEmail
+	emailsByLead map[string][]*InstantlyEmail // by lower-cased address, oldest first
+	// watched are the leads that may be due a subsequence step: given a value that
+	// enrols them, or in a subsequence and not sent its step yet.
+	watched      []*InstantlyLead
 	stops        []InstantlyStop
 	blocklist    []blockEntry
 	labels       []*InstantlyLabel
@@ -136,6 +146,7 @@ type instantlyState struct {
 	// subsequenceSends are the subsequence steps sent: a lead left in a subsequence
 	// past its first step's delay (counted when the sandbox is next asked).
 	subsequenceSends []string
+	sent             map[string]bool // subsequenceSends, by lead id
 	// labelsKeepActive makes an interest status leave an active lead active: the v2
 	// reference does not say a status completes the sequence (only v1 does).
 	labelsKeepActive bool
@@ -144,7 +155,11 @@ type instantlyState struct {
 	jobDelay time.Duration
 }
 
-func (st *instantlyState) init() { st.jobDelay = DefaultInstantlyJobDelay }
+func (st *instantlyState) init() {
+	st.jobDelay = DefaultInstantlyJobDelay
+	st.byID, st.byEmail, st.campaigns = map[string]*InstantlyLead{}, map[string][]*InstantlyLead{}, map[string]bool{}
+	st.emailByID, st.emailsByLead, st.sent = map[string]*InstantlyEmail{}, map[string][]*InstantlyEmail{}, map[string]bool{}
+}
 
 // DefaultInstantlyJobDelay is how long the sandbox's Instantly takes to run the
 // background job that enrols a lead in a subsequence after its interest value changed
@@ -181,28 +196,37 @@ func (s *Server) AddInstantlyListLead(listID, email string) string {
 }
 
 func (st *instantlyState) add(campaign, email string) string {
-	id := st.id()
-	st.leads = append(st.leads, &InstantlyLead{ID: id, Email: strings.ToLower(email), Campaign: campaign, Status: InstantlyActive})
-	return id
+	l := &InstantlyLead{ID: st.id(), Email: strings.ToLower(email), Campaign: campaign, Status: InstantlyActive}
+	st.leads = append(st.leads, l)
+	st.byID[l.ID] = l
+	st.byEmail[l.Email] = append(st.byEmail[l.Email], l)
+	st.campaigns[campaign] = true
+	return l.ID
 }
 
-func (st *instantlyState) lead(id string) *InstantlyLead {
-	for _, l := range st.leads {
-		if l.ID == id {
-			return l
-		}
-	}
-	return nil
+func (st *instantlyState) lead(id string) *InstantlyLead { return st.byID[id] }
+
+// leadsOf are email's leads (any case), in the order they were added.
+func (st *instantlyState) leadsOf(email string) []*InstantlyLead {
+	return st.byEmail[strings.ToLower(email)]
 }
 
 // leadIn is email's lead in campaign, nil if none.
 func (st *instantlyState) leadIn(campaign, email string) *InstantlyLead {
-	for _, l := range st.leads {
-		if strings.EqualFold(l.Email, email) && l.Campaign == campaign {
+	for _, l := range st.leadsOf(email) {
+		if l.Campaign == campaign {
 			return l
 		}
 	}
 	return nil
+}
+
+// watch makes sendSubsequences look at l: it was given a value that may enrol it, or
+// put in a subsequence.
+func (st *instantlyState) watch(l *InstantlyLead) {
+	if !slices.Contains(st.watched, l) {
+		st.watched = append(st.watched, l)
+	}
 }
 
 // enrol, for AutoEnroll, adds each of emails that has no lead in campaign (in any
@@ -213,13 +237,7 @@ func (st *instantlyState) enrol(campaign string, emails []string) {
 		if e == "" {
 			continue
 		}
-		known := false
-		for _, l := range st.leads {
-			if strings.EqualFold(l.Email, e) && (campaign == "" || l.Campaign == campaign) {
-				known = true
-				break
-			}
-		}
+		known := slices.ContainsFunc(st.leadsOf(e), func(l *InstantlyLead) bool { return campaign == "" || l.Campaign == campaign })
 		if !known {
 			st.add(cmpOr(campaign, InstantlyAutoCampaign), e)
 		}
@@ -283,6 +301,7 @@ func (s *Server) UpdateInstantlyLead(id string, change func(*InstantlyLead)) boo
 	defer s.mu.Unlock()
 	if l := s.inst.lead(id); l != nil {
 		change(l)
+		s.inst.watch(l) // the change may have put it in a subsequence
 		return true
 	}
 	return false
@@ -344,22 +363,28 @@ func (s *Server) InstantlySubsequenceSends() []string {
 // sendSubsequences runs the enrolment jobs that are due, then sends the first step of
 // every subsequence whose delay has passed.
 func (st *instantlyState) sendSubsequences(now time.Time) {
-	for _, l := range st.leads {
+	for _, l := range st.watched {
 		if l.enrolIn != "" && !now.Before(l.enrolAt) {
 			l.SubsequenceID, l.SubsequenceSince, l.Status = l.enrolIn, l.enrolAt, InstantlyActive
 			l.enrolIn, l.enrolAt = "", time.Time{}
 		}
 	}
-	for _, l := range st.leads {
+	for _, l := range st.watched {
 		if l.SubsequenceID == "" {
 			continue
 		}
 		for _, sub := range st.subsequences {
-			if sub.ID == l.SubsequenceID && !now.Before(l.SubsequenceSince.Add(sub.FirstStep)) && !slices.Contains(st.subsequenceSends, l.ID) {
+			if sub.ID == l.SubsequenceID && !now.Before(l.SubsequenceSince.Add(sub.FirstStep)) && !st.sent[l.ID] {
 				st.subsequenceSends = append(st.subsequenceSends, l.ID)
+				st.sent[l.ID] = true
 			}
 		}
 	}
+	// A lead neither waiting for the job nor in a subsequence whose step is still to
+	// come needs no more looking at (until it is given a value again).
+	st.watched = slices.DeleteFunc(st.watched, func(l *InstantlyLead) bool {
+		return l.enrolIn == "" && (l.SubsequenceID == "" || st.sent[l.ID])
+	})
 }
 
 // SetInstantlyLabelsKeepActive makes interest statuses leave active leads active (the
@@ -406,6 +431,10 @@ func (st *instantlyState) reply(c *InstantlyCampaign, campaign, lead, emailID, t
 	}
 	e.Body.Text = text
 	st.emails = append(st.emails, e)
+	if st.emailByID[e.ID] == nil { // the first of an id, as a listing finds it
+		st.emailByID[e.ID] = e
+	}
+	st.emailsByLead[lead] = append(st.emailsByLead[lead], e)
 	l.EmailReplyCount++
 	l.TimestampLastReply = e.Timestamp
 	if c != nil && l.Status == InstantlyActive && ((c.StopOnReply && !auto) || (c.StopOnAutoReply && auto)) {
@@ -476,8 +505,8 @@ func (s *Server) inInterest(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	s.inst.stops = append(s.inst.stops, InstantlyStop{Email: req.LeadEmail, Campaign: req.CampaignID, Interest: req.InterestValue, At: now})
-	for _, l := range s.inst.leads {
-		if !strings.EqualFold(l.Email, req.LeadEmail) || (req.CampaignID != "" && l.Campaign != req.CampaignID) {
+	for _, l := range s.inst.leadsOf(req.LeadEmail) {
+		if req.CampaignID != "" && l.Campaign != req.CampaignID {
 			continue
 		}
 		l.InterestStatus = req.InterestValue
@@ -492,6 +521,7 @@ func (s *Server) inInterest(w http.ResponseWriter, r *http.Request) {
 		for _, sub := range s.inst.subsequences {
 			if sub.ParentCampaign == l.Campaign && sub.Status == 1 && slices.Contains(sub.Conditions.CRMStatus, *req.InterestValue) {
 				l.enrolIn, l.enrolAt = sub.ID, now.Add(s.inst.jobDelay)
+				s.inst.watch(l)
 			}
 		}
 	}
@@ -563,7 +593,21 @@ func (s *Server) inList(w http.ResponseWriter, r *http.Request) {
 	items := []InstantlyLead{}
 	started := req.StartingAfter == ""
 	next := ""
-	for _, l := range s.inst.leads {
+	leads := s.inst.leads
+	if len(req.Contacts) > 0 { // only theirs, still in the order added (ids' order)
+		leads = nil
+		for _, c := range req.Contacts {
+			leads = append(leads, s.inst.leadsOf(c)...)
+		}
+		slices.SortFunc(leads, func(a, b *InstantlyLead) int { return strings.Compare(a.ID, b.ID) })
+		leads = slices.Compact(leads)
+		if !started { // those after the cursor, which may be any lead; none after an unknown one
+			cursor := s.inst.lead(req.StartingAfter)
+			leads = slices.DeleteFunc(leads, func(l *InstantlyLead) bool { return cursor == nil || l.ID <= cursor.ID })
+			started = true
+		}
+	}
+	for _, l := range leads {
 		if !started {
 			started = l.ID == req.StartingAfter
 			continue
@@ -614,7 +658,7 @@ func (s *Server) inCampaign(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c)
 		return
 	}
-	if slices.ContainsFunc(s.inst.leads, func(l *InstantlyLead) bool { return l.Campaign == id && id != "" }) {
+	if id != "" && s.inst.campaigns[id] {
 		writeJSON(w, http.StatusOK, InstantlyCampaign{ID: id, Name: id, Status: 1})
 		return
 	}
@@ -704,11 +748,9 @@ func (s *Server) inSubsequenceRemove(w http.ResponseWriter, r *http.Request) {
 func (s *Server) inEmail(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, e := range s.inst.emails {
-		if e.ID == r.PathValue("id") {
-			writeJSON(w, http.StatusOK, e)
-			return
-		}
+	if e := s.inst.emailByID[r.PathValue("id")]; e != nil {
+		writeJSON(w, http.StatusOK, e)
+		return
 	}
 	instantlyError(w, http.StatusNotFound, "Email not found")
 }
@@ -725,8 +767,12 @@ func (s *Server) inEmails(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	items := []InstantlyEmail{}
-	for i := len(s.inst.emails) - 1; i >= 0 && len(items) < limit; i-- {
-		e := s.inst.emails[i]
+	emails := s.inst.emails
+	if lead := q.Get("lead"); lead != "" {
+		emails = s.inst.emailsByLead[strings.ToLower(lead)]
+	}
+	for i := len(emails) - 1; i >= 0 && len(items) < limit; i-- {
+		e := emails[i]
 		if (q.Get("lead") != "" && !strings.EqualFold(e.Lead, q.Get("lead"))) ||
 			(q.Get("campaign_id") != "" && e.CampaignID != q.Get("campaign_id")) ||
 			(q.Get("email_type") == "received" && e.Type != 2) {

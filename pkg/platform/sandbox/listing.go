@@ -106,7 +106,7 @@ func (s *Server) addAssociated(list *[]*Object, contactID string, typeID int, pr
 	if o.Properties["createdate"] == "" {
 		o.Properties["createdate"] = o.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z")
 	}
-	*list = append(*list, o)
+	s.hubspot.store(list, o)
 	return o.ID
 }
 
@@ -114,9 +114,9 @@ func (s *Server) mountListings(mux *http.ServeMux) {
 	s.handle(mux, "GET /api/v2/campaigns", RouteInstantlyCampaignList, s.instantlyAuth, instantlyDeny, s.inCampaigns)
 	s.handle(mux, "GET /api/v1/campaigns", RouteSmartleadCampaignList, s.smartleadAuth, smartleadDeny, s.slCampaigns)
 	s.handle(mux, "POST /crm/v3/objects/deals/search", RouteHubSpotDealSearch, s.hubspotAuth, hubspotDeny,
-		s.hsSearch(func() []*Object { return s.listing.deals }))
+		s.hsSearch(&s.listing.deals))
 	s.handle(mux, "POST /crm/v3/objects/meetings/search", RouteHubSpotMeetingSearch, s.hubspotAuth, hubspotDeny,
-		s.hsSearch(func() []*Object { return s.listing.meetings }))
+		s.hsSearch(&s.listing.meetings))
 }
 
 // inCampaigns serves Instantly's GET /api/v2/campaigns: limit (1..100; 10 when
