@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/sandbox"
@@ -149,13 +150,23 @@ func equalsRebuild(t *testing.T, js jetstream.JetStream) {
 
 // storedSubjects reads every envelope of EXACTO_EVENTS: its id, and the subject it was
 // stored on.
-func storedSubjects(t *testing.T, js jetstream.JetStream) map[string]string {
+func storedSubjects(t *testing.T, js jetstream.JetStream) map[string]storedAt {
 	t.Helper()
-	out := map[string]string{}
+	out := map[string]storedAt{}
 	eachMsg(t, js, stream.Events, func(msg jetstream.Msg) {
-		out[msg.Headers().Get(jetstream.MsgIDHeader)] = msg.Subject()
+		md, err := msg.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[msg.Headers().Get(jetstream.MsgIDHeader)] = storedAt{msg.Subject(), md.Sequence.Stream}
 	})
 	return out
+}
+
+// storedAt is where an event is stored: its subject and stream sequence.
+type storedAt struct {
+	subject string
+	seq     uint64
 }
 
 // unfinishedIn checks that every stored event each consumer takes is completed, or
@@ -177,12 +188,12 @@ func unfinishedIn(t *testing.T, js jetstream.JetStream, consumers ...string) (un
 			t.Fatalf("no consumer %s", c)
 		}
 		var open []string
-		for id, subject := range stored {
-			if !sub.Takes(subject) {
+		for id, at := range stored {
+			if !sub.Takes(at.subject) {
 				continue
 			}
 			checked++
-			rec, _, err := guard.Status(context.Background(), guards, c, id)
+			rec, _, err := consumer.Status(context.Background(), js, guards, sub, id, at.seq)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,7 +201,7 @@ func unfinishedIn(t *testing.T, js jetstream.JetStream, consumers ...string) (un
 			case rec.Status == guard.DeadLetter && rec.LastError == "":
 				t.Errorf("%s: %s dead-lettered without a reason", c, id)
 			case rec.Status != guard.Completed && rec.Status != guard.DeadLetter:
-				open = append(open, fmt.Sprintf("%s (%s): %q", id, subject, rec.Status))
+				open = append(open, fmt.Sprintf("%s (%s): %q", id, at.subject, rec.Status))
 			}
 		}
 		if len(open) > 0 {

@@ -18,6 +18,7 @@ import (
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/sandbox"
@@ -243,14 +244,23 @@ func (p *pipeline) postSigned(ep string, body []byte) []string {
 	return out.IDs
 }
 
-// status is the guard's record of event id in consumer (Status "" when it has none).
-func (p *pipeline) status(consumer, id string) guard.Record {
+// status is what consumer service name has done with event id (Status "" when
+// nothing yet).
+func (p *pipeline) status(name, id string) guard.Record {
 	p.t.Helper()
 	kv, err := p.conn.JS.KeyValue(context.Background(), stream.Guards)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	rec, _, err := guard.Status(context.Background(), kv, consumer, id)
+	sub, ok := stream.SubscriptionOf(name)
+	if !ok {
+		p.t.Fatalf("no consumer %s", name)
+	}
+	seq, err := server.Lookup(context.Background(), p.conn.JS, id)
+	if err != nil {
+		seq = 0 // not indexed yet: nothing is completed past an ack floor
+	}
+	rec, _, err := consumer.Status(context.Background(), p.conn.JS, kv, sub, id, seq)
 	if err != nil {
 		p.t.Fatal(err)
 	}

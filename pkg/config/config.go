@@ -83,9 +83,10 @@ type NATS struct {
 
 // ConsumerTuning is one consumer service's settings in each process that runs it.
 type ConsumerTuning struct {
-	// Workers is how many of its events the service handles at once (default 8 for the
-	// stopper, whose stops are the most urgent effect, 4 for the projector, 2 for the
-	// rest). Two events of one contact never run at once, whatever the number.
+	// Workers is how many of its events the service handles at once (default: its
+	// subscription's in pkg/stream — 32 for the stopper, 8 for the crmwriter and the
+	// suppressor, 4 for the classifier and the projector). Two events of one contact
+	// never run at once, whatever the number.
 	Workers int `yaml:"workers"`
 }
 

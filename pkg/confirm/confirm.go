@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -105,7 +106,19 @@ type Gate struct {
 	// unconfirmed, so the projections, rebuilt from the stream alone, do not count it.
 	Publish func(ctx context.Context, env envelope.Envelope) error
 	Log     *slog.Logger
+
+	// What this process knows of the verdicts: each one kept or read (a kept verdict
+	// never changes), and the asks in flight, so that the consumers of one process that
+	// need one event's verdict ask its source once and read the bucket once.
+	mu     sync.Mutex
+	known  map[string]Verdict
+	asking map[string]chan struct{}
 }
+
+// knownMax bounds the verdicts a Gate remembers (a reply's text rides on its verdict):
+// the consumers of an event ask within moments of each other, and a verdict forgotten
+// is read again from the bucket.
+const knownMax = 4096
 
 // Open builds a gate over the deployment's buckets, for tenants.
 func Open(ctx context.Context, js jetstream.JetStream, tenants []string, sources func(string) (accounts.Clients, bool), log *slog.Logger) (*Gate, error) {
@@ -210,6 +223,17 @@ func (g *Gate) judge(ctx context.Context, ev consumer.Event) (v *Verdict, subjec
 // the source is asked again.
 func (g *Gate) verdict(ctx context.Context, ev consumer.Event, subject envelope.Envelope) (Verdict, error) {
 	key := subject.Tenant + "." + subject.ID
+	done, leader := g.lead(key)
+	if leader {
+		defer g.unlead(key, done)
+	} else {
+		// Another consumer of this process is asking: its verdict, once kept, is ours.
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return Verdict{}, retry.Transiently("confirm", ctx.Err())
+		}
+	}
 	if v, ok, err := g.kept(ctx, key); err != nil || ok {
 		if err == nil && !v.Confirmed {
 			err = g.reviewed(ctx, subject, v)
@@ -237,7 +261,11 @@ func (g *Gate) verdict(ctx context.Context, ev consumer.Event, subject envelope.
 	// The first verdict kept is every consumer's: two consumers concluding at once
 	// (one seeing the reply, one not yet) act alike.
 	data, _ := json.Marshal(v)
-	if _, err := g.Verdicts.Create(ctx, key, data); errors.Is(err, jetstream.ErrKeyExists) {
+	_, err = g.Verdicts.Create(ctx, key, data)
+	if err == nil {
+		g.remember(key, v)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) {
 		if v, ok, err := g.kept(ctx, key); err != nil || ok {
 			if err == nil && !v.Confirmed {
 				err = g.reviewed(ctx, subject, v)
@@ -256,8 +284,47 @@ func (g *Gate) verdict(ctx context.Context, ev consumer.Event, subject envelope.
 	return v, nil
 }
 
+// remember notes v as the verdict kept under key.
+func (g *Gate) remember(key string, v Verdict) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.known == nil || len(g.known) >= knownMax {
+		g.known = map[string]Verdict{}
+	}
+	g.known[key] = v
+}
+
+// lead makes the caller the one who asks the source of key's event, or returns what
+// closes when the one asking now is done (leader false).
+func (g *Gate) lead(key string) (done chan struct{}, leader bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if done, ok := g.asking[key]; ok {
+		return done, false
+	}
+	if g.asking == nil {
+		g.asking = map[string]chan struct{}{}
+	}
+	done = make(chan struct{})
+	g.asking[key] = done
+	return done, true
+}
+
+func (g *Gate) unlead(key string, done chan struct{}) {
+	g.mu.Lock()
+	delete(g.asking, key)
+	g.mu.Unlock()
+	close(done)
+}
+
 // kept is the verdict kept under key, ok false when there is none.
 func (g *Gate) kept(ctx context.Context, key string) (Verdict, bool, error) {
+	g.mu.Lock()
+	v, ok := g.known[key]
+	g.mu.Unlock()
+	if ok {
+		return v, true, nil
+	}
 	e, err := g.Verdicts.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Verdict{}, false, nil
@@ -265,10 +332,10 @@ func (g *Gate) kept(ctx context.Context, key string) (Verdict, bool, error) {
 	if err != nil {
 		return Verdict{}, false, retry.Transiently("confirm", fmt.Errorf("verdict %s: %w", key, err))
 	}
-	var v Verdict
 	if json.Unmarshal(e.Value(), &v) != nil {
 		return Verdict{}, false, nil
 	}
+	g.remember(key, v)
 	return v, true, nil
 }
 

@@ -279,3 +279,32 @@ func TestDerivedUsesItsCausesVerdict(t *testing.T) {
 		t.Fatalf("review items %+v", items)
 	}
 }
+
+// The consumers of one process that need one event's verdict at once share one ask of
+// its source, and read the verdict once kept from the process, not the bucket: three
+// at once make one request to Instantly.
+func TestConsumersAtOnceAskTheSourceOnce(t *testing.T) {
+	r := newRig(t)
+	at := time.Now().Add(-time.Minute)
+	r.sb.AddInstantlyReply("c-1", "bo@example.com", "em-2", "Send pricing", false, at)
+	r.sb.SetFault(sandbox.RouteInstantlyEmailGet, sandbox.Fault{Latency: 200 * time.Millisecond}) // the first ask is slow
+	env := webhook(envelope.TypeReplyReceived, "bo@example.com", "em-2", "Send pricing", at)
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			errs <- r.gate.Wrap(func(envelope.Envelope) bool { return true }, func(context.Context, consumer.Event) error { return nil })(
+				context.Background(), consumer.Event{Envelope: env, Attempt: 1})
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyEmailGet); n != 1 {
+		t.Fatalf("%d asks of the source, want 1", n)
+	}
+	if v, ok := r.gate.known[tenant+"."+env.ID]; !ok || !v.Confirmed {
+		t.Fatalf("the verdict is not remembered: %+v %v", v, ok)
+	}
+}

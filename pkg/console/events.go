@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/stream"
@@ -252,7 +253,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u who) {
 		cs := consumerStatus{Consumer: sub.Name()}
 		if err != nil {
 			cs.Err = err.Error()
-		} else if rec, ok, gerr := guard.Status(ctx, kv, sub.Name(), id); gerr != nil {
+		} else if rec, ok, gerr := consumer.Status(ctx, c.js, kv, sub, id, seq); gerr != nil {
 			cs.Err = gerr.Error()
 		} else {
 			cs.Seen, cs.Record = ok, rec

@@ -6,6 +6,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net/textproto"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -109,13 +111,16 @@ type Options struct {
 	WorkflowVersion string
 	// SLO gives an event's SLO class and target (config slos); nil: no SLO accounting.
 	SLO func(env envelope.Envelope) (class string, target time.Duration)
-	// Unordered: the handler's effect depends on its event alone (the classifier), so
-	// events of one contact may run at once and no contact lease is taken (two writes
-	// fewer per event; ordering.go).
-	Unordered bool
 	// Checkpoints, when set (one embedded node), keeps the consumer's state in the
 	// server's memory and its ack floor here (checkpoint.go).
 	Checkpoints jetstream.KeyValue
+	// Solo, when set, is shared by the process's runners of the service (its events'
+	// and its replays'), which are one member of the solo protocol (solo.go); unset,
+	// the runner is a member of its own.
+	Solo *Solo
+	// Precedence, when set, is the process's: an urgent subscription's runner tells it
+	// when it is behind, and another's workers defer to it then (precedence.go).
+	Precedence *Precedence
 }
 
 // prefetch is how many events each worker's pull asks for at a time: the next events
@@ -157,8 +162,16 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("bucket %s: %w", stream.ContactLocks, err)
 	}
 	name := o.Sub.Name()
+	cl := contactLocks{kv: locks, scope: name, lease: o.Sub.AckWait}
+	if !o.Sub.Idempotent { // an idempotent service takes no lease
+		if o.Solo == nil {
+			o.Solo = &Solo{}
+		}
+		cl.solo = o.Solo.join(locks, name)
+		defer o.Solo.leave() // after every attempt has ended
+	}
 	r := &runner{o: o, name: name, js: js, guard: guard.New(guards, name, o.Sub.AckWait),
-		locks:   contactLocks{kv: locks, scope: name, lease: o.Sub.AckWait},
+		locks:   cl,
 		stopped: func() bool { return ctx.Err() != nil },
 		backoff: retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
@@ -210,7 +223,12 @@ func Run(ctx context.Context, o Options) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A CPU profile of the process tells each consumer's share (pprof -tagfocus).
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("consumer", o.Sub.Durable)))
 			for {
+				if o.Precedence != nil && !o.Sub.Urgent {
+					o.Precedence.hold(ctx) // the urgent consumers first while they are behind
+				}
 				select {
 				case <-ctx.Done():
 					return
@@ -222,6 +240,20 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 		}()
+	}
+	if o.Precedence != nil && o.Sub.Urgent {
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			o.Precedence.watch(wctx, o.Sub.Durable, func() jetstream.Consumer {
+				if c := r.consumer.Load(); c != nil {
+					return *c
+				}
+				return nil
+			})
+		}()
+		defer func() { stopWatch(); <-watched }()
 	}
 	var stopCheckpoints, checkpointsDone chan struct{}
 	if o.Checkpoints != nil {
@@ -387,51 +419,15 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			cancel()
 		}
 	}()
-	// The contact's lease and the event's claim are taken at once: one round trip of
-	// waiting, not two. A claim whose lease turns out busy is given back (guard.Undo).
-	var leased chan leaseTaken
-	if contact := env.ContactKey(); contact != "" && !r.o.Unordered {
-		leased = make(chan leaseTaken, 1)
-		go func() {
-			rel, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
-			leased <- leaseTaken{rel, ok && err == nil}
-		}()
-	}
-	a, err := r.guard.Begin(ctx, env.ID)
-	free := true // the contact is ours (or needs no lease)
-	if leased != nil {
-		l := <-leased
-		if free = l.ok; free {
-			release = l.release
+	var a guard.Attempt
+	if r.o.Sub.Idempotent {
+		a = r.guard.Assume(env.ID, delivered) // nothing to claim
+	} else {
+		claimed, rel, ok := r.claim(ctx, stopping, m, env)
+		if !ok {
+			return
 		}
-	}
-	if err != nil {
-		r.o.Log.WarnContext(ctx, "guard unavailable", "consumer", r.name, "id", env.ID, "err", err)
-		r.nack(m)
-		return
-	}
-	switch a.Decision {
-	case guard.Skip:
-		duplicates.Add(ctx, 1, r.eventAttrs(env))
-		r.ack(ctx, m)
-		return
-	case guard.Busy:
-		r.nack(m)
-		return
-	}
-	select {
-	case <-stopping: // stopped while claiming: nothing done yet
-		free = false
-	default:
-	}
-	if !free {
-		// The contact is busy in another attempt (or the bucket is away), or the
-		// process is stopping: the event goes back, its claim too.
-		if err := r.guard.Undo(ctx, &a); err != nil {
-			r.o.Log.WarnContext(ctx, "guard claim not given back; the next attempt resumes it", "consumer", r.name, "id", env.ID, "err", err)
-		}
-		r.nack(m)
-		return
+		a, release = claimed, rel
 	}
 	crashPoint(CrashAfterGuard)
 	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, FirstAttempt: a.Record.FirstAttempt,
@@ -469,14 +465,76 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	r.settle(ctx, m, env, &a, herr)
 }
 
+// claim takes the contact's lease and the event's guard for an attempt: ok with the
+// attempt and the lease's release, or not ok once m is answered (skipped: done
+// already; put back: busy, the guard away, or the process stopping).
+func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message.Message, env envelope.Envelope) (a guard.Attempt, release func(), ok bool) {
+	release = func() {}
+	// The contact's lease and the event's claim are taken at once: one round trip of
+	// waiting, not two. A claim whose lease turns out busy is given back (guard.Undo).
+	var leased chan leaseTaken
+	if contact := env.ContactKey(); contact != "" {
+		leased = make(chan leaseTaken, 1)
+		go func() {
+			rel, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
+			leased <- leaseTaken{rel, ok && err == nil}
+		}()
+	}
+	a, err := r.guard.Begin(ctx, env.ID)
+	free := true // the contact is ours (or needs no lease)
+	if leased != nil {
+		l := <-leased
+		if free = l.ok; free {
+			release = l.release
+		}
+	}
+	if err != nil {
+		release()
+		r.o.Log.WarnContext(ctx, "guard unavailable", "consumer", r.name, "id", env.ID, "err", err)
+		r.nack(m)
+		return a, nil, false
+	}
+	switch a.Decision {
+	case guard.Skip:
+		release()
+		duplicates.Add(ctx, 1, r.eventAttrs(env))
+		r.ack(ctx, m)
+		return a, nil, false
+	case guard.Busy:
+		release()
+		r.nack(m)
+		return a, nil, false
+	}
+	select {
+	case <-stopping: // stopped while claiming: nothing done yet
+		free = false
+	default:
+	}
+	if !free {
+		// The contact is busy in another attempt (or the bucket is away), or the
+		// process is stopping: the event goes back, its claim too.
+		release()
+		if err := r.guard.Undo(ctx, &a); err != nil {
+			r.o.Log.WarnContext(ctx, "guard claim not given back; the next attempt resumes it", "consumer", r.name, "id", env.ID, "err", err)
+		}
+		r.nack(m)
+		return a, nil, false
+	}
+	return a, release, true
+}
+
 // settle records an attempt's end: completed (herr nil) or failed.
 func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.Envelope, a *guard.Attempt, herr error) {
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
-		if err := r.guard.Complete(ctx, a); err != nil {
-			r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
+		// An idempotent consumer's first success is told by its ack alone; after a
+		// failure, or replayed from the DLQ, its record says completed.
+		if !r.o.Sub.Idempotent || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
+			if err := r.guard.Complete(ctx, a); err != nil {
+				r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
+			}
+			r.outcome(ctx, env, a.Record)
 		}
-		r.outcome(ctx, env, a.Record)
 		r.ack(ctx, m)
 		r.attempted(ctx, env, a.Record.Attempts, "completed")
 		r.completed(ctx, env)
@@ -612,7 +670,8 @@ func (r *runner) deadLetter(ctx context.Context, env envelope.Envelope, raw []by
 	msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
 	if env.ID != "" {
 		// One dead letter per attempt history: a replay that dies again is a new one.
-		msg.Header.Set(jetstream.MsgIDHeader, "dlq."+r.name+"."+env.ID+"."+strconv.FormatInt(rec.FirstAttempt.UnixNano(), 10))
+		history := cmp.Or(rec.FirstAttempt, rec.LastAttempt) // an idempotent consumer's attempts keep no first
+		msg.Header.Set(jetstream.MsgIDHeader, "dlq."+r.name+"."+env.ID+"."+strconv.FormatInt(history.UnixNano(), 10))
 	}
 	if _, err = r.js.PublishMsg(ctx, msg); err != nil {
 		return err

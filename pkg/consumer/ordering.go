@@ -18,16 +18,37 @@ import (
 // (an atomic create, released by a compare-and-delete), and an event whose contact is
 // busy is redelivered shortly. The order in which a contact's events take effect is not
 // arrival order anyway: the lifecycle orders them by event time and version.
+//
+// A runner alone on its consumer keeps the leases in memory instead (solo.go).
 type contactLocks struct {
 	kv    jetstream.KeyValue
 	scope string // the consumer
 	lease time.Duration
+	solo  *solo // nil: always the bucket's
 }
 
 // acquire takes the lease on contact; ok is false while another attempt holds it.
 func (l contactLocks) acquire(ctx context.Context, tenant, contact string) (release func(), ok bool, err error) {
 	sum := sha256.Sum256([]byte(contact))
 	key := l.scope + "." + tenant + "." + hex.EncodeToString(sum[:12])
+	if l.solo == nil {
+		return l.take(ctx, key)
+	}
+	release, handled, ok := l.solo.acquire(ctx, key, soloWait)
+	if handled {
+		return release, ok, nil
+	}
+	done := release // a shared attempt: the bucket's lease, and solo told when it ends
+	lease, ok, err := l.take(ctx, key)
+	if !ok || err != nil {
+		done()
+		return nil, ok, err
+	}
+	return func() { lease(); done() }, true, nil
+}
+
+// take takes key's lease in the bucket.
+func (l contactLocks) take(ctx context.Context, key string) (release func(), ok bool, err error) {
 	until := strconv.FormatInt(time.Now().Add(l.lease).UnixNano(), 10)
 	rev, err := l.kv.Create(ctx, key, []byte(until))
 	if errors.Is(err, jetstream.ErrKeyExists) {

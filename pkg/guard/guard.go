@@ -42,7 +42,7 @@ type Record struct {
 	Status        string    `json:"status"`
 	Attempts      int       `json:"attempt_count"`
 	LastError     string    `json:"last_error,omitempty"`
-	FirstAttempt  time.Time `json:"first_attempt"`
+	FirstAttempt  time.Time `json:"first_attempt,omitzero"`
 	LastAttempt   time.Time `json:"last_attempt"`
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
 	LeaseUntil    time.Time `json:"lease_until,omitzero"`
@@ -77,6 +77,9 @@ type Attempt struct {
 	key  string
 	rev  uint64
 	prev *Record // what Begin found (nil: no record), for Undo
+	// unclaimed: made by Assume, claimed by no record; Complete and Fail write the
+	// record whatever it holds.
+	unclaimed bool
 }
 
 // Guard is the guard bucket, seen by one consumer.
@@ -129,6 +132,16 @@ func (g *Guard) Begin(ctx context.Context, eventID string) (Attempt, error) {
 		return Attempt{}, fmt.Errorf("guard claim %s: %w", key, err)
 	}
 	return Attempt{Decision: Proceed, Record: next, Resumed: resumed, key: key, rev: rev, prev: &cur}, nil
+}
+
+// Assume is an attempt at eventID, its attempt-th delivery, that claims nothing: for a
+// consumer whose effect is idempotent (stream.Subscription.Idempotent), where two
+// attempts at once or one again change nothing. No record is read or written; its
+// Complete and Fail put the record, over whatever it held.
+func (g *Guard) Assume(eventID string, attempt int) Attempt {
+	now := g.now().UTC()
+	return Attempt{Decision: Proceed, Record: Record{Status: Processing, Attempts: attempt, LastAttempt: now},
+		key: Key(g.consumer, eventID), unclaimed: true}
 }
 
 // Undo gives back a claim whose attempt never began its effect (the runner claims the
@@ -220,6 +233,14 @@ func Status(ctx context.Context, kv jetstream.KeyValue, consumer, eventID string
 var ErrLost = errors.New("guard: the attempt lost its claim (lease expired and the event was resumed)")
 
 func (g *Guard) update(ctx context.Context, a *Attempt, rec Record) error {
+	if a.unclaimed {
+		rev, err := g.kv.Put(ctx, a.key, mustJSON(rec))
+		if err != nil {
+			return fmt.Errorf("guard put %s: %w", a.key, err)
+		}
+		a.Record, a.rev = rec, rev
+		return nil
+	}
 	rev, err := g.kv.Update(ctx, a.key, mustJSON(rec), a.rev)
 	if conflict(err) {
 		return ErrLost

@@ -22,6 +22,7 @@ import (
 	"exacto.dev/pkg/admin"
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/ingest"
@@ -66,6 +67,9 @@ type Env struct {
 	// is the consumers' committer of derived events, with its longer window.
 	Commit                 *ingest.Committer
 	derived                *ingest.Committer
+	precedence             consumer.Precedence // the process's consumers' (consumer.Options.Precedence)
+	gateMu                 sync.Mutex
+	gate                   *confirm.Gate // shared by the process's consumers (Gate)
 	adminSrv               *http.Server
 	telemetry              *telemetry.Providers
 	stopBreakers, stopSLOs func()
@@ -173,7 +177,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	}
 	if gc := cfg.Gateway.GroupCommit; gc.MaxEvents > 1 {
 		env.Commit = ingest.NewCommitter(conn.JS, gc.MaxEvents, gc.MaxWait, cfg.Gateway.PublishTimeout)
-		env.derived = ingest.NewCommitter(conn.JS, config.MaxBatch, gc.DerivedWait, cfg.Gateway.PublishTimeout)
+		env.derived = ingest.NewCommitter(conn.JS, derivedBatch, gc.DerivedWait, cfg.Gateway.PublishTimeout)
 	}
 	env.adminSrv = admin.Server(cfg.AdminAddr, env.Admin)
 	go env.adminSrv.Serve(ln)
@@ -209,6 +213,28 @@ func (e *Env) Deriver(ctx context.Context) (*consumer.Deriver, error) {
 		return d, err
 	}
 	return d.Via(e.derived.Publish), nil
+}
+
+// derivedBatch is the most derived events one commit stores. Under load a batch fills
+// before its window (group_commit.derived_wait) ends, so a stop is stored tens of
+// milliseconds after it was made, not the whole window later; at a trickle the window
+// still gathers what it can, so each commit's cost (an atomic batch: docs/durability.md)
+// is shared.
+const derivedBatch = 32
+
+// Gate is the process's confirmation gate (pkg/confirm), one for all its consumers: the
+// consumers that need one unsigned event's verdict ask its source once.
+func (e *Env) Gate(ctx context.Context) (*confirm.Gate, error) {
+	e.gateMu.Lock()
+	defer e.gateMu.Unlock()
+	if e.gate == nil {
+		g, err := confirm.Open(ctx, e.Conn.JS, e.Config.TenantIDs(), e.Platforms.For, e.Log)
+		if err != nil {
+			return nil, err
+		}
+		e.gate = g
+	}
+	return e.gate, nil
 }
 
 // Close stops the admin server and the NATS connection (and embedded server), and
@@ -289,7 +315,7 @@ func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Op
 		o.Workers = w
 	}
 	if o.Workers == 0 {
-		o.Workers = 2
+		o.Workers = max(sub.Workers, 1)
 	}
 	o.WorkflowVersion = e.Config.WorkflowVersion
 	o.SLO = func(env envelope.Envelope) (string, time.Duration) {
@@ -300,6 +326,8 @@ func (e *Env) Consume(ctx context.Context, name string, up func(), o consumer.Op
 		s := e.Config.SLOOf(env.Type, label)
 		return s.Name, s.Target
 	}
+	o.Solo = &consumer.Solo{} // the process's runners of the service are one member
+	o.Precedence = &e.precedence
 	replays := o
 	replays.Workers = 1
 	// The replays' consumer stays on disk: its events are rare, each an operator's action.

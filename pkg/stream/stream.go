@@ -236,6 +236,24 @@ type Subscription struct {
 	BackoffBase   time.Duration // first redelivery delay, doubled per attempt, with jitter
 	BackoffMax    time.Duration
 	MaxAckPending int
+	// Workers is how many of its events each process handles at once, unless the
+	// config says (consumers.<name>.workers). A service whose attempt is a chain of
+	// calls to outside platforms needs as many as it has stops a second to make times
+	// each chain's time (a real platform answers in tens to hundreds of milliseconds,
+	// and its documented rate, pkg/ratelimit, paces them, not the number of workers);
+	// one that works in memory needs about two a core.
+	Workers int
+	// Urgent: its effect keeps a person from being e-mailed again (a stopped sequence,
+	// a suppression), so while it is behind the process's other consumers defer to it
+	// (consumer.Precedence).
+	Urgent bool
+	// Idempotent: the service's effect is the same however often and in whatever order
+	// it is made — a commutative merge (the projector), a derived event with a fixed id
+	// (the classifier) — so an attempt claims nothing (no contact lease, no guard record
+	// before it) and only what is not plain success is recorded: a failure, a dead
+	// letter, a success after either. Its other events are completed once its
+	// consumer's ack floor has passed them (consumer.Status).
+	Idempotent bool
 }
 
 // Consumer service names, which are also their durable consumers' names.
@@ -265,21 +283,21 @@ var Subscriptions = []Subscription{
 	// Ten attempts: an unsigned reply is asked of its source for a minute or so
 	// (pkg/confirm) before the classifier concludes it unconfirmed.
 	{Durable: Classifier, Subjects: subjects("reply.received", "message.received"),
-		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000},
+		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000, Workers: 4, Idempotent: true},
 	// The stopper acts on any reply without waiting for its classification: a safety
 	// rule, so it must keep up even when the classifier is down. The classification
 	// only raises the lead's label at the platform afterwards.
 	{Durable: Stopper, Subjects: subjects("reply.received", "message.received", "lead.unsubscribed", "email.bounced", "email.complained", "reply.classified"),
-		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},
+		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000, Workers: 32, Urgent: true},
 	// The crmwriter also reads HubSpot's own contact events, to ask HubSpot who an
 	// id-only contact is (contact.identified).
 	{Durable: CRMWriter, Subjects: append(subjects("reply.received", "reply.classified", "meeting.booked", "opportunity.created"),
 		"events.*.hubspot.contact.updated", "events.*.hubspot.lead.status_changed", "events.*.hubspot.lead.unsubscribed"),
-		AckWait: 60 * time.Second, MaxDeliver: 10, BackoffBase: 2 * time.Second, BackoffMax: 10 * time.Minute, MaxAckPending: 500},
+		AckWait: 60 * time.Second, MaxDeliver: 10, BackoffBase: 2 * time.Second, BackoffMax: 10 * time.Minute, MaxAckPending: 500, Workers: 8},
 	{Durable: Suppressor, Subjects: subjects("lead.unsubscribed", "email.bounced", "email.complained", "reply.classified"),
-		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000},
+		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000, Workers: 8, Urgent: true},
 	{Durable: Projector, Subjects: []string{"events.>"},
-		AckWait: 30 * time.Second, MaxDeliver: 20, BackoffBase: 500 * time.Millisecond, BackoffMax: time.Minute, MaxAckPending: 5000},
+		AckWait: 30 * time.Second, MaxDeliver: 20, BackoffBase: 500 * time.Millisecond, BackoffMax: time.Minute, MaxAckPending: 5000, Workers: 4, Idempotent: true},
 }
 
 // SubscriptionOf finds a service's subscription by name.

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/stream"
@@ -59,7 +60,7 @@ func eventsCmd() *cobra.Command {
 						consumers[sub.Durable] = map[string]string{"status": "not_subscribed"}
 						continue
 					}
-					rec, ok, err := guard.Status(ctx, kv, sub.Durable, id)
+					rec, ok, err := consumer.Status(ctx, js, kv, sub, id, seq)
 					switch {
 					case err != nil:
 						consumers[sub.Durable] = map[string]string{"error": err.Error()}

@@ -189,7 +189,7 @@ func BenchmarkConsumers(b *testing.B) {
 	rows := []consumerRow{{"bare JetStream consume + double ack", 2 * n, rawDrain(b, conn, 2*n)}}
 	noop := stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
 	rows = append(rows, consumerRow{"framework, no-op handler", n, drain(b, conn, noop, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})})
-	rows = append(rows, consumerRow{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New()), Unordered: true})})
+	rows = append(rows, consumerRow{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New())})})
 	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", 2 * n, drain(b, conn, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies,
 		Handle: stopper.New(d, platforms.For, dir, nil)})})
 	rows = append(rows, consumerRow{"crmwriter (contact, note, classification)", 2 * n, drain(b, conn, of(stream.CRMWriter), 2*n, consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),

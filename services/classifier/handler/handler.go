@@ -54,14 +54,14 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
+	gate, err := env.Gate(ctx)
 	if err != nil {
 		return err
 	}
-	return env.Consume(ctx, stream.Classifier, up, consumer.Options{Handle: gate.Wrap(Acts, New(d, classify.New())),
-		// A classification depends on its reply alone; consumers of reply.classified order
-		// a contact's events by their own leases and lifecycle.
-		Unordered: true})
+	// A classification depends on its reply alone and is stored under a fixed id: its
+	// subscription is idempotent (no lease, no claim); consumers of reply.classified
+	// order a contact's events by their own leases and lifecycle.
+	return env.Consume(ctx, stream.Classifier, up, consumer.Options{Handle: gate.Wrap(Acts, New(d, classify.New()))})
 }
 
 // Acts says which events the classifier acts on: replies (its subscription's other

@@ -152,7 +152,7 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	}, env.Log); err != nil {
 		return err
 	}
-	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
+	gate, err := env.Gate(ctx)
 	if err != nil {
 		return err
 	}

@@ -231,5 +231,5 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 		discrepancies.Add(ctx, 0, at)
 		undecided.Add(ctx, 0, at)
 	}
-	return env.Consume(ctx, stream.Projector, up, consumer.Options{Handle: h, Workers: 4})
+	return env.Consume(ctx, stream.Projector, up, consumer.Options{Handle: h})
 }

@@ -49,7 +49,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
@@ -200,6 +199,7 @@ func New(d *consumer.Deriver, platforms Platforms, dir *contacts.Directory, log 
 }
 
 func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
+	ctx = reading(ctx)
 	env := ev.Envelope
 	if value, ok := classifiedLabel(env); ok {
 		clients, known := h.platforms(env.Tenant)
@@ -320,7 +320,7 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
+	gate, err := env.Gate(ctx)
 	if err != nil {
 		return err
 	}
@@ -329,15 +329,15 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 			pausesConfirmed.Add(ctx, 0, metric.WithAttributes(attribute.String("tenant", t), attribute.String("outcome", o)))
 		}
 	}
-	// 8 at once: a stop is the most urgent effect, each one a chain of round trips
-	// (lease, guard, read, write, read back, record, derive), and events of one contact
-	// still run one at a time.
+	// Its workers (pkg/stream: 32) are many: a stop is the most urgent effect, each one
+	// a chain of round trips (guard, read, write, read back, record, derive), and events
+	// of one contact still run one at a time.
 	dir, err := contacts.Open(ctx, env.Conn.JS)
 	if err != nil {
 		return err
 	}
 	h := gate.Wrap(Acts, New(d, env.Platforms.For, dir, env.Log))
-	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: h, Dependencies: Dependencies, Workers: 8})
+	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: h, Dependencies: Dependencies})
 }
 
 // Acts says which events the stopper acts on (what an unsigned one must first be

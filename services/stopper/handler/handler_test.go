@@ -285,6 +285,11 @@ func TestInstantlyReplyStopsOnce(t *testing.T) {
 	if n := r.sb.Requests(sandbox.RouteInstantlyInterest); n != 1 {
 		t.Fatalf("%d stop calls, want 1", n)
 	}
+	// The campaign's subsequences are read once by the stop (before the value is given
+	// and when its enrolment is awaited), the retries skipped by the guard read nothing.
+	if n := r.sb.Requests(sandbox.RouteInstantlySubsequences); n != 1 {
+		t.Fatalf("%d reads of the subsequences, want 1", n)
+	}
 	l, _ := r.sb.InstantlyLeadState(id)
 	labels := r.sb.InstantlyLabels()
 	if len(labels) != 1 || labels[0].Label != StopLabel || labels[0].Kind != instantly.KindNeutral {

@@ -271,12 +271,11 @@ func (h *handler) setInterest(ctx context.Context, ev consumer.Event, c *instant
 }
 
 // startedBy is the subsequence of campaign that a lead given value enters, if any.
+// The subsequences are read once per attempt (before the value is given, and again
+// when its enrolment is awaited, moments later).
 func (h *handler) startedBy(ctx context.Context, ev consumer.Event, c *instantly.Client, campaign string, value int) (instantly.Subsequence, bool, error) {
-	var subs []instantly.Subsequence
-	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
-		subs, err = c.Subsequences(ctx, campaign)
-		return err
-	}); err != nil {
+	subs, err := subsequencesOf(ctx, ev, c, campaign)
+	if err != nil {
 		return instantly.Subsequence{}, false, fmt.Errorf("read campaign %s's subsequences: %w", campaign, err)
 	}
 	i := slices.IndexFunc(subs, func(s instantly.Subsequence) bool { return s.StartsOn(value) })
@@ -284,6 +283,45 @@ func (h *handler) startedBy(ctx context.Context, ev consumer.Event, c *instantly
 		return instantly.Subsequence{}, false, nil
 	}
 	return subs[i], true, nil
+}
+
+// read is what one attempt read of its campaigns' subsequences (by campaign).
+type read struct {
+	mu   sync.Mutex
+	subs map[string][]instantly.Subsequence
+}
+
+type readKey struct{}
+
+// reading makes ctx's attempt read each campaign's subsequences once.
+func reading(ctx context.Context) context.Context {
+	return context.WithValue(ctx, readKey{}, &read{subs: map[string][]instantly.Subsequence{}})
+}
+
+// subsequencesOf reads campaign's subsequences, once per attempt (reading).
+func subsequencesOf(ctx context.Context, ev consumer.Event, c *instantly.Client, campaign string) ([]instantly.Subsequence, error) {
+	r, _ := ctx.Value(readKey{}).(*read)
+	if r != nil {
+		r.mu.Lock()
+		subs, ok := r.subs[campaign]
+		r.mu.Unlock()
+		if ok {
+			return subs, nil
+		}
+	}
+	var subs []instantly.Subsequence
+	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+		subs, err = c.Subsequences(ctx, campaign)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if r != nil {
+		r.mu.Lock()
+		r.subs[campaign] = subs
+		r.mu.Unlock()
+	}
+	return subs, nil
 }
 
 // leaveSubsequence takes lead l out of the subsequence it is in and confirms it left.

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 
-	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
@@ -151,7 +150,7 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	gate, err := confirm.Open(ctx, env.Conn.JS, env.Config.TenantIDs(), env.Platforms.For, env.Log)
+	gate, err := env.Gate(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,187 @@
+package consumer
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker"
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/stream"
+)
+
+// leaseKeys are the contact leases ever written to the bucket by sub's consumer (the
+// bucket's stream keeps one message per key: a deleted lease leaves its marker).
+func leaseKeys(t *testing.T, conn *broker.Conn) []string {
+	t.Helper()
+	s, err := conn.JS.Stream(context.Background(), "KV_"+stream.ContactLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("$KV."+stream.ContactLocks+"."+sub.Durable+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for subject := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subject, "$KV."+stream.ContactLocks+"."))
+	}
+	return keys
+}
+
+// One runner alone on its consumer keeps its contacts' leases in memory: events of one
+// contact still run one at a time — the next waits for the one under way, in memory, not
+// in a redelivery — and the bucket holds no lease of theirs.
+func TestAloneLeasesInMemory(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var c contention
+	run(t, conn, c.handler(nil), func(o *Options) { o.Workers = 4 })
+	ids := publishFor(t, conn, 12, func(i int) string { return []string{"ana@example.com", "bo@example.com"}[i%2] })
+	waitFor(t, "every event handled", func() bool { return c.handled(ids) })
+	if c.overlapped() {
+		t.Fatal("two events of one contact ran at once")
+	}
+	if keys := leaseKeys(t, conn); len(keys) != 0 {
+		t.Fatalf("a runner alone wrote contact leases to the bucket: %v", keys)
+	}
+	cons, err := conn.JS.Consumer(context.Background(), stream.Events, sub.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cons.CachedInfo().Delivered.Consumer; d != uint64(len(ids)) {
+		t.Fatalf("%d deliveries of %d events: a busy contact's event went back to the stream", d, len(ids))
+	}
+}
+
+// A second runner that starts while the first works alone on a contact's long event
+// does not start that contact's next event until the long one has ended; once both run,
+// the leases are the bucket's.
+func TestJoinerWaitsForTheLoneRunnersAttempts(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	var c contention
+	long := publishFor(t, conn, 1, func(int) string { return "ana@example.com" })[0]
+	h := c.handler(func(id string) {
+		if id == long {
+			<-release // holds ana for as long as the test says
+		}
+	})
+	run(t, conn, h)
+	t.Cleanup(free) // before the runner stops, which waits for the long event
+	waitFor(t, "the long event under way", func() bool { return c.running("email:ana@example.com") })
+	run(t, conn, h) // a second replica joins
+	next := publishEvents(t, conn, 1, 4, func(int) string { return "ana@example.com" })
+	time.Sleep(3 * soloRefresh) // both have seen each other; the first is yielding
+	if n := c.count(next); n != 0 {
+		t.Fatalf("%d of ana's next events ran while her first was under way", n)
+	}
+	free()
+	waitFor(t, "every event handled", func() bool { return c.handled(append(next, long)) })
+	if c.overlapped() {
+		t.Fatal("two events of one contact ran at once")
+	}
+	more := publishEvents(t, conn, 5, 4, func(int) string { return "bo@example.com" })
+	waitFor(t, "bo's events handled", func() bool { return c.handled(more) })
+	if keys := leaseKeys(t, conn); len(keys) == 0 {
+		t.Fatal("two runners took no lease in the bucket")
+	}
+}
+
+// A runner that died working alone (no goodbye: its claim and membership stay in the
+// bucket) holds the consumer no longer than soloStale: the next one takes over.
+func TestDeadLoneRunnerIsTakenOver(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	kv, err := conn.JS.KeyValue(context.Background(), stream.ContactLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{soloKey(sub.Durable), memberKey(sub.Durable, "dead")} {
+		if _, err := kv.Put(context.Background(), k, []byte("dead")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var c contention
+	run(t, conn, c.handler(nil))
+	start := time.Now()
+	ids := publishFor(t, conn, 3, func(int) string { return "ana@example.com" })
+	waitFor(t, "the events handled", func() bool { return c.handled(ids) })
+	if took := time.Since(start); took < soloStale {
+		t.Fatalf("handled %v after start, before the dead runner's claim was stale", took)
+	}
+	e, err := kv.Get(context.Background(), soloKey(sub.Durable))
+	if err != nil || string(e.Value()) == "dead" {
+		t.Fatalf("the claim after the takeover: %v %v", e, err)
+	}
+	if keys := leaseKeys(t, conn); len(keys) != 0 {
+		t.Fatalf("the new lone runner wrote leases: %v", keys)
+	}
+}
+
+// contention tracks a handler's events per contact: which ran, and whether two of one
+// contact ever ran at once.
+type contention struct {
+	mu      sync.Mutex
+	now     map[string]int
+	done    map[string]int
+	overlap bool
+}
+
+func (c *contention) handler(during func(id string)) Handler {
+	return func(ctx context.Context, ev Event) error {
+		key := ev.Envelope.ContactKey()
+		c.mu.Lock()
+		if c.now == nil {
+			c.now, c.done = map[string]int{}, map[string]int{}
+		}
+		c.now[key]++
+		c.overlap = c.overlap || c.now[key] > 1
+		c.mu.Unlock()
+		if during != nil {
+			during(ev.Envelope.ID)
+		}
+		time.Sleep(5 * time.Millisecond)
+		c.mu.Lock()
+		c.now[key]--
+		c.done[ev.Envelope.ID]++
+		c.mu.Unlock()
+		return nil
+	}
+}
+
+func (c *contention) running(contact string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now[contact] > 0
+}
+
+func (c *contention) count(ids []string) (n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		n += c.done[id]
+	}
+	return n
+}
+
+func (c *contention) handled(ids []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		if c.done[id] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *contention) overlapped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.overlap
+}
