@@ -29,7 +29,10 @@ func main() {
 		partCmd(stream.Reconciler, "Run the scheduled reconciliation alone against EXACTO_NATS_URL"),
 		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), quarantineCmd(), reconcileCmd(), classifyCmd(), simulateCmd())
 	bindEnv(root)
-	if err := root.Execute(); err != nil {
+	stopProfile := cpuProfile()
+	err := root.Execute()
+	stopProfile()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "exacto:", err)
 		os.Exit(1)
 	}

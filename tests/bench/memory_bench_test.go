@@ -132,6 +132,9 @@ func startUp(b *testing.B, env []string, wrap ...string) *upProcess {
 	cmd.Env = append(os.Environ(),
 		"EXACTO_HTTP_ADDR="+u.addr(0), "EXACTO_ADMIN_ADDR="+u.addr(1), "EXACTO_NATS_LISTEN="+u.addr(2), "EXACTO_SANDBOX_ADDR="+u.addr(3),
 		"EXACTO_SANDBOX_URL=", "EXACTO_NATS_URL=", "EXACTO_CONFIG=", "EXACTO_LOG_FORMAT=json", "EXACTO_DATA_DIR="+filepath.Join(dir, "data"))
+	if cfg := os.Getenv("EXACTO_BENCH_UP_CONFIG"); cfg != "" { // an experiment's config instead of the demo
+		cmd.Env = append(cmd.Env, "EXACTO_CONFIG="+cfg)
+	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = u.out, u.out
 	if err := cmd.Start(); err != nil {
