@@ -23,18 +23,20 @@ import (
 //
 //   - A runner alone takes new attempts only while its last rewrite of the claim is
 //     less than soloValid old. Seeing another live member, it yields: it takes no new
-//     attempt, lets those under way end (their leases are in its memory only), then
-//     deletes the claim and goes on shared.
+//     attempt, lets those under way end (their leases are in its memory only) while it
+//     keeps the claim alive, then deletes the claim and goes on shared.
 //   - A shared runner takes a lease per contact in the bucket, and takes attempts only
 //     while no live claim is held by another; one that finds one waits (its attempts
 //     are put back) until the holder yields or is taken for dead.
 //   - A runner that sees no other live member and no live claim creates the claim (or
-//     takes over a dead one), lets its own shared attempts end, and looks at the
-//     members again soloSettle later before it works alone: a member that started
-//     meanwhile either saw the claim or is seen now, and the claim goes. A newly
-//     started runner decides only soloSettle after writing its membership, for the
-//     same reason, and takes for alive, until soloStale shows otherwise, every key it
-//     finds then (a process that died holding one, before a restart, costs soloStale).
+//     takes over a dead one), goes on shared meanwhile, and looks at the members again
+//     soloSettle later: a member that started in between either saw the claim or is seen
+//     now, and the claim goes. Only then does it stop taking attempts, let its shared
+//     ones end, and work alone.
+//   - A runner decides first once it has read every membership there is (its watch's
+//     first values), and takes for alive, until soloStale shows otherwise, every key it
+//     finds then: a process that died holding the claim, before a restart, costs
+//     soloStale.
 //
 // A process paused longer than soloStale (a frozen machine) may find another runner
 // took over while its attempts were under way: for that long, two events of one contact
@@ -47,12 +49,25 @@ const (
 	soloSettle  = 200 * time.Millisecond
 )
 
+// soloMode is what an attempt does with its contact's lease now.
 type soloMode int
 
 const (
-	soloDeciding soloMode = iota // not known yet, yielding, or another process works alone
-	soloAlone                    // this runner holds the claim: leases in memory
-	soloShared                   // leases in the bucket
+	soloDeciding soloMode = iota // wait: not known yet, changing over, or another works alone
+	soloAlone                    // in memory
+	soloShared                   // in the bucket
+)
+
+// soloPhase is where the protocol is, for its loop.
+type soloPhase int
+
+const (
+	phaseDeciding soloPhase = iota // looking at the claim and the members
+	phaseShared
+	phaseClaiming  // claim taken, members looked at again at settleAt
+	phaseSwitching // no new attempt; the shared ones end, then alone
+	phaseAlone
+	phaseYielding // no new attempt; the alone ones end, then the claim goes
 )
 
 // solo is one runner's side of the solo protocol over the lease bucket.
@@ -63,16 +78,21 @@ type solo struct {
 
 	mu      sync.Mutex
 	mode    soloMode
-	changed chan struct{}            // closed when mode changes
-	rev     uint64                   // the claim's revision, alone
-	wrote   time.Time                // the claim's last rewrite, alone
-	held    map[string]chan struct{} // contacts leased in memory: closed when released
-	members map[string]time.Time     // other runners, by instance: when their key last changed
-	claimed struct {                 // the claim seen when not alone: revision, and since when
+	changed chan struct{} // closed when mode changes
+	wrote   time.Time     // the claim's last rewrite, while held
+	held    map[string]chan struct{}
+	members map[string]time.Time // other runners, by instance: when their key last changed
+	claimed struct {             // the claim seen when not held: revision, and since when
 		rev   uint64
 		since time.Time
 	}
-	alone, shared sync.WaitGroup // attempts under way in each mode
+	alone, shared int           // attempts under way in each mode
+	idle          chan struct{} // told when either count reaches 0
+
+	// The loop's own (one goroutine).
+	phase    soloPhase
+	rev      uint64 // the claim's revision, while held
+	settleAt time.Time
 }
 
 func soloKey(scope string) string             { return "_solo." + scope }
@@ -81,7 +101,7 @@ func memberKey(scope, instance string) string { return memberPrefix(scope) + ins
 
 func newSolo(kv jetstream.KeyValue, scope string) *solo {
 	return &solo{kv: kv, scope: scope, instance: nuid.Next(), changed: make(chan struct{}),
-		held: map[string]chan struct{}{}, members: map[string]time.Time{}}
+		held: map[string]chan struct{}{}, members: map[string]time.Time{}, idle: make(chan struct{}, 1)}
 }
 
 // acquire takes contact key's lease in memory when this runner works alone (handled
@@ -97,9 +117,9 @@ func (s *solo) acquire(ctx context.Context, key string, wait time.Duration) (rel
 		mode, changed := s.mode, s.changed
 		switch {
 		case mode == soloShared:
-			s.shared.Add(1)
+			s.shared++
 			s.mu.Unlock()
-			return s.shared.Done, false, false
+			return func() { s.done(&s.shared) }, false, false
 		case mode == soloAlone && time.Since(s.wrote) < soloValid:
 			if busy, ok := s.held[key]; ok {
 				s.mu.Unlock()
@@ -114,14 +134,14 @@ func (s *solo) acquire(ctx context.Context, key string, wait time.Duration) (rel
 			}
 			free := make(chan struct{})
 			s.held[key] = free
-			s.alone.Add(1)
+			s.alone++
 			s.mu.Unlock()
 			return func() {
 				s.mu.Lock()
 				delete(s.held, key)
 				s.mu.Unlock()
 				close(free)
-				s.alone.Done()
+				s.done(&s.alone)
 			}, true, true
 		}
 		s.mu.Unlock()
@@ -131,6 +151,20 @@ func (s *solo) acquire(ctx context.Context, key string, wait time.Duration) (rel
 			return nil, true, false
 		case <-ctx.Done():
 			return nil, true, false
+		}
+	}
+}
+
+// done ends an attempt counted in n, telling the loop when none is left.
+func (s *solo) done(n *int) {
+	s.mu.Lock()
+	*n--
+	left := *n
+	s.mu.Unlock()
+	if left == 0 {
+		select {
+		case s.idle <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -145,14 +179,8 @@ func (s *solo) setMode(m soloMode) {
 	}
 }
 
-func (s *solo) modeNow() soloMode {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mode
-}
-
-// run keeps the membership and decides the mode until ctx ends; then it gives up the
-// claim and the membership.
+// run keeps the membership and moves through the phases until ctx ends; then it gives
+// up the claim and the membership.
 func (s *solo) run(ctx context.Context) {
 	w, err := s.kv.Watch(ctx, memberPrefix(s.scope)+"*")
 	if err != nil {
@@ -163,28 +191,36 @@ func (s *solo) run(ctx context.Context) {
 	s.heartbeat(ctx)
 	t := time.NewTicker(soloRefresh)
 	defer t.Stop()
-	settle := time.After(soloSettle) // others' memberships are seen by then
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	known := false // every membership there was at the start is read
 	for {
 		select {
 		case e := <-w.Updates():
-			s.seen(e)
-			continue
-		case <-settle:
+			if e != nil {
+				s.seen(e)
+				continue
+			}
+			known = true
+		case <-settle.C:
+		case <-s.idle:
 		case <-t.C:
 			s.heartbeat(ctx)
 		case <-ctx.Done():
 			s.leave()
 			return
 		}
-		s.step(ctx)
+		if known {
+			s.step(ctx)
+		}
+		if s.phase == phaseClaiming {
+			settle.Reset(time.Until(s.settleAt))
+		}
 	}
 }
 
-// seen notes a membership the watch delivered (nil: the initial values are all in).
+// seen notes a membership the watch delivered.
 func (s *solo) seen(e jetstream.KeyValueEntry) {
-	if e == nil {
-		return
-	}
 	id := strings.TrimPrefix(e.Key(), memberPrefix(s.scope))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,34 +246,91 @@ func (s *solo) others() bool {
 	return false
 }
 
+// running is how many attempts are under way alone and shared.
+func (s *solo) running() (alone, shared int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.alone, s.shared
+}
+
 func (s *solo) heartbeat(ctx context.Context) {
 	s.kv.Put(ctx, memberKey(s.scope, s.instance), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 }
 
-// step decides the mode from the claim and the members.
+// step moves the protocol on from its phase.
 func (s *solo) step(ctx context.Context) {
-	if s.modeNow() == soloAlone {
-		if !s.others() && s.rewrite(ctx) {
+	switch s.phase {
+	case phaseAlone:
+		if !s.rewrite(ctx) || s.others() {
+			s.phase = phaseYielding
+			s.setMode(soloDeciding) // no new attempt alone
+		}
+	case phaseClaiming:
+		if time.Now().Before(s.settleAt) {
+			s.rewrite(ctx)
 			return
 		}
-		s.yield(ctx)
+		if s.others() || !s.rewrite(ctx) {
+			s.drop(ctx) // another started meanwhile: both share
+			return
+		}
+		s.phase = phaseSwitching
+		s.setMode(soloDeciding) // no new attempt while the shared ones end
+	case phaseSwitching:
+		if !s.rewrite(ctx) || s.others() {
+			s.drop(ctx)
+			return
+		}
+	case phaseYielding:
+		s.rewrite(ctx) // kept alive while the attempts alone end
+	default: // deciding, shared
+		s.decide(ctx)
 	}
+	alone, shared := s.running()
+	switch {
+	case s.phase == phaseSwitching && shared == 0:
+		s.phase = phaseAlone
+		s.setMode(soloAlone)
+	case s.phase == phaseYielding && alone == 0:
+		s.drop(ctx)
+		s.decide(ctx)
+	}
+}
+
+// decide looks at the claim and the members: wait for another that works alone, share
+// with others, or take the claim.
+func (s *solo) decide(ctx context.Context) {
 	rev, live, err := s.claim(ctx)
 	switch {
-	case err != nil:
-		s.setMode(soloDeciding)
-	case live:
-		s.setMode(soloDeciding) // another works alone: wait for it to yield
+	case err != nil || live:
+		s.phase = phaseDeciding
+		s.setMode(soloDeciding) // another works alone (or cannot be told): wait
 	case s.others():
+		s.phase = phaseShared
 		s.setMode(soloShared)
 	default:
-		s.takeClaim(ctx, rev)
+		// Shared meanwhile: the claim was free, so no other works alone.
+		s.setMode(soloShared)
+		s.phase = phaseShared
+		value := []byte(s.instance)
+		if rev == 0 {
+			rev, err = s.kv.Create(ctx, soloKey(s.scope), value)
+		} else {
+			rev, err = s.kv.Update(ctx, soloKey(s.scope), value, rev)
+		}
+		if err != nil {
+			return // another took it first, or the bucket is away: decided again next step
+		}
+		s.mu.Lock()
+		s.wrote = time.Now()
+		s.mu.Unlock()
+		s.rev, s.phase, s.settleAt = rev, phaseClaiming, time.Now().Add(soloSettle)
 	}
 }
 
 // claim reads the consumer's solo claim: its revision (0: none) and whether it is
-// alive — held by another runner and rewritten less than soloStale ago, as far as this
-// runner has seen.
+// alive — rewritten less than soloStale ago, as far as this runner has seen (a claim
+// read again and again with one revision is not being rewritten).
 func (s *solo) claim(ctx context.Context) (rev uint64, live bool, err error) {
 	e, err := s.kv.Get(ctx, soloKey(s.scope))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -254,62 +347,25 @@ func (s *solo) claim(ctx context.Context) (rev uint64, live bool, err error) {
 	return e.Revision(), time.Since(s.claimed.since) < soloStale, nil
 }
 
-// takeClaim creates the claim (over rev, a dead one, when not 0), lets this runner's
-// shared attempts end, and works alone only if no other member appeared meanwhile.
-func (s *solo) takeClaim(ctx context.Context, rev uint64) {
-	s.setMode(soloDeciding) // no new attempt while changing over
-	value := []byte(s.instance)
-	var err error
-	if rev == 0 {
-		rev, err = s.kv.Create(ctx, soloKey(s.scope), value)
-	} else {
-		rev, err = s.kv.Update(ctx, soloKey(s.scope), value, rev)
-	}
-	if err != nil {
-		return // another took it first, or the bucket is away: decided again next step
-	}
-	wrote := time.Now()
-	s.shared.Wait()
-	select {
-	case <-time.After(soloSettle):
-	case <-ctx.Done():
-	}
-	if s.others() || ctx.Err() != nil {
-		s.kv.Delete(context.WithoutCancel(ctx), soloKey(s.scope), jetstream.LastRevision(rev))
-		s.setMode(soloShared)
-		return
-	}
-	s.mu.Lock()
-	s.rev, s.wrote = rev, wrote
-	s.mu.Unlock()
-	s.setMode(soloAlone)
-}
-
-// rewrite renews the claim; false when it was lost (taken over as dead).
+// rewrite renews the claim held; false when it was lost (taken over as dead).
 func (s *solo) rewrite(ctx context.Context) bool {
-	s.mu.Lock()
-	rev := s.rev
-	s.mu.Unlock()
 	wrote := time.Now()
-	rev, err := s.kv.Update(ctx, soloKey(s.scope), []byte(s.instance), rev)
+	rev, err := s.kv.Update(ctx, soloKey(s.scope), []byte(s.instance), s.rev)
 	if err != nil {
 		return false
 	}
+	s.rev = rev
 	s.mu.Lock()
-	s.rev, s.wrote = rev, wrote
+	s.wrote = wrote
 	s.mu.Unlock()
 	return true
 }
 
-// yield stops working alone: no new attempt, those under way end, then the claim goes
-// (unless another took it over); the next mode is decided from there.
-func (s *solo) yield(ctx context.Context) {
-	s.setMode(soloDeciding)
-	s.alone.Wait()
-	s.mu.Lock()
-	rev := s.rev
-	s.mu.Unlock()
-	s.kv.Delete(context.WithoutCancel(ctx), soloKey(s.scope), jetstream.LastRevision(rev))
+// drop gives up the claim (unless another took it over) and goes on shared.
+func (s *solo) drop(ctx context.Context) {
+	s.kv.Delete(context.WithoutCancel(ctx), soloKey(s.scope), jetstream.LastRevision(s.rev))
+	s.phase = phaseShared
+	s.setMode(soloShared)
 }
 
 // leave gives up the claim (if held) and the membership; the attempts under way have
@@ -317,12 +373,8 @@ func (s *solo) yield(ctx context.Context) {
 func (s *solo) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.mu.Lock()
-	mode, rev := s.mode, s.rev
-	s.mu.Unlock()
-	if mode == soloAlone {
-		s.alone.Wait()
-		s.kv.Delete(ctx, soloKey(s.scope), jetstream.LastRevision(rev))
+	if s.phase != phaseDeciding && s.phase != phaseShared {
+		s.kv.Delete(ctx, soloKey(s.scope), jetstream.LastRevision(s.rev))
 	}
 	s.kv.Delete(ctx, memberKey(s.scope, s.instance))
 }

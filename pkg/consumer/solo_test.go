@@ -39,7 +39,9 @@ func leaseKeys(t *testing.T, conn *broker.Conn) []string {
 func TestAloneLeasesInMemory(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	var c contention
-	run(t, conn, c.handler(nil), func(o *Options) { o.Workers = 4 })
+	sp := &Solo{}
+	run(t, conn, c.handler(nil), func(o *Options) { o.Workers, o.Solo = 4, sp })
+	waitAlone(t, sp)
 	ids := publishFor(t, conn, 12, func(i int) string { return []string{"ana@example.com", "bo@example.com"}[i%2] })
 	waitFor(t, "every event handled", func() bool { return c.handled(ids) })
 	if c.overlapped() {
@@ -58,26 +60,37 @@ func TestAloneLeasesInMemory(t *testing.T) {
 }
 
 // A second runner that starts while the first works alone on a contact's long event
-// does not start that contact's next event until the long one has ended; once both run,
-// the leases are the bucket's.
+// does not start that contact's next event until the long one has ended, however long
+// that takes; once both run, the leases are the bucket's.
 func TestJoinerWaitsForTheLoneRunnersAttempts(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	release := make(chan struct{})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	var c contention
-	long := publishFor(t, conn, 1, func(int) string { return "ana@example.com" })[0]
+	var long string
+	var mu sync.Mutex
 	h := c.handler(func(id string) {
-		if id == long {
+		mu.Lock()
+		isLong := id == long
+		mu.Unlock()
+		if isLong {
 			<-release // holds ana for as long as the test says
 		}
 	})
-	run(t, conn, h)
+	sp := &Solo{}
+	run(t, conn, h, func(o *Options) { o.Solo = sp })
+	waitAlone(t, sp)
+	mu.Lock()
+	long = publishFor(t, conn, 1, func(int) string { return "ana@example.com" })[0]
+	mu.Unlock()
 	t.Cleanup(free) // before the runner stops, which waits for the long event
 	waitFor(t, "the long event under way", func() bool { return c.running("email:ana@example.com") })
 	run(t, conn, h) // a second replica joins
 	next := publishEvents(t, conn, 1, 4, func(int) string { return "ana@example.com" })
-	time.Sleep(3 * soloRefresh) // both have seen each other; the first is yielding
+	// Both have seen each other and the first is yielding, for longer than a claim
+	// lives unrewritten: it keeps it alive while its attempt lasts.
+	time.Sleep(soloStale + 2*soloRefresh)
 	if n := c.count(next); n != 0 {
 		t.Fatalf("%d of ana's next events ran while her first was under way", n)
 	}
@@ -114,13 +127,26 @@ func TestDeadLoneRunnerIsTakenOver(t *testing.T) {
 	if took := time.Since(start); took < soloStale {
 		t.Fatalf("handled %v after start, before the dead runner's claim was stale", took)
 	}
-	e, err := kv.Get(context.Background(), soloKey(sub.Durable))
-	if err != nil || string(e.Value()) == "dead" {
-		t.Fatalf("the claim after the takeover: %v %v", e, err)
-	}
-	if keys := leaseKeys(t, conn); len(keys) != 0 {
-		t.Fatalf("the new lone runner wrote leases: %v", keys)
-	}
+	waitFor(t, "the claim taken over", func() bool {
+		e, err := kv.Get(context.Background(), soloKey(sub.Durable))
+		return err == nil && string(e.Value()) != "dead"
+	})
+}
+
+// waitAlone waits until the runners of sp work alone.
+func waitAlone(t *testing.T, sp *Solo) {
+	t.Helper()
+	waitFor(t, "the runner alone", func() bool {
+		sp.mu.Lock()
+		s := sp.s
+		sp.mu.Unlock()
+		if s == nil {
+			return false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.mode == soloAlone
+	})
 }
 
 // contention tracks a handler's events per contact: which ran, and whether two of one

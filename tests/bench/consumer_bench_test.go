@@ -87,10 +87,16 @@ func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o co
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	start := time.Now()
+	// As exacto up runs it on one embedded node: the consumer's state in the server's
+	// memory, its ack floor checkpointed.
+	checkpoints, err := conn.JS.KeyValue(context.Background(), stream.ConsumerCheckpoints)
+	if err != nil {
+		b.Fatal(err)
+	}
 	go func() {
 		defer close(stopped)
 		handle := o.Handle
-		o.NC, o.Sub, o.Workers = nc, sub, 8
+		o.NC, o.Sub, o.Workers, o.Checkpoints = nc, sub, 8, checkpoints
 		o.Handle = func(ctx context.Context, ev consumer.Event) error {
 			// Only completions count: a classification that overtakes its reply's
 			// note is retried, as it would be in production.

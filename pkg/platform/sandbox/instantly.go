@@ -545,7 +545,11 @@ func (s *Server) inBlock(w http.ResponseWriter, r *http.Request) {
 	e := blockEntry{ID: "bl-" + strconv.Itoa(len(s.inst.blocklist)+1), Value: v, Domain: !strings.Contains(v, "@"),
 		Created: time.Now().UTC().Format(time.RFC3339)}
 	s.inst.blocklist = append(s.inst.blocklist, e)
-	for _, l := range s.inst.leads {
+	leads := s.inst.leadsOf(v) // an address's own leads; a domain's are every lead's to read
+	if e.Domain {
+		leads = s.inst.leads
+	}
+	for _, l := range leads {
 		if l.Email == v || strings.HasSuffix(l.Email, "@"+v) {
 			l.Status = InstantlyUnsubscribed
 		}

@@ -1,9 +1,7 @@
 package sandbox
 
 import (
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,10 +51,18 @@ type smartleadState struct {
 	nextID  int64
 	leads   map[string]int64 // email → lead id
 	members []*SmartleadLead // campaign memberships, in insertion order
-	global  map[int64]bool   // unsubscribed from all campaigns
+	// The memberships by lead and by campaign, each in insertion order.
+	byLead     map[int64][]*SmartleadLead
+	byCampaign map[int64][]*SmartleadLead
+	global     map[int64]bool // unsubscribed from all campaigns
 	// auto holds the leads AutoEnroll created: the sandbox cannot know their
-	// campaigns, so they join each campaign they are asked about.
-	auto map[int64]bool
+	// campaigns, so they join each campaign they are asked about. autoOrder is them
+	// in the order made (their ids' order), autoEmail their addresses, and enrolled how
+	// many of autoOrder each campaign has been given.
+	auto      map[int64]bool
+	autoOrder []int64
+	autoEmail map[int64]string
+	enrolled  map[int64]int
 }
 
 func (st *smartleadState) init() {
@@ -64,6 +70,17 @@ func (st *smartleadState) init() {
 	st.leads = map[string]int64{}
 	st.global = map[int64]bool{}
 	st.auto = map[int64]bool{}
+	st.byLead, st.byCampaign = map[int64][]*SmartleadLead{}, map[int64][]*SmartleadLead{}
+	st.autoEmail, st.enrolled = map[int64]string{}, map[int64]int{}
+}
+
+// autoCreated notes that AutoEnroll created lead id for email.
+func (st *smartleadState) autoCreated(id int64, email string) {
+	if !st.auto[id] {
+		st.auto[id] = true
+		st.autoOrder = append(st.autoOrder, id)
+		st.autoEmail[id] = email
+	}
 }
 
 // AddSmartleadLead seeds email as a started lead of campaignID and returns
@@ -96,26 +113,22 @@ func (st *smartleadState) add(campaignID int64, email string) int64 {
 		return id
 	}
 	st.nextID++
-	st.members = append(st.members, &SmartleadLead{
-		LeadID: id, CampaignID: campaignID, MapID: st.nextID, Email: email, Status: "STARTED",
-	})
+	m := &SmartleadLead{LeadID: id, CampaignID: campaignID, MapID: st.nextID, Email: email, Status: "STARTED"}
+	st.members = append(st.members, m)
+	st.byLead[id] = append(st.byLead[id], m)
+	st.byCampaign[campaignID] = append(st.byCampaign[campaignID], m)
 	return id
 }
 
 // enrolAuto adds every lead AutoEnroll created to campaignID, as a started lead,
 // unless it is a member already. The caller holds s.mu.
 func (st *smartleadState) enrolAuto(campaignID int64) {
-	for _, id := range slices.Sorted(maps.Keys(st.auto)) { // sorted: stable map ids
-		if st.member(campaignID, id) != nil {
-			continue
-		}
-		for email, lid := range st.leads {
-			if lid == id {
-				st.add(campaignID, email)
-				break
-			}
+	for _, id := range st.autoOrder[st.enrolled[campaignID]:] { // the ones made since the last time
+		if st.member(campaignID, id) == nil {
+			st.add(campaignID, st.autoEmail[id])
 		}
 	}
+	st.enrolled[campaignID] = len(st.autoOrder)
 }
 
 // SmartleadLeadState returns lead's membership in campaign.
@@ -188,10 +201,8 @@ func (s *Server) UnsubscribeSmartleadLead(email string) bool {
 
 func (st *smartleadState) unsubscribe(id int64) bool {
 	found := false
-	for _, m := range st.members {
-		if m.LeadID == id {
-			m.Unsubscribed, found = true, true
-		}
+	for _, m := range st.byLead[id] {
+		m.Unsubscribed, found = true, true
 	}
 	if found {
 		st.global[id] = true
@@ -207,8 +218,8 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func (st *smartleadState) member(campaignID, leadID int64) *SmartleadLead {
-	for _, m := range st.members {
-		if m.CampaignID == campaignID && m.LeadID == leadID {
+	for _, m := range st.byLead[leadID] {
+		if m.CampaignID == campaignID {
 			return m
 		}
 	}
@@ -324,19 +335,17 @@ func (s *Server) slByEmail(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.smart.leads[email]
 	if !ok && s.opts.AutoEnroll {
 		id, ok = s.smart.add(SmartleadAutoCampaign, email), true
-		s.smart.auto[id] = true
+		s.smart.autoCreated(id, email)
 	}
 	if !ok {
 		writeJSON(w, http.StatusOK, map[string]any{}) // Smartlead answers {} for no lead
 		return
 	}
 	camps := []map[string]any{}
-	for _, m := range s.smart.members {
-		if m.LeadID == id {
-			// The reference's lead_campaign_data: no status per campaign.
-			camps = append(camps, map[string]any{"campaign_id": m.CampaignID, "campaign_lead_map_id": m.MapID,
-				"campaign_name": "Campaign " + strconv.FormatInt(m.CampaignID, 10), "client_id": nil, "lead_category_id": nil})
-		}
+	for _, m := range s.smart.byLead[id] {
+		// The reference's lead_campaign_data: no status per campaign.
+		camps = append(camps, map[string]any{"campaign_id": m.CampaignID, "campaign_lead_map_id": m.MapID,
+			"campaign_name": "Campaign " + strconv.FormatInt(m.CampaignID, 10), "client_id": nil, "lead_category_id": nil})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"id": id, "email": email, "is_unsubscribed": s.smart.global[id], "lead_campaign_data": camps,
@@ -374,7 +383,7 @@ func (s *Server) slCampaignLeads(w http.ResponseWriter, r *http.Request) {
 		s.smart.enrolAuto(cid)
 	}
 	var all []*SmartleadLead
-	for _, m := range s.smart.members {
+	for _, m := range s.smart.byCampaign[cid] {
 		unsub := m.Unsubscribed || s.smart.global[m.LeadID]
 		if m.CampaignID != cid || (status != "" && m.Status != status) || (!after.IsZero() && !m.LastEvent.After(after)) {
 			continue
