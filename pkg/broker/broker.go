@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/stream"
 )
 
 // Options configures the embedded server.
@@ -33,6 +35,13 @@ type Options struct {
 	// Cluster, when set, makes the server a node of a JetStream cluster (tests: `exacto
 	// up` runs a single node and leaves it nil).
 	Cluster *Cluster
+	// SelfSync, with Sync always, runs the server with its own periodic sync: the
+	// process that embeds it fsyncs what must be durable itself (sync.go). Open sets it
+	// for the single node it embeds, unless ServerSync.
+	SelfSync bool
+	// ServerSync, with Sync always, leaves every fsync to nats-server (an fsync per
+	// stored message): the benches' per-message baseline.
+	ServerSync bool
 }
 
 // Cluster is a node's cluster block: the cluster's name, the host:port its routes
@@ -71,11 +80,15 @@ func Start(o Options) (*server.Server, error) {
 		NoSigs:     true, // the process handles signals and shuts the server down itself
 		NoLog:      !o.Logs,
 	}
-	if o.Sync == "" || o.Sync == "always" {
+	switch {
+	case (o.Sync == "" || o.Sync == "always") && o.SelfSync:
+		// The process fsyncs each acknowledged write before relying on it (sync.go);
+		// the server's own periodic sync (its default) covers the rest.
+	case o.Sync == "" || o.Sync == "always":
 		// Jepsen (NATS 2.12.1, 2025): the default two-minute fsync loses acknowledged
 		// writes on a crash. A 200 to a provider must mean the event is on disk.
 		opts.SyncAlways = true
-	} else {
+	default:
 		d, err := time.ParseDuration(o.Sync)
 		if err != nil || d <= 0 {
 			return nil, fmt.Errorf("nats sync %q: want always or a positive duration", o.Sync)
@@ -117,6 +130,11 @@ type Conn struct {
 	NC       *nats.Conn
 	JS       jetstream.JetStream
 	Embedded *server.Server // nil when an external NATS is used
+	// syncer, with an embedded single node and sync always, fsyncs the durable stores
+	// on request (sync.go); nil: the server syncs each write itself (or nothing does).
+	syncer   *syncer
+	syncSub  *nats.Subscription
+	withdraw func() // the syncer, as this process's connections to the server see it
 }
 
 // Open connects to url, or, when url is empty, starts the embedded server and connects
@@ -125,11 +143,15 @@ func Open(url string, o Options, name string) (*Conn, error) {
 	c := &Conn{}
 	opts := connOptions(name)
 	if url == "" {
+		o.SelfSync = o.Cluster == nil && !o.ServerSync && (o.Sync == "" || o.Sync == "always")
 		s, err := Start(o)
 		if err != nil {
 			return nil, err
 		}
 		c.Embedded = s
+		if o.SelfSync {
+			c.syncer = newSyncer(s.StoreDir())
+		}
 		url = s.ClientURL()
 		opts = append(opts, nats.InProcessServer(s))
 	}
@@ -145,7 +167,38 @@ func Open(url string, o Options, name string) (*Conn, error) {
 		c.Close()
 		return nil, err
 	}
+	if c.syncer != nil { // this process's connections call it, other processes ask
+		c.withdraw = stream.ServeSync(c.Embedded.ID(), c.syncer.Sync)
+		if c.syncSub, err = serveSync(nc, c.syncer); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// SelfSynced reports whether this process fsyncs the embedded server's durable stores
+// itself (Durable); false: the server does, on each write.
+func (c *Conn) SelfSynced() bool { return c.syncer != nil }
+
+// Durable returns once everything the named streams held when it was called is on
+// disk: at once when the server syncs each write itself.
+func (c *Conn) Durable(ctx context.Context, streams ...string) error {
+	if c.syncer == nil {
+		return nil
+	}
+	return c.syncer.Sync(ctx, streams...)
+}
+
+// KeepDurable makes every file of the named streams durable now, and, once a second
+// from now on, every one that changed (a compacted block, a rewritten definition, a
+// consumer's state): the process's durable stores, declared.
+func (c *Conn) KeepDurable(ctx context.Context, streams ...string) error {
+	if c.syncer == nil {
+		return nil
+	}
+	c.syncer.Keep(streams)
+	return c.syncer.SyncAll(ctx, streams...)
 }
 
 // Ready reports whether JetStream answers.
@@ -156,6 +209,14 @@ func (c *Conn) Ready(ctx context.Context) error {
 
 // Close drains the connection and stops the embedded server, if any.
 func (c *Conn) Close() {
+	defer func() {
+		if c.syncer != nil { // after the drain: a sync asked for is answered
+			if c.withdraw != nil {
+				c.withdraw()
+			}
+			c.syncer.close()
+		}
+	}()
 	if c.NC != nil {
 		// Drain lets in-flight acknowledgements finish; a connection that is already
 		// down has nothing to drain.

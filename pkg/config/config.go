@@ -124,7 +124,9 @@ type GroupCommit struct {
 	MaxWait time.Duration `yaml:"max_wait"`
 	// DerivedWait is the same bound for the events consumers derive (a classification,
 	// a stop), which no webhook waits for: a longer window gathers the derived events of
-	// every consumer of the process into fewer commits (default 200ms).
+	// every consumer of the process into fewer commits, and delays each by as much
+	// (default 1ms: on one embedded node a commit is one round of fdatasyncs, which
+	// every commit waiting shares, so a wait buys little; docs/durability.md).
 	DerivedWait time.Duration `yaml:"derived_wait"`
 }
 
@@ -508,7 +510,7 @@ func (c *Config) applyDefaults() {
 		gc.MaxWait = time.Millisecond
 	}
 	if gc := &c.Gateway.GroupCommit; gc.DerivedWait == 0 {
-		gc.DerivedWait = 200 * time.Millisecond
+		gc.DerivedWait = time.Millisecond
 	}
 	if c.DLQ.SLO == 0 {
 		c.DLQ.SLO = 15 * time.Minute

@@ -115,12 +115,12 @@ func checkpointOf(ctx context.Context, kv jetstream.KeyValue, durable string) (u
 
 // KeepCheckpoints writes the ack floor of the consumer bound (nil: none yet) to kv
 // every checkpointEvery until stop is closed, and once more then.
-func KeepCheckpoints(kv jetstream.KeyValue, durable string, bound func() jetstream.Consumer, stop <-chan struct{}) {
+func KeepCheckpoints(js jetstream.JetStream, kv jetstream.KeyValue, durable string, bound func() jetstream.Consumer, stop <-chan struct{}) {
 	last, _ := checkpointOf(context.Background(), kv, durable) // never written back
 	write := func() {
 		if c := bound(); c != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			last = checkpoint(ctx, c, kv, durable, last)
+			last = checkpoint(ctx, js, c, kv, durable, last)
 			cancel()
 		}
 	}
@@ -138,10 +138,16 @@ func KeepCheckpoints(kv jetstream.KeyValue, durable string, bound func() jetstre
 }
 
 // checkpoint writes c's ack floor to kv when it moved past last, and returns the
-// floor written (last when nothing was): a checkpoint never goes back.
-func checkpoint(ctx context.Context, c jetstream.Consumer, kv jetstream.KeyValue, durable string, last uint64) uint64 {
+// floor written (last when nothing was): a checkpoint never goes back. The events the
+// attempts below the floor derived were stored before their acks, and are on disk
+// before the checkpoint that passes their causes: a derived event is not synced on its
+// own (settle.go), so a power cut that takes it leaves its cause to be delivered again.
+func checkpoint(ctx context.Context, js jetstream.JetStream, c jetstream.Consumer, kv jetstream.KeyValue, durable string, last uint64) uint64 {
 	info, err := c.Info(ctx)
 	if err != nil || info.AckFloor.Stream <= last {
+		return last
+	}
+	if err := stream.Durable(ctx, js, stream.Events); err != nil {
 		return last
 	}
 	if _, err := kv.Put(ctx, durable, []byte(strconv.FormatUint(info.AckFloor.Stream, 10))); err != nil {

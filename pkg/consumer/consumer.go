@@ -321,7 +321,7 @@ func (r *runner) bind(ctx context.Context, js jetstream.JetStream, _ string) (je
 // checkpoints writes the consumer's ack floor every checkpointEvery until stop, and
 // once more then.
 func (r *runner) checkpoints(stop <-chan struct{}) {
-	KeepCheckpoints(r.o.Checkpoints, r.o.Sub.Durable, func() jetstream.Consumer {
+	KeepCheckpoints(r.js, r.o.Checkpoints, r.o.Sub.Durable, func() jetstream.Consumer {
 		if c := r.consumer.Load(); c != nil {
 			return *c
 		}
@@ -380,6 +380,17 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		}
 		r.ack(ctx, m)
 		return
+	}
+	// Nothing is made of an event that is not on disk yet (its publisher may still wait
+	// for its sync): a power cut must not leave a guard, a projection or a derived event
+	// of an event the log lost.
+	if r.o.Sub.StreamName() == stream.Events {
+		seq, _ := strconv.ParseUint(m.Metadata.Get(mdSeq), 10, 64)
+		if err := stream.DurableThrough(ctx, r.js, seq); err != nil {
+			r.o.Log.WarnContext(ctx, "event not known to be on disk; redelivering", "consumer", r.name, "id", env.ID, "err", err)
+			r.nack(m)
+			return
+		}
 	}
 	// The webhook's trace continues here (the gateway put it in the event's headers).
 	ctx = telemetry.Extract(ctx, func(k string) string { return m.Metadata.Get(textproto.CanonicalMIMEHeaderKey(k)) })
@@ -674,6 +685,9 @@ func (r *runner) deadLetter(ctx context.Context, env envelope.Envelope, raw []by
 		msg.Header.Set(jetstream.MsgIDHeader, "dlq."+r.name+"."+env.ID+"."+strconv.FormatInt(history.UnixNano(), 10))
 	}
 	if _, err = r.js.PublishMsg(ctx, msg); err != nil {
+		return err
+	}
+	if err := stream.Durable(ctx, r.js, stream.DLQ); err != nil { // before its event is acked
 		return err
 	}
 	deadLetters.Add(ctx, 1, r.eventAttrs(env, attribute.String("class", class.String())))

@@ -66,6 +66,8 @@ func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
 		_, err = wait() // a duplicate is stored already: done
 		return err
 	}
-	_, err = d.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(stream.Events))
-	return err
+	if _, err = d.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(stream.Events)); err != nil {
+		return err
+	}
+	return stream.Durable(ctx, d.js, stream.Events)
 }

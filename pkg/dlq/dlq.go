@@ -133,7 +133,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg config.DLQ) (*Queue, e
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.Guards, err)
 	}
-	return &Queue{js: js, dlq: st, actions: actions, guards: guards, cfg: cfg, now: time.Now}, nil
+	return &Queue{js: js, dlq: st, actions: stream.DurableKV(js, actions), guards: guards, cfg: cfg, now: time.Now}, nil
 }
 
 func actionKey(consumerName, eventID string) string { return consumerName + "." + eventID }
@@ -347,6 +347,9 @@ func (q *Queue) Replay(ctx context.Context, l Letter, by, why string, force bool
 		msg.Header.Set(jetstream.MsgIDHeader, "replay."+l.Consumer+"."+l.EventID+"."+strconv.FormatInt(a.At.UnixNano(), 10))
 		msg.Header.Set("Exacto-Replayed-By", by)
 		if _, err := q.js.PublishMsg(ctx, msg); err != nil {
+			return Action{}, fmt.Errorf("send back: %w", err)
+		}
+		if err := stream.Durable(ctx, q.js, stream.Replays); err != nil {
 			return Action{}, fmt.Errorf("send back: %w", err)
 		}
 	}

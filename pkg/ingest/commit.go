@@ -180,10 +180,24 @@ const commitWait = 2 * time.Second
 const atomicOver = 4
 
 // store publishes reqs as one atomic batch when they are more than atomicOver, else —
-// or when the batch is refused or its answer does not come — one by one.
+// or when the batch is refused or its answer does not come — one by one. On a server
+// its process syncs (stream.SyncedByProcess), it publishes them one by one, in flight
+// together, and asks for one sync of the stream when every PubAck is in: that is one
+// fdatasync for the batch, and no staging.
 func (c *Committer) store(reqs []*commitReq) []commitRes {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	if byProcess, err := stream.SyncedByProcess(ctx, c.js); err == nil && byProcess {
+		out := c.each(ctx, reqs)
+		if err := stream.Durable(ctx, c.js, stream.Events); err != nil {
+			for i := range out {
+				if out[i].err == nil { // stored, perhaps, but not known to be durable
+					out[i] = commitRes{err: err}
+				}
+			}
+		}
+		return out
+	}
 	if len(reqs) > atomicOver && c.js.Conn().IsConnected() {
 		bctx, bcancel := context.WithTimeout(ctx, min(commitWait, c.timeout))
 		err := c.atomic(bctx, reqs)

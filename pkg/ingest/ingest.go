@@ -152,6 +152,26 @@ func PublishOne(js jetstream.JetStream) Publish {
 	}
 }
 
+// PublishDurable publishes each message on its own; its wait returns once the message
+// is stored and on disk (stream.Durable after the PubAck: the waits of concurrent
+// publishers share one round of fdatasyncs where the process syncs the store).
+func PublishDurable(js jetstream.JetStream) Publish {
+	one := PublishOne(js)
+	return func(ctx context.Context, msg *nats.Msg) (func() (bool, error), error) {
+		wait, err := one(ctx, msg)
+		if err != nil {
+			return nil, err
+		}
+		return func() (bool, error) {
+			dup, err := wait()
+			if err == nil { // a duplicate too: its first copy may still wait for its sync
+				err = stream.Durable(ctx, js, stream.Events)
+			}
+			return dup, err
+		}, nil
+	}
+}
+
 // Result is what storing a delivery's envelopes did: the gateway's 200 answer.
 type Result struct {
 	Stored     int      `json:"stored"`
@@ -166,17 +186,19 @@ var indexLookupErrors, _ = otel.Meter("exacto/gateway").Int64Counter("exacto_gat
 
 // Store stores envelopes on EXACTO_EVENTS once.
 type Store struct {
+	js              jetstream.JetStream
 	index, arrivals jetstream.KeyValue
 	publish         Publish
+	own             bool // publish is PublishOne: each delivery's events are made durable here (Durable)
 	log             *slog.Logger
 }
 
 // OpenStore binds the index of stored ids and the arrival counts; publish nil
 // publishes each event on its own.
 func OpenStore(ctx context.Context, js jetstream.JetStream, publish Publish, log *slog.Logger) (*Store, error) {
-	s := &Store{publish: publish, log: log}
+	s := &Store{js: js, publish: publish, log: log}
 	if s.publish == nil {
-		s.publish = PublishOne(js)
+		s.publish, s.own = PublishOne(js), true
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -245,6 +267,13 @@ func (s *Store) Store(ctx context.Context, envs []envelope.Envelope) (Result, er
 			dups = append(dups, p.id)
 		} else {
 			res.Stored++
+		}
+	}
+	// A duplicate too: the copy stored first may not be on disk yet (its publisher is
+	// still waiting for its sync), and this answer says it is.
+	if s.own && len(envs) > 0 {
+		if err := stream.Durable(ctx, s.js, stream.Events); err != nil {
+			return res, err
 		}
 	}
 	res.Duplicates = len(dups)

@@ -177,7 +177,7 @@ func New(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{js: js, st: st, actions: actions, events: events, now: time.Now}, nil
+	return &Store{js: js, st: st, actions: stream.DurableKV(js, actions), events: events, now: time.Now}, nil
 }
 
 // headerRoom bounds what a kept delivery's message needs besides its record and body:
@@ -216,7 +216,7 @@ func (s *Store) Put(ctx context.Context, rec Record, body []byte) (already bool,
 	if err != nil {
 		return false, err
 	}
-	return ack.Duplicate, nil
+	return ack.Duplicate, stream.Durable(ctx, s.js, stream.Quarantine)
 }
 
 // Filter selects kept deliveries; empty fields match everything.

@@ -34,7 +34,7 @@ func OpenQueue(ctx context.Context, js jetstream.JetStream) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.Diffs, err)
 	}
-	return NewQueue(kv), nil
+	return NewQueue(stream.DurableKV(js, kv)), nil
 }
 
 func (q *Queue) now() time.Time {

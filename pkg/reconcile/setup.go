@@ -49,7 +49,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg *config.Config) (*Dep
 		return nil, err
 	}
 	q.Publish, q.Fresh = d.Publish, cfg.DLQ.Fresh
-	return &Deps{Reader: projection.Reader{Stores: stores, Dir: dir}, Suppression: suppression.New(skv), Queue: q, Publish: d.Publish}, nil
+	return &Deps{Reader: projection.Reader{Stores: stores, Dir: dir}, Suppression: suppression.New(stream.DurableKV(js, skv)), Queue: q, Publish: d.Publish}, nil
 }
 
 // Pass is a pass of tenant over d with clients.

@@ -118,9 +118,17 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := stream.Ensure(ctx, conn.JS, stream.Options{DuplicateWindow: cfg.NATS.DuplicateWindow, Replicas: cfg.NATS.Replicas, DedupTTL: cfg.Gateway.DedupTTL, Embedded: conn.Embedded != nil}); err != nil {
+	topo := stream.Options{DuplicateWindow: cfg.NATS.DuplicateWindow, Replicas: cfg.NATS.Replicas, DedupTTL: cfg.Gateway.DedupTTL,
+		Embedded: conn.Embedded != nil, SelfSync: conn.SelfSynced()}
+	if err := stream.Ensure(ctx, conn.JS, topo); err != nil {
 		conn.Close()
 		return nil, err
+	}
+	// The streams as made (their definitions, their blocks) are durable before any write
+	// is acknowledged, and the process keeps them so (pkg/broker, sync.go).
+	if err := conn.KeepDurable(ctx, stream.DurableStores(topo)...); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("sync the store: %w", err)
 	}
 	// Platforms without credentials are served by the sandbox: the configured one, or
 	// one this process starts (on sandbox_addr for `exacto up`, anywhere on loopback
@@ -175,7 +183,15 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		conn.Close()
 		return nil, err
 	}
-	if gc := cfg.Gateway.GroupCommit; gc.MaxEvents > 1 {
+	// On a node its process syncs, the syncer's rounds are the group commit: every
+	// webhook and derived event waiting shares one round of fdatasyncs, with no window
+	// to wait for and no atomic batch to stage (docs/durability.md).
+	byProcess, err := stream.SyncedByProcess(ctx, conn.JS)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if gc := cfg.Gateway.GroupCommit; gc.MaxEvents > 1 && !byProcess {
 		env.Commit = ingest.NewCommitter(conn.JS, gc.MaxEvents, gc.MaxWait, cfg.Gateway.PublishTimeout)
 		env.derived = ingest.NewCommitter(conn.JS, derivedBatch, gc.DerivedWait, cfg.Gateway.PublishTimeout)
 	}
@@ -205,12 +221,20 @@ func keepMemoryLimit(ctx context.Context, cfg *config.Config, up bool, log *slog
 }
 
 // Deriver stores derived events on EXACTO_EVENTS once, through the process's group
-// committer of derived events when there is one: every consumer's derived events of
-// the last group_commit.derived_wait share one commit.
+// committer of derived events when there is one (every consumer's derived events of
+// the last group_commit.derived_wait share one commit), else each on its own; either
+// way the attempt that made one is settled only once it is stored.
 func (e *Env) Deriver(ctx context.Context) (*consumer.Deriver, error) {
 	d, err := consumer.NewDeriver(ctx, e.Conn.JS)
-	if err != nil || e.derived == nil {
-		return d, err
+	switch {
+	case err != nil:
+		return nil, err
+	case e.derived == nil && e.checkpointed():
+		// Each on its own, its attempt settled once it is stored: the checkpoint that
+		// passes its cause syncs it (pkg/consumer/checkpoint.go).
+		return d.Via(ingest.PublishOne(e.Conn.JS)), nil
+	case e.derived == nil: // each on its own, its attempt settled once it is on disk
+		return d.Via(ingest.PublishDurable(e.Conn.JS)), nil
 	}
 	return d.Via(e.derived.Publish), nil
 }
@@ -281,15 +305,19 @@ func Main(name string, run Run) {
 // in the server's memory: on one embedded node (pkg/consumer/checkpoint.go); nil
 // otherwise, where consumers keep their state on disk.
 func (e *Env) Checkpoints(ctx context.Context) (jetstream.KeyValue, error) {
-	if e.Conn.Embedded == nil || e.Config.NATS.Replicas > 1 {
+	if !e.checkpointed() {
 		return nil, nil
 	}
 	kv, err := e.Conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.ConsumerCheckpoints, err)
 	}
-	return kv, nil
+	return stream.DurableKV(e.Conn.JS, kv), nil
 }
+
+// checkpointed: the consumers of this process keep their state in the server's memory
+// and their ack floors in checkpoints (one embedded node).
+func (e *Env) checkpointed() bool { return e.Conn.Embedded != nil && e.Config.NATS.Replicas <= 1 }
 
 // Consume runs consumer service name until ctx ends: its subscription to the events
 // and its subscription to the replays an operator sends it from the DLQ, each on a

@@ -82,6 +82,10 @@ type Options struct {
 	// that crashed alone would lose their last writes while the processes that could
 	// rebuild them go on.
 	Embedded bool
+	// SelfSync: the embedding process syncs the durable stores itself (pkg/broker's
+	// Conn.SelfSynced); EXACTO_EVENTS is marked so (durable.go). Only an embedded
+	// server's Ensure sets or clears the mark; another keeps it.
+	SelfSync bool
 }
 
 // Derived are the stores written from EXACTO_EVENTS that need no fsync of their own
@@ -395,10 +399,16 @@ func QuarantineSubject(tenant, endpoint, id string) string {
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Streams(o) {
 		cfg.PersistMode = o.persistMode(cfg.Name)
+		if cfg.Name == Events && o.Embedded && o.SelfSync {
+			cfg.Metadata = map[string]string{SyncMetadata: SyncByProcess}
+		}
 		if s, err := js.Stream(ctx, cfg.Name); err == nil {
 			// The server cannot change a stream's persist mode: it keeps the one it
 			// was made with (a stream of an earlier version stays synced).
 			cfg.PersistMode = s.CachedInfo().Config.PersistMode
+			if mark, ok := s.CachedInfo().Config.Metadata[SyncMetadata]; ok && !o.Embedded {
+				cfg.Metadata = map[string]string{SyncMetadata: mark} // not this process's to change
+			}
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)

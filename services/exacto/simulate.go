@@ -618,6 +618,9 @@ func (s *simulation) checkStopped(ctx context.Context) result {
 		case st.Stops == 0 && s.sc.has(i, "lead_unsubscribed", "email_bounced") && st.Blocklisted && !anyActive(st.Leads):
 			// Blocked first (its unsubscribe, or a bounce handled before its reply): the
 			// block ended the sequence, no stop was needed.
+		case st.Stops == 0 && st.Raises > 0 && !anyActive(st.Leads):
+			// The stopper took the reply's classification first: raising the lead to its
+			// positive label stopped it, and the reply found it stopped already.
 		case st.Stops == 0:
 			res.broken = append(res.broken, fmt.Sprintf("%s: never stopped (blocklisted %t, leads active %t)", e, st.Blocklisted, anyActive(st.Leads)))
 		}

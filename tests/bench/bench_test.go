@@ -100,7 +100,11 @@ func envInt(name string, def int) int {
 // "always" only.
 func startBroker(b *testing.B, sync string) *broker.Conn {
 	b.Helper()
-	conn, err := broker.Open("", broker.Options{Listen: "127.0.0.1:-1", DataDir: b.TempDir(), Sync: sync}, b.Name())
+	o := broker.Options{Listen: "127.0.0.1:-1", DataDir: b.TempDir(), Sync: sync}
+	if sync == serverSync { // nats-server fsyncs each stored message itself
+		o.Sync, o.ServerSync = "always", true
+	}
+	conn, err := broker.Open("", o, b.Name())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -263,13 +263,18 @@ func bareStamped(js jetstream.JetStream) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		if err := stream.Durable(r.Context(), js, stream.Events); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		w.WriteHeader(200)
 	})
 }
 
 // bareConsumer is the baseline's stopper: a durable consumer whose workers (as many as
-// the stopper's, 2) publish one derived event per event, wait for its PubAck, and
-// double-ack: no guard, no lease, no platform call. It runs until ctx ends.
+// the stopper's, 2) publish one derived event per event, wait for its PubAck (and its
+// sync, where the process syncs the store), and double-ack: no guard, no lease, no
+// platform call. It runs until ctx ends.
 func bareConsumer(ctx context.Context, b *testing.B, js jetstream.JetStream) (stop func()) {
 	c, err := js.CreateOrUpdateConsumer(ctx, stream.Events, jetstream.ConsumerConfig{Durable: "bare", AckPolicy: jetstream.AckExplicitPolicy,
 		FilterSubject: bareReceived, AckWait: 30 * time.Second, MaxAckPending: 1000})
@@ -285,6 +290,10 @@ func bareConsumer(ctx context.Context, b *testing.B, js jetstream.JetStream) (st
 				msg.Header.Set(jetstream.MsgIDHeader, "stopped-"+m.Headers().Get(jetstream.MsgIDHeader))
 				msg.Header.Set(receivedHeader, m.Headers().Get(receivedHeader))
 				if _, err := js.PublishMsg(ctx, msg); err != nil {
+					m.Nak()
+					continue
+				}
+				if err := stream.Durable(ctx, js, stream.Events); err != nil {
 					m.Nak()
 					continue
 				}
@@ -342,7 +351,8 @@ func runBare(b *testing.B, fsync string, n, rate int, drainFor time.Duration) e2
 // `exacto up` running every consumer (runExacto), each reply's lead enrolled in its
 // sandbox first, and measures each from the gateway's receipt to its sequence.stopped
 // stored, and the stopper's backlog; then the same load through a bare publish handler
-// and a bare consumer that publishes a derived event (baseline), on a server of its
+// and a bare consumer that publishes a derived event (baseline; each publish made
+// durable as the store's sync mode says), on a server of its
 // own. If the stopper cannot keep up, the rows say so (throughput, backlog) rather than
 // the rate being lowered. The same again at a light load, EXACTO_BENCH_E2E_LOW_RATE per
 // second (default 50) for EXACTO_BENCH_E2E_LOW_EVENTS (default 500), gives the latency

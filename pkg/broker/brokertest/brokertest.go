@@ -30,9 +30,13 @@ func Start(t testing.TB, dir string, topo ...stream.Options) *broker.Conn {
 	if len(topo) > 0 {
 		o = topo[0]
 	}
+	o.SelfSync = conn.SelfSynced()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := stream.Ensure(ctx, conn.JS, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.KeepDurable(ctx, stream.DurableStores(o)...); err != nil {
 		t.Fatal(err)
 	}
 	return conn

@@ -83,6 +83,7 @@ type ControlLeadsRequest struct {
 type ControlStateAnswer struct {
 	Email       string          `json:"email"`
 	Stops       int             `json:"stops"`       // accepted Instantly interest-status updates that stop (not a Raise)
+	Raises      int             `json:"raises"`      // accepted updates that raised the label (a Raise); one also stops an active lead
 	Blocklisted bool            `json:"blocklisted"` // on the Instantly block list
 	Leads       []InstantlyLead `json:"leads"`       // the Instantly leads of the address
 	Notes       int             `json:"notes"`       // HubSpot notes associated with the address's contacts
@@ -175,7 +176,11 @@ func (s *Server) ctlState(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.inst.stops {
-		if strings.EqualFold(st.Email, email) && !st.Raise() {
+		switch {
+		case !strings.EqualFold(st.Email, email):
+		case st.Raise():
+			a.Raises++
+		default:
 			a.Stops++
 		}
 	}

@@ -180,7 +180,7 @@ func (x *Indexer) Run(ctx context.Context) error {
 		stopCheckpoints, checkpointsDone = make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(checkpointsDone)
-			consumer.KeepCheckpoints(x.checkpoints, stream.IndexConsumer, func() jetstream.Consumer { return x.cons }, stopCheckpoints)
+			consumer.KeepCheckpoints(x.js, x.checkpoints, stream.IndexConsumer, func() jetstream.Consumer { return x.cons }, stopCheckpoints)
 		}()
 	}
 	<-ctx.Done()
@@ -204,6 +204,21 @@ func (x *Indexer) Run(ctx context.Context) error {
 // write puts the index entry of every message of a batch, pipelined, then acks each
 // one whose entry is stored; one that failed is redelivered.
 func (x *Indexer) write(ctx context.Context, msgs []jetstream.Msg) {
+	// No entry before its event is on disk: an entry of an event a power cut took would
+	// answer the provider's retry of it as a duplicate.
+	var last uint64
+	for _, msg := range msgs {
+		if md, err := msg.Metadata(); err == nil {
+			last = max(last, md.Sequence.Stream)
+		}
+	}
+	if err := stream.DurableThrough(ctx, x.js, last); err != nil {
+		x.log.Warn("index: events not known to be on disk; indexing them later", "through", last, "err", err)
+		for _, msg := range msgs {
+			msg.Nak()
+		}
+		return
+	}
 	acks := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
 		id := msg.Headers().Get(jetstream.MsgIDHeader)

@@ -27,6 +27,7 @@ import (
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/meta"
 	"exacto.dev/pkg/quarantine"
+	"exacto.dev/pkg/stream"
 	"exacto.dev/pkg/telemetry"
 )
 
@@ -91,7 +92,13 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	var publish ingest.Publish
 	s.commits = o.Commit
-	if gc := o.Config.Gateway.GroupCommit; s.commits == nil && gc.MaxEvents > 1 {
+	// A server its process syncs shares one round of fdatasyncs among every delivery
+	// waiting (stream.Durable): that is its group commit, with no window and no batch.
+	byProcess, err := stream.SyncedByProcess(ctx, o.JS)
+	if err != nil {
+		return nil, err
+	}
+	if gc := o.Config.Gateway.GroupCommit; s.commits == nil && gc.MaxEvents > 1 && !byProcess {
 		s.commits, s.ownCommits = ingest.NewCommitter(o.JS, gc.MaxEvents, gc.MaxWait, s.publishTimeout), true
 	}
 	if s.commits != nil {

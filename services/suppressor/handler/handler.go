@@ -158,6 +158,6 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	h := gate.Wrap(func(env envelope.Envelope) bool { return Reason(env) != "" }, New(suppression.New(kv), env.Platforms.For, dir))
+	h := gate.Wrap(func(env envelope.Envelope) bool { return Reason(env) != "" }, New(suppression.New(stream.DurableKV(env.Conn.JS, kv)), env.Platforms.For, dir))
 	return env.Consume(ctx, stream.Suppressor, up, consumer.Options{Handle: h})
 }

@@ -1,0 +1,399 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"exacto.dev/pkg/stream"
+)
+
+// The process syncs its own writes. With sync always, nats-server fsyncs each stored
+// message on its own: concurrent writers cannot share an fsync, and its one way to
+// share one on a single node (an atomic batch) stages every batch in a store of its own
+// — six sync operations, a dozen directory operations and every message written twice
+// (docs/durability.md). The embedded server therefore runs with its own periodic sync
+// (nats-server's default, every two minutes) and this process fsyncs, itself, what a
+// writer must not acknowledge before it is on disk: after its PubAcks, a writer asks
+// for its stores' sync (Conn.Durable, or the $EXACTO.SYNC request from another
+// process) and the syncer makes every write those stores held when it was asked
+// durable — one round of fdatasyncs for every request waiting, however many. The
+// server has written a stored message to its block file before it acknowledges it
+// (flush in place: every store but the asynchronously persisted ones), so an fsync of
+// that file after the PubAck covers it.
+//
+// What a round syncs of a store (<store>/$G/streams/<name>): its last two message
+// blocks (a message is always appended to the last; the one before it may have been
+// filled since the last round), the blocks directory when a block was added, and the
+// stream's own files (meta.inf, meta.sum) when they changed. Once a second a sweep
+// fsyncs every file of every durable store that changed (a block nats-server
+// compacted, a consumer's state, a rewritten definition) and its directory.
+//
+// This depends on the filestore's layout (nats-server 2.15: msgs/<index>.blk, the
+// stream's meta files beside); TestSyncCoversWhatTheServerStored checks it on the
+// server embedded, and tests/TestPowerCut checks what a power cut leaves.
+// sweepEvery is how often every changed file of the durable stores is fsynced.
+const sweepEvery = time.Second
+
+// Each round's size: what one round of fdatasyncs made durable.
+var (
+	roundRequests, _ = otel.Meter("exacto/store").Int64Histogram("exacto_store_sync_round_requests",
+		metric.WithDescription("writes made durable per round of fdatasyncs of the embedded store (the process's group commit): webhooks' events, derived events, checkpoints, dead letters"),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+	fdatasyncs, _ = otel.Meter("exacto/store").Int64Counter("exacto_store_fsyncs",
+		metric.WithDescription("fsyncs and fdatasyncs of the embedded store's files by the process"))
+)
+
+// syncer makes the embedded server's durable stores durable on request.
+type syncer struct {
+	root    string   // <store>/$G/streams
+	durable []string // the stores the sweep keeps synced
+
+	mu      sync.Mutex
+	pending []*syncReq
+	kick    chan struct{}
+	stop    chan struct{}
+	stopped sync.Once
+	done    chan struct{}
+	// The loop's own: what each file was when last synced, and each store's last block.
+	seen      map[string]fileState
+	last      map[string]int
+	lastStart time.Time // when the last round began
+	// observe, when set (tests), sees each file fsynced and its size then.
+	observe func(path string, size int64)
+}
+
+type syncReq struct {
+	names []string
+	full  bool // every file of the stores, not only the last blocks
+	done  chan error
+}
+
+type fileState struct {
+	size  int64
+	mtime time.Time
+	ino   uint64
+}
+
+func newSyncer(storeDir string) *syncer {
+	s := &syncer{root: filepath.Join(storeDir, "$G", "streams"), kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]fileState{}, last: map[string]int{}}
+	go s.run()
+	return s
+}
+
+// Sync returns once everything the named stores held when it was called is on disk.
+func (s *syncer) Sync(ctx context.Context, names ...string) error {
+	return s.request(ctx, &syncReq{names: names, done: make(chan error, 1)})
+}
+
+// SyncAll fsyncs every file of the named stores, and their directories.
+func (s *syncer) SyncAll(ctx context.Context, names ...string) error {
+	return s.request(ctx, &syncReq{names: names, full: true, done: make(chan error, 1)})
+}
+
+func (s *syncer) request(ctx context.Context, r *syncReq) error {
+	s.mu.Lock()
+	s.pending = append(s.pending, r)
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errors.New("sync stopped: shutting down")
+	}
+}
+
+// Keep makes the sweep keep names synced (the durable stores, once declared).
+func (s *syncer) Keep(names []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.durable = append([]string(nil), names...)
+}
+
+// close stops the syncer (a Conn may be closed twice).
+func (s *syncer) close() {
+	s.stopped.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+func (s *syncer) run() {
+	defer close(s.done)
+	sweep := time.NewTicker(sweepEvery)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+			s.gather()
+			s.round()
+		case <-sweep.C:
+			s.mu.Lock()
+			durable := s.durable
+			s.mu.Unlock()
+			for _, name := range durable {
+				s.syncAll(name) // an error here is the next request's to meet
+			}
+		}
+	}
+}
+
+// roundEvery is the least time from one round's start to the next: an fdatasync costs
+// this machine about 100 µs of CPU whatever it covers, so under load the requests
+// arriving meanwhile share the next round instead of each paying for one. A request
+// that finds the last round longer ago than this is served at once.
+const roundEvery = time.Millisecond
+
+// gather waits until roundEvery has passed since the last round began.
+func (s *syncer) gather() {
+	wait := time.Until(s.lastStart.Add(roundEvery))
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.stop:
+	}
+}
+
+// round syncs the stores of every request waiting now and answers them.
+func (s *syncer) round() {
+	s.mu.Lock()
+	reqs := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	s.lastStart = time.Now()
+	roundRequests.Record(context.Background(), int64(len(reqs)))
+	errs := map[string]error{}
+	for _, r := range reqs {
+		for _, name := range r.names {
+			if _, done := errs[name]; !done && !r.full {
+				errs[name] = s.syncLast(name)
+			}
+		}
+	}
+	for _, r := range reqs {
+		var err error
+		for _, name := range r.names {
+			if r.full {
+				err = errors.Join(err, s.syncAll(name))
+			} else if err = errs[name]; err != nil {
+				break
+			}
+		}
+		r.done <- err
+	}
+}
+
+// syncLast fsyncs store name's blocks written since its last round (the last two, or
+// every one added since), the blocks directory when a block was added, and its meta
+// files when they changed.
+func (s *syncer) syncLast(name string) error {
+	dir := filepath.Join(s.root, name)
+	msgs := filepath.Join(dir, "msgs")
+	block := func(i int) string { return filepath.Join(msgs, strconv.Itoa(i)+".blk") }
+	prev, ok := s.last[name]
+	if ok { // the store made again, or its blocks removed: find its last block anew
+		if _, err := os.Stat(block(prev)); err != nil {
+			ok = false
+		}
+	}
+	last := prev
+	if !ok {
+		var err error
+		if last, err = lastBlock(msgs); err != nil {
+			return err
+		}
+		prev = max(last-1, 1)
+	}
+	grew := false
+	for { // blocks added since: the directory holds new names
+		if _, err := os.Stat(block(last + 1)); err != nil {
+			break
+		}
+		last, grew = last+1, true
+	}
+	if last == 0 {
+		return fmt.Errorf("sync %s: no message block in %s (has the store's layout changed?)", name, msgs)
+	}
+	s.last[name] = last
+	// Every block from the one last synced to the last (a burst of large messages may
+	// have filled several), each only if it changed since it was synced: a round that
+	// finds the store as the last one left it costs no fdatasync.
+	for i := prev; i <= last; i++ {
+		if _, err := s.syncChanged(block(i), true); err != nil && !(i < last && errors.Is(err, fs.ErrNotExist)) {
+			return fmt.Errorf("sync %s: %w", name, err)
+		}
+	}
+	if grew || !ok {
+		if err := fsyncPath(msgs); err != nil {
+			return fmt.Errorf("sync %s: %w", name, err)
+		}
+	}
+	changed := false
+	for _, f := range []string{"meta.inf", "meta.sum"} {
+		c, err := s.syncChanged(filepath.Join(dir, f), false)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("sync %s: %w", name, err)
+		}
+		changed = changed || c
+	}
+	if changed {
+		return fsyncPath(dir)
+	}
+	return nil
+}
+
+// syncAll fsyncs every file of store name that changed since it was last synced, and
+// the directories that hold them.
+func (s *syncer) syncAll(name string) error {
+	dirs := map[string]bool{}
+	err := filepath.WalkDir(filepath.Join(s.root, name), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) { // removed meanwhile (a compacted block's temp)
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		changed, err := s.syncChanged(p, false)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if changed {
+			dirs[filepath.Dir(p)] = true
+		}
+		return nil
+	})
+	for d := range dirs {
+		err = errors.Join(err, fsyncPath(d))
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", name, err)
+	}
+	return nil
+}
+
+// syncChanged fsyncs file p (its data alone: fdatasync) if it changed since it was last
+// synced (or was never seen); it reports whether it did — then its directory holds a
+// new name, perhaps.
+func (s *syncer) syncChanged(p string, data bool) (bool, error) {
+	st, err := stat(p)
+	if err != nil {
+		return false, err
+	}
+	if prev, ok := s.seen[p]; ok && prev == st {
+		return false, nil
+	}
+	if err := s.syncFile(p, data); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// syncFile fdatasyncs p (data only: the size a read needs is part of it) and notes
+// what it was then.
+func (s *syncer) syncFile(p string, data bool) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := stat(p)
+	if err != nil {
+		return err
+	}
+	if data {
+		err = syscall.Fdatasync(int(f.Fd()))
+	} else {
+		err = f.Sync()
+	}
+	fdatasyncs.Add(context.Background(), 1)
+	if err != nil {
+		return err
+	}
+	s.seen[p] = st
+	if s.observe != nil {
+		s.observe(p, st.size)
+	}
+	return nil
+}
+
+func stat(p string) (fileState, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fileState{}, err
+	}
+	st := fileState{size: fi.Size(), mtime: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = sys.Ino
+	}
+	return st, nil
+}
+
+// fsyncPath fsyncs a directory (its entries) or file.
+func fsyncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fdatasyncs.Add(context.Background(), 1)
+	return f.Sync()
+}
+
+// lastBlock is the highest block index in dir (0: none).
+func lastBlock(dir string) (int, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	last := 0
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".blk"); ok {
+			if i, err := strconv.Atoi(n); err == nil {
+				last = max(last, i)
+			}
+		}
+	}
+	return last, nil
+}
+
+// serveSync answers stream.SyncSubject requests on nc with s: each in a goroutine of its own,
+// so that concurrent requests share a round.
+func serveSync(nc *nats.Conn, s *syncer) (*nats.Subscription, error) {
+	return nc.Subscribe(stream.SyncSubject, func(m *nats.Msg) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			reply := ""
+			if err := s.Sync(ctx, strings.Fields(string(m.Data))...); err != nil {
+				reply = err.Error()
+			}
+			m.Respond([]byte(reply))
+		}()
+	})
+}

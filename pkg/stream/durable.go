@@ -1,0 +1,210 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Who syncs a durable store's writes. An external server (or `sync: 2m`) syncs, or
+// not, on its own. The embedded single node of `exacto up` runs with sync always by
+// the process that embeds it instead (pkg/broker, sync.go): a writer whose store must
+// not lose an acknowledged write asks for its sync before it relies on it — in that
+// process directly, from another process (a worker or a tool bound to that server) by
+// the $EXACTO.SYNC request. The embedding process marks EXACTO_EVENTS so
+// (SyncMetadata: SyncByProcess), and Durable reads the mark.
+const (
+	SyncMetadata  = "exacto.sync"
+	SyncByProcess = "process"
+	// SyncSubject is where a process bound to another's embedded server asks that
+	// process to sync stores: the stream names, space-separated; the answer is empty,
+	// or the error (pkg/broker answers it).
+	SyncSubject = "$EXACTO.SYNC"
+)
+
+// DurableStores are the stores whose every acknowledged write must be on disk before it
+// is relied on: every file store but the derived ones.
+func DurableStores(o Options) []string {
+	var out []string
+	for _, s := range Streams(o) {
+		if !slices.Contains(Derived, s.Name) {
+			out = append(out, s.Name)
+		}
+	}
+	for _, b := range Buckets(o) {
+		if name := "KV_" + b.Bucket; b.Storage == jetstream.FileStorage && !slices.Contains(Derived, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// local are the syncers of the servers this process embeds, by server id: a
+// connection to one of them asks it directly, not over NATS.
+var local sync.Map // server id -> func(context.Context, ...string) error
+
+// ServeSync makes sync the syncer of the embedded server serverID for this process's
+// connections to it (pkg/broker); the returned func withdraws it.
+func ServeSync(serverID string, fn func(ctx context.Context, streams ...string) error) (withdraw func()) {
+	local.Store(serverID, fn)
+	return func() { local.Delete(serverID) }
+}
+
+// localSync is the syncer of nc's server when this process embeds it.
+func localSync(nc *nats.Conn) func(context.Context, ...string) error {
+	if f, ok := local.Load(nc.ConnectedServerId()); ok {
+		return f.(func(context.Context, ...string) error)
+	}
+	return nil
+}
+
+// syncMark caches, per connection, whether its server's process syncs (read again
+// every markTTL: a server restarted in another mode is seen).
+var syncMark sync.Map // *nats.Conn -> markEntry
+
+type markEntry struct {
+	byProcess bool
+	at        time.Time
+}
+
+const markTTL = 10 * time.Second
+
+// Durable returns once everything the named streams of js's server held when it was
+// called is on disk: at once where the server syncs each write itself. A process-synced
+// server that cannot be asked (its process gone, no answer) is an error: the write is
+// not known to be durable.
+func Durable(ctx context.Context, js jetstream.JetStream, streams ...string) error {
+	nc := js.Conn()
+	if sync := localSync(nc); sync != nil {
+		return sync(ctx, streams...)
+	}
+	byProcess, err := SyncedByProcess(ctx, js)
+	if err != nil || !byProcess {
+		return err
+	}
+	m, err := nc.RequestWithContext(ctx, SyncSubject, []byte(strings.Join(streams, " ")))
+	if err != nil {
+		return fmt.Errorf("sync %v: %w", streams, err)
+	}
+	if len(m.Data) > 0 {
+		return fmt.Errorf("sync %v: %s", streams, m.Data)
+	}
+	return nil
+}
+
+// durableThrough is, per server this process talks to (by id), the highest sequence of
+// EXACTO_EVENTS known to be on disk.
+var durableThrough sync.Map // server id -> *atomic.Uint64
+
+// DurableThrough returns once EXACTO_EVENTS is on disk up to seq, a sequence it has
+// stored: at once when an earlier call covered it, else after one Durable, which
+// covers every sequence stored before it was called. Whatever is derived from an
+// event — an index entry that says it is stored, a guard, a projection — must not
+// reach the disk before the event does: a reader of the stream calls this before it
+// acts on what it read (a power cut would otherwise leave the derived store ahead of
+// the log, and an index entry of a lost event would make the provider's retry of it a
+// "duplicate").
+func DurableThrough(ctx context.Context, js jetstream.JetStream, seq uint64) error {
+	id := js.Conn().ConnectedServerId()
+	v, _ := durableThrough.LoadOrStore(id, new(atomic.Uint64))
+	mark := v.(*atomic.Uint64)
+	if seq <= mark.Load() {
+		return nil
+	}
+	if err := Durable(ctx, js, Events); err != nil {
+		return err
+	}
+	for { // never back: a concurrent call may have covered more
+		cur := mark.Load()
+		if seq <= cur || mark.CompareAndSwap(cur, seq) {
+			return nil
+		}
+	}
+}
+
+// SyncedByProcess reports whether js's server is synced by the process that embeds it
+// (Durable then asks it), rather than on each write by the server itself: EXACTO_EVENTS
+// is marked so, or a process answers $EXACTO.SYNC there. The mark makes it fail
+// closed: a marked server whose process does not answer is not taken for synced.
+func SyncedByProcess(ctx context.Context, js jetstream.JetStream) (bool, error) {
+	nc := js.Conn()
+	if localSync(nc) != nil {
+		return true, nil
+	}
+	if e, ok := syncMark.Load(nc); ok && time.Since(e.(markEntry).at) < markTTL {
+		return e.(markEntry).byProcess, nil
+	}
+	s, err := js.Stream(ctx, Events)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, nil // no topology yet: nothing durable to sync
+	}
+	if err != nil {
+		return false, fmt.Errorf("who syncs %s: %w", Events, err)
+	}
+	byProcess := s.CachedInfo().Config.Metadata[SyncMetadata] == SyncByProcess
+	if !byProcess { // unmarked (a topology declared without it): does a process answer?
+		_, err := nc.RequestWithContext(ctx, SyncSubject, nil)
+		byProcess = err == nil
+	}
+	syncMark.Store(nc, markEntry{byProcess, time.Now()})
+	return byProcess, nil
+}
+
+// DurableKV is kv whose writes return once durable (Durable after each).
+func DurableKV(js jetstream.JetStream, kv jetstream.KeyValue) jetstream.KeyValue {
+	return durableKV{KeyValue: kv, js: js, name: "KV_" + kv.Bucket()}
+}
+
+type durableKV struct {
+	jetstream.KeyValue
+	js   jetstream.JetStream
+	name string
+}
+
+func (d durableKV) sync(ctx context.Context, rev uint64, err error) (uint64, error) {
+	if err != nil {
+		return rev, err
+	}
+	return rev, Durable(ctx, d.js, d.name)
+}
+
+func (d durableKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	rev, err := d.KeyValue.Put(ctx, key, value)
+	return d.sync(ctx, rev, err)
+}
+
+func (d durableKV) PutString(ctx context.Context, key string, value string) (uint64, error) {
+	return d.Put(ctx, key, []byte(value))
+}
+
+func (d durableKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	rev, err := d.KeyValue.Create(ctx, key, value, opts...)
+	return d.sync(ctx, rev, err)
+}
+
+func (d durableKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	rev, err := d.KeyValue.Update(ctx, key, value, last)
+	return d.sync(ctx, rev, err)
+}
+
+func (d durableKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	if err := d.KeyValue.Delete(ctx, key, opts...); err != nil {
+		return err
+	}
+	return Durable(ctx, d.js, d.name)
+}
+
+func (d durableKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	if err := d.KeyValue.Purge(ctx, key, opts...); err != nil {
+		return err
+	}
+	return Durable(ctx, d.js, d.name)
+}
