@@ -306,6 +306,9 @@ type runner struct {
 	settling sync.WaitGroup
 	acks     *acker
 	consumer atomic.Pointer[jetstream.Consumer] // as bound
+	// attrs are the metric label sets made so far (eventAttrs), attrCount their number.
+	attrs     sync.Map
+	attrCount atomic.Int64
 }
 
 // bind creates or updates the service's durable consumer from the topology (each
@@ -345,6 +348,7 @@ type withMetadata struct {
 const (
 	mdDelivered = "exacto-delivered"
 	mdSeq       = "exacto-seq"
+	mdPending   = "exacto-pending" // what the consumer had pending after it: stored too
 )
 
 func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
@@ -355,6 +359,7 @@ func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
 	if md, err := msg.Metadata(); err == nil {
 		m.Metadata.Set(mdDelivered, strconv.FormatUint(md.NumDelivered, 10))
 		m.Metadata.Set(mdSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+		m.Metadata.Set(mdPending, strconv.FormatUint(md.NumPending, 10))
 	}
 	if u.stopping.Load() {
 		msg.Nak() // nobody will take it: the subscriber drops it after this
@@ -386,7 +391,8 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	// of an event the log lost.
 	if r.o.Sub.StreamName() == stream.Events {
 		seq, _ := strconv.ParseUint(m.Metadata.Get(mdSeq), 10, 64)
-		if err := stream.DurableThrough(ctx, r.js, seq); err != nil {
+		pending, _ := strconv.ParseUint(m.Metadata.Get(mdPending), 10, 64)
+		if err := stream.DurableThrough(ctx, r.js, seq, seq+pending); err != nil {
 			r.o.Log.WarnContext(ctx, "event not known to be on disk; redelivering", "consumer", r.name, "id", env.ID, "err", err)
 			r.nack(m)
 			return
@@ -539,11 +545,16 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
 		// An idempotent consumer's first success is told by its ack alone; after a
-		// failure, or replayed from the DLQ, its record says completed.
-		if !r.o.Sub.Idempotent || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
+		// failure, or replayed from the DLQ, its record says completed. An outcome line
+		// tells what an attempt changed besides: a first plain success has its guard
+		// record (completed) and nothing else to tell.
+		again := a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays
+		if !r.o.Sub.Idempotent || again {
 			if err := r.guard.Complete(ctx, a); err != nil {
 				r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
 			}
+		}
+		if again {
 			r.outcome(ctx, env, a.Record)
 		}
 		r.ack(ctx, m)

@@ -35,16 +35,37 @@ var (
 		metric.WithDescription("events completed by a consumer, by SLO class and whether within the class's target"))
 )
 
-// eventAttrs are the labels every event metric carries.
+// eventAttrs are the labels every event metric carries. A runner keeps each set it
+// made (a set sorts and hashes its labels: per event and metric, that was a few
+// percent of a consumer's CPU); their number is bounded by the tenants, providers and
+// types of the config, and by attrCacheMax.
 func (r *runner) eventAttrs(env envelope.Envelope, more ...attribute.KeyValue) metric.MeasurementOption {
-	return eventAttrs(r.name, r.o.WorkflowVersion, env, more...)
+	key := make([]byte, 0, 96)
+	for _, s := range []string{env.Tenant, env.Provider, env.Type} {
+		key = append(append(key, s...), 0)
+	}
+	for _, kv := range more {
+		key = append(append(append(key, kv.Key...), '='), kv.Value.Emit()...)
+		key = append(key, 0)
+	}
+	if o, ok := r.attrs.Load(string(key)); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := eventAttrs(r.name, r.o.WorkflowVersion, env, more...)
+	if r.attrCount.Add(1) <= attrCacheMax {
+		r.attrs.Store(string(key), o)
+	}
+	return o
 }
 
+// attrCacheMax bounds the label sets a runner keeps.
+const attrCacheMax = 4096
+
 func eventAttrs(consumer, version string, env envelope.Envelope, more ...attribute.KeyValue) metric.MeasurementOption {
-	return metric.WithAttributes(append([]attribute.KeyValue{
+	return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
 		attribute.String("consumer", token(consumer)), attribute.String("tenant", token(env.Tenant)),
 		attribute.String("provider", token(env.Provider)), attribute.String("type", token(env.Type)),
-		attribute.String("workflow_version", token(version))}, more...)...)
+		attribute.String("workflow_version", token(version))}, more...)...))
 }
 
 // attempted records one attempt's result.

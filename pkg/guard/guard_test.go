@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -248,5 +249,25 @@ func TestUndoGivesTheClaimBack(t *testing.T) {
 	}
 	if rec, _, _ := Status(ctx, kv, "stopper", "ev_1"); rec.Status != Processing || rec.Attempts != d.Record.Attempts {
 		t.Fatalf("a stale undo changed the new claim: %+v", rec)
+	}
+}
+
+// The hand-made encoding of a record is the one encoding/json makes.
+func TestRecordEncodesAsJSONDoes(t *testing.T) {
+	at := time.Date(2026, 12, 4, 10, 11, 12, 345678900, time.UTC)
+	for _, r := range []Record{
+		{Status: Processing, Attempts: 1, FirstAttempt: at, LastAttempt: at, LeaseUntil: at.Add(time.Minute)},
+		{Status: Completed, Attempts: 2, FirstAttempt: at, LastAttempt: at.Add(time.Second)},
+		{Status: RetryableFailed, Attempts: 3, LastError: "503 \"unavailable\" <html> & \x00 é", LastAttempt: at, NextAttemptAt: at.Add(time.Hour)},
+		{Status: Processing, Attempts: 1, LastAttempt: at.In(time.FixedZone("x", 3600))},
+		{},
+	} {
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mustJSON(r); string(got) != string(want) {
+			t.Errorf("mustJSON:\n got %s\nwant %s", got, want)
+		}
 	}
 }

@@ -142,6 +142,9 @@ func PublishOne(js jetstream.JetStream) Publish {
 		return func() (bool, error) {
 			select {
 			case pa := <-ack.Ok():
+				if pa.Stream == stream.Events {
+					stream.NoteStored(js, pa.Sequence) // the next sync covers it
+				}
 				return pa.Duplicate, nil
 			case err := <-ack.Err():
 				return false, err

@@ -83,6 +83,23 @@ const markTTL = 10 * time.Second
 // not known to be durable.
 func Durable(ctx context.Context, js jetstream.JetStream, streams ...string) error {
 	nc := js.Conn()
+	var m *marks
+	var stored uint64
+	if slices.Contains(streams, Events) { // what this process saw stored, the sync covers
+		m = marksOf(nc)
+		stored = m.stored.Load()
+	}
+	if err := syncStores(ctx, js, streams); err != nil {
+		return err
+	}
+	if m != nil {
+		raise(&m.durable, stored)
+	}
+	return nil
+}
+
+func syncStores(ctx context.Context, js jetstream.JetStream, streams []string) error {
+	nc := js.Conn()
 	if sync := localSync(nc); sync != nil {
 		return sync(ctx, streams...)
 	}
@@ -100,34 +117,48 @@ func Durable(ctx context.Context, js jetstream.JetStream, streams ...string) err
 	return nil
 }
 
-// durableThrough is, per server this process talks to (by id), the highest sequence of
-// EXACTO_EVENTS known to be on disk.
-var durableThrough sync.Map // server id -> *atomic.Uint64
+// marks are, per server this process talks to (by id), the highest sequence of
+// EXACTO_EVENTS it saw stored (a PubAck, a delivery) and the highest known to be on
+// disk.
+type marks struct{ stored, durable atomic.Uint64 }
 
-// DurableThrough returns once EXACTO_EVENTS is on disk up to seq, a sequence it has
-// stored: at once when an earlier call covered it, else after one Durable, which
-// covers every sequence stored before it was called. Whatever is derived from an
-// event — an index entry that says it is stored, a guard, a projection — must not
-// reach the disk before the event does: a reader of the stream calls this before it
-// acts on what it read (a power cut would otherwise leave the derived store ahead of
-// the log, and an index entry of a lost event would make the provider's retry of it a
-// "duplicate").
-func DurableThrough(ctx context.Context, js jetstream.JetStream, seq uint64) error {
-	id := js.Conn().ConnectedServerId()
-	v, _ := durableThrough.LoadOrStore(id, new(atomic.Uint64))
-	mark := v.(*atomic.Uint64)
-	if seq <= mark.Load() {
+var serverMarks sync.Map // server id -> *marks
+
+func marksOf(nc *nats.Conn) *marks {
+	id := nc.ConnectedServerId()
+	if m, ok := serverMarks.Load(id); ok {
+		return m.(*marks)
+	}
+	m, _ := serverMarks.LoadOrStore(id, &marks{})
+	return m.(*marks)
+}
+
+// raise sets v to at least x.
+func raise(v *atomic.Uint64, x uint64) {
+	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
+	}
+}
+
+// NoteStored notes that EXACTO_EVENTS of js's server holds seq (its PubAck came): the
+// next Durable covers it, and says so to DurableThrough.
+func NoteStored(js jetstream.JetStream, seq uint64) { raise(&marksOf(js.Conn()).stored, seq) }
+
+// DurableThrough returns once EXACTO_EVENTS is on disk up to seq, a sequence it holds;
+// stored (at least seq) is the highest the caller knows it holds (a delivery's
+// sequence and what is pending after it). At once when an earlier sync covered seq,
+// else after one Durable, which covers every sequence stored before it was called.
+// Whatever is derived from an event — an index entry that says it is stored, a guard,
+// a projection — must not reach the disk before the event does: a reader of the
+// stream calls this before it acts on what it read (a power cut would otherwise leave
+// the derived store ahead of the log, and an index entry of a lost event would make
+// the provider's retry of it a "duplicate").
+func DurableThrough(ctx context.Context, js jetstream.JetStream, seq, stored uint64) error {
+	m := marksOf(js.Conn())
+	if seq <= m.durable.Load() {
 		return nil
 	}
-	if err := Durable(ctx, js, Events); err != nil {
-		return err
-	}
-	for { // never back: a concurrent call may have covered more
-		cur := mark.Load()
-		if seq <= cur || mark.CompareAndSwap(cur, seq) {
-			return nil
-		}
-	}
+	raise(&m.stored, max(seq, stored))
+	return Durable(ctx, js, Events)
 }
 
 // SyncedByProcess reports whether js's server is synced by the process that embeds it

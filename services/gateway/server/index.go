@@ -206,13 +206,14 @@ func (x *Indexer) Run(ctx context.Context) error {
 func (x *Indexer) write(ctx context.Context, msgs []jetstream.Msg) {
 	// No entry before its event is on disk: an entry of an event a power cut took would
 	// answer the provider's retry of it as a duplicate.
-	var last uint64
+	var last, stored uint64
 	for _, msg := range msgs {
 		if md, err := msg.Metadata(); err == nil {
 			last = max(last, md.Sequence.Stream)
+			stored = max(stored, md.Sequence.Stream+md.NumPending)
 		}
 	}
-	if err := stream.DurableThrough(ctx, x.js, last); err != nil {
+	if err := stream.DurableThrough(ctx, x.js, last, stored); err != nil {
 		x.log.Warn("index: events not known to be on disk; indexing them later", "through", last, "err", err)
 		for _, msg := range msgs {
 			msg.Nak()
