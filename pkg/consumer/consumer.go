@@ -545,16 +545,11 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
 		// An idempotent consumer's first success is told by its ack alone; after a
-		// failure, or replayed from the DLQ, its record says completed. An outcome line
-		// tells what an attempt changed besides: a first plain success has its guard
-		// record (completed) and nothing else to tell.
-		again := a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays
-		if !r.o.Sub.Idempotent || again {
+		// failure, or replayed from the DLQ, its record says completed.
+		if !r.o.Sub.Idempotent || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
 			if err := r.guard.Complete(ctx, a); err != nil {
 				r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
 			}
-		}
-		if again {
 			r.outcome(ctx, env, a.Record)
 		}
 		r.ack(ctx, m)
