@@ -349,6 +349,7 @@ const (
 	mdDelivered = "exacto-delivered"
 	mdSeq       = "exacto-seq"
 	mdPending   = "exacto-pending" // what the consumer had pending after it: stored too
+	mdStored    = "exacto-stored"  // when the stream stored it (the server's clock)
 )
 
 func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
@@ -360,6 +361,7 @@ func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
 		m.Metadata.Set(mdDelivered, strconv.FormatUint(md.NumDelivered, 10))
 		m.Metadata.Set(mdSeq, strconv.FormatUint(md.Sequence.Stream, 10))
 		m.Metadata.Set(mdPending, strconv.FormatUint(md.NumPending, 10))
+		m.Metadata.Set(mdStored, md.Timestamp.Format(time.RFC3339Nano))
 	}
 	if u.stopping.Load() {
 		msg.Nak() // nobody will take it: the subscriber drops it after this
@@ -497,7 +499,12 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 			leased <- leaseTaken{rel, ok && err == nil}
 		}()
 	}
-	a, err := r.guard.Begin(ctx, env.ID)
+	var err error
+	if r.fresh(m) {
+		a = r.guard.First(env.ID) // nobody can have tried it: no record to read or claim
+	} else {
+		a, err = r.guard.Begin(ctx, env.ID)
+	}
 	free := true // the contact is ours (or needs no lease)
 	if leased != nil {
 		l := <-leased
@@ -595,6 +602,27 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 	r.outcome(ctx, env, a.Record)
 	r.nackAfter(m, delay)
 	r.attempted(ctx, env, a.Record.Attempts, "retry")
+}
+
+// fresh reports whether m's event can never have been tried by this consumer: its
+// first delivery, of an event of EXACTO_EVENTS stored after the consumer as bound
+// was created. No earlier delivery of this consumer was made (JetStream counts them),
+// and none by an earlier consumer of the same name (one recreated from its checkpoint
+// after a restart, or on another node), which would have been created before, so no
+// guard record can hold it: its attempt claims nothing and writes its record once,
+// when it ends (guard.First). A redelivery — after a nak, past the ack wait, after a
+// restart — reads and claims the record as every attempt did.
+func (r *runner) fresh(m *message.Message) bool {
+	if r.o.Sub.StreamName() != stream.Events || m.Metadata.Get(mdDelivered) != "1" {
+		return false
+	}
+	c := r.consumer.Load()
+	if c == nil {
+		return false
+	}
+	created := (*c).CachedInfo().Created
+	stored, err := time.Parse(time.RFC3339Nano, m.Metadata.Get(mdStored))
+	return err == nil && !created.IsZero() && stored.After(created)
 }
 
 // leaseTaken is a contact lease's acquisition: ok with its release, or not ours.

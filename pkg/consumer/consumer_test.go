@@ -889,8 +889,8 @@ func TestSettledOnlyOnceDerivedEventsAreStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
-		if rec := status(t, conn, id); rec.Status != guard.Processing {
+	for _, id := range ids { // claimed (processing), or new to the consumer: no record yet
+		if rec := status(t, conn, id); rec.Status == guard.Completed {
 			t.Fatalf("%s is %q before its derived event is stored", id, rec.Status)
 		}
 	}
@@ -1033,5 +1033,43 @@ func TestRecreatedConsumerKeepsItsPauseAndStaysWithinTheStream(t *testing.T) {
 	}
 	if ran, err := Ran(ctx, conn.JS, sub.Durable); err != nil || !ran {
 		t.Errorf("Ran of a consumer gone with its checkpoint kept: %v %v", ran, err)
+	}
+}
+
+// An event stored after its consumer was made, on its first delivery, cannot have been
+// tried: its attempt claims nothing (no record while it runs) and writes one record,
+// completed, when it ends. An event stored before the consumer was made (a backlog: a
+// consumer made again after a restart) is claimed, as is every redelivery.
+func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	backlog := publishFrom(t, conn, 100, 1) // stored before the consumer exists
+	entered, release := make(chan string, 4), make(chan struct{})
+	bound := make(chan struct{})
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		entered <- ev.Envelope.ID
+		<-release
+		return nil
+	}, func(o *Options) { o.Workers = 1; o.Ready = func() { close(bound) } })
+	<-bound
+	if id := <-entered; id != backlog[0] {
+		t.Fatalf("first attempt at %s", id)
+	}
+	if rec := status(t, conn, backlog[0]); rec.Status != guard.Processing {
+		t.Fatalf("an event of the backlog while it is attempted: %q, want claimed (processing)", rec.Status)
+	}
+	release <- struct{}{}
+	ids := publish(t, conn, 1) // stored after the consumer was made
+	if id := <-entered; id != ids[0] {
+		t.Fatalf("second attempt at %s", id)
+	}
+	if rec := status(t, conn, ids[0]); rec.Status != "" {
+		t.Fatalf("a new event while it is attempted: %q, want no record", rec.Status)
+	}
+	close(release)
+	waitFor(t, "both completed", func() bool {
+		return status(t, conn, ids[0]).Status == guard.Completed && status(t, conn, backlog[0]).Status == guard.Completed
+	})
+	if rec := status(t, conn, ids[0]); rec.Attempts != 1 || rec.FirstAttempt.IsZero() {
+		t.Fatalf("record of the new event: %+v", rec)
 	}
 }

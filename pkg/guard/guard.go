@@ -145,12 +145,28 @@ func (g *Guard) Assume(eventID string, attempt int) Attempt {
 		key: Key(g.consumer, eventID), unclaimed: true}
 }
 
+// First is the first attempt at eventID when no attempt can have come before it (its
+// first delivery to a consumer created before it was stored: consumer.fresh): no record
+// is read or claimed, and Complete and Fail write its first record. Nothing else can
+// attempt it meanwhile — a redelivery comes only after the ack wait, past this
+// attempt's end — and were the process to die in the middle, the redelivery finds no
+// record: it is not told Resumed, and its handler looks before it writes, as every
+// handler does.
+func (g *Guard) First(eventID string) Attempt {
+	now := g.now().UTC()
+	return Attempt{Decision: Proceed, Record: Record{Status: Processing, Attempts: 1, FirstAttempt: now, LastAttempt: now},
+		key: Key(g.consumer, eventID), unclaimed: true}
+}
+
 // Undo gives back a claim whose attempt never began its effect (the runner claims the
 // event and its contact's lease at once, and the lease was busy): the record returns
 // to what Begin found, so the attempt is neither counted nor held. A claim taken over
 // meanwhile is left alone. If Undo fails, the claim stays until its lease runs out and
 // the next attempt is told Resumed: it looks before it acts, which is always safe.
 func (g *Guard) Undo(ctx context.Context, a *Attempt) error {
+	if a.unclaimed { // nothing was written
+		return nil
+	}
 	var err error
 	if a.prev == nil {
 		err = g.kv.Delete(ctx, a.key, jetstream.LastRevision(a.rev))

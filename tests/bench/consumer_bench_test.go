@@ -170,6 +170,20 @@ func BenchmarkConsumers(b *testing.B) {
 		b.Fatal(err)
 	}
 	platforms := accounts.New(cfg, sb.URL, accounts.Pacing{})
+	of := func(name string) stream.Subscription { s, _ := stream.SubscriptionOf(name); return s }
+	noop := stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
+	// The consumers exist before the events are stored, as in a running exacto up: each
+	// event is then new to its consumer (its first attempt claims nothing, guard.First).
+	// A consumer made again at a restart claims each event of its backlog (guard.Begin).
+	checkpoints, err := conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, sub := range []stream.Subscription{noop, of(stream.Classifier), of(stream.Stopper), of(stream.CRMWriter), of(stream.Suppressor)} {
+		if _, err := consumer.Bind(ctx, conn.JS, stream.Events, sub.ConsumerConfig(), checkpoints); err != nil {
+			b.Fatal(err)
+		}
+	}
 	publishEvents(b, conn, n)
 	d, err := consumer.NewDeriver(ctx, conn.JS)
 	if err != nil {
@@ -191,10 +205,8 @@ func BenchmarkConsumers(b *testing.B) {
 	if err := crmwriter.EnsureProperty(ctx, []string{"bench"}, func(string) *hubspot.Client { return hs.HubSpot }, nil); err != nil {
 		b.Fatal(err) // as the crmwriter's start makes it
 	}
-	of := func(name string) stream.Subscription { s, _ := stream.SubscriptionOf(name); return s }
 	b.ResetTimer()
 	rows := []consumerRow{{"bare JetStream consume + double ack", 2 * n, rawDrain(b, conn, 2*n)}}
-	noop := stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
 	rows = append(rows, consumerRow{"framework, no-op handler", n, drain(b, conn, noop, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})})
 	rows = append(rows, consumerRow{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New())})})
 	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", 2 * n, drain(b, conn, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies,
