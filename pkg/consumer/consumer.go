@@ -44,6 +44,11 @@ type Event struct {
 	// Resumed: an earlier attempt died mid-effect, so the effect may have happened:
 	// look its external key up before making it again.
 	Resumed bool
+	// New: no attempt can have come before this one — the event's first delivery, and
+	// new to its consumer (guard.First). Only then may a handler skip a look that
+	// guards against an earlier attempt's write. (A first attempt that is not New may
+	// follow one that died leaving no record: Attempt 1 alone does not say so.)
+	New bool
 	// FirstAttempt is when this consumer first tried the event (zero when unknown);
 	// Last says this attempt is the last one a transient failure leaves it before
 	// it is dead-lettered. A handler that waits on a platform bounds its wait by them.
@@ -449,7 +454,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		a, release = claimed, rel
 	}
 	crashPoint(CrashAfterGuard)
-	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, FirstAttempt: a.Record.FirstAttempt,
+	ev := Event{Envelope: env, Attempt: a.Record.Attempts, Resumed: a.Resumed, New: a.New, FirstAttempt: a.Record.FirstAttempt,
 		Last: r.o.Sub.MaxDeliver > 0 && a.Record.Attempts >= r.o.Sub.MaxDeliver, pacer: r.o.Pacer, breakers: r.o.Breakers, runner: r}
 	// The handler gets the ack wait less a reserve: what follows (guard, dead letter,
 	// outcome, ack) must still have time when the handler used all of its own.

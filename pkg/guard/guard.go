@@ -74,6 +74,8 @@ type Attempt struct {
 	Resumed bool
 	// Wait is how long a Busy event should wait before its redelivery.
 	Wait time.Duration
+	// New: no attempt can have come before this one (First).
+	New bool
 
 	key  string
 	rev  uint64
@@ -155,7 +157,7 @@ func (g *Guard) Assume(eventID string, attempt int) Attempt {
 func (g *Guard) First(eventID string) Attempt {
 	now := g.now().UTC()
 	return Attempt{Decision: Proceed, Record: Record{Status: Processing, Attempts: 1, FirstAttempt: now, LastAttempt: now},
-		key: Key(g.consumer, eventID), unclaimed: true}
+		New: true, key: Key(g.consumer, eventID), unclaimed: true}
 }
 
 // Undo gives back a claim whose attempt never began its effect (the runner claims the

@@ -378,17 +378,21 @@ func (w *writer) activity(ctx context.Context, ev consumer.Event, hs *hubspot.Cl
 
 // ensureNote is hubspot.EnsureNote with each request made through ev.Call: read the
 // note by the external id, upsert it by that id only if absent, associate it with the
-// contact either way.
+// contact either way. A New event's note cannot exist (only an attempt of this event
+// writes it, and none came before): it is upserted without the read.
 func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.Client, n hubspot.Note) (Written, error) {
 	res := Written{EventID: ev.Envelope.ID, ExternalID: n.ExternalID, ContactID: n.ContactID, Owner: n.OwnerID}
 	var (
 		note  hubspot.Note
 		found bool
+		err   error
 	)
-	err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-		note, found, err = hs.NoteByExternalID(ctx, n.ExternalID)
-		return err
-	})
+	if !ev.New {
+		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+			note, found, err = hs.NoteByExternalID(ctx, n.ExternalID)
+			return err
+		})
+	}
 	if err != nil {
 		return Written{}, fmt.Errorf("read note: %w", err)
 	}

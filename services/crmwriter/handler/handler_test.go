@@ -819,3 +819,22 @@ func TestStartNeedsTheUniqueNoteProperty(t *testing.T) {
 		t.Fatalf("exists=%v unique=%v after %d reads", exists, unique, down.Requests(sandbox.RouteHubSpotPropertyGet))
 	}
 }
+
+// A New event (no attempt can have come before) upserts its note without reading it by
+// its key first; any other attempt reads first, and finds it.
+func TestNewReplyUpsertsWithoutReading(t *testing.T) {
+	f := setup(t)
+	r := reply(7, "grace@example.com")
+	if err := f.h(context.Background(), consumer.Event{Envelope: r, Attempt: 1, New: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n, reads := f.sb.NotesWithExternalID(r.ID), f.sb.Requests(sandbox.RouteHubSpotNoteRead); n != 1 || reads != 0 {
+		t.Fatalf("a new reply: %d notes, %d reads of its note", n, reads)
+	}
+	if err := f.h(context.Background(), consumer.Event{Envelope: r, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, reads, upserts := f.sb.NotesWithExternalID(r.ID), f.sb.Requests(sandbox.RouteHubSpotNoteRead), f.sb.Requests(sandbox.RouteHubSpotNoteUpsert); n != 1 || reads != 1 || upserts != 1 {
+		t.Fatalf("the same reply again, not new: %d notes, %d reads, %d upserts", n, reads, upserts)
+	}
+}
