@@ -383,7 +383,7 @@ func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
 func (r *runner) handle(ctx context.Context, m *message.Message) {
 	delivered, _ := strconv.Atoi(m.Metadata.Get(mdDelivered))
 	var env envelope.Envelope
-	if err := json.Unmarshal(m.Payload, &env); err != nil || env.ID == "" {
+	if err := envelope.Decode(m.Payload, &env); err != nil || env.ID == "" {
 		// Not an envelope: nothing to guard, nothing to retry.
 		r.o.Log.ErrorContext(ctx, "undecodable event", "consumer", r.name, "seq", m.Metadata.Get(mdSeq), "err", err)
 		if derr := r.deadLetter(ctx, env, m.Payload, fmt.Errorf("not an envelope: %v", err), retry.Permanent, guard.Record{Attempts: delivered}); derr != nil {

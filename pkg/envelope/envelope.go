@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	fastjson "github.com/segmentio/encoding/json"
 )
 
 // Canonical event types. A provider event type that maps to none of them is stored as
@@ -316,4 +318,13 @@ func (e *Envelope) ContactKey() string {
 		return "subject:" + e.Provider + ":" + e.Subject
 	}
 	return ""
+}
+
+// Decode decodes a stored envelope: what encoding/json would, with a faster decoder
+// (github.com/segmentio/encoding/json, a drop-in one). Every consumer decodes every
+// event it takes, and a replay millions: with encoding/json that was a fifth of a
+// replay's time. Only for envelopes Exacto stored itself (a webhook's body is read
+// strictly, by encoding/json, at the gateway).
+func Decode(data []byte, env *Envelope) error {
+	return fastjson.Unmarshal(data, env)
 }

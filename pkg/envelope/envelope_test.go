@@ -1,6 +1,10 @@
 package envelope
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
 
 func TestIDDeterministicAndSeparated(t *testing.T) {
 	a := ID("acme", "stripe", "evt_1")
@@ -72,5 +76,39 @@ func TestContactKey(t *testing.T) {
 	}
 	if (&Envelope{}).ContactKey() != "" {
 		t.Fatal("no contact, no key")
+	}
+}
+
+// Decode reads a stored envelope as encoding/json does.
+func TestDecodeAsEncodingJSON(t *testing.T) {
+	at := time.Date(2026, 12, 4, 10, 0, 0, 123, time.UTC)
+	envs := []Envelope{
+		{SpecVersion: "1.0", ID: "ev_1", Type: TypeReplyReceived, Time: at, Tenant: "acme", Provider: "instantly", ReceivedAt: at.Add(time.Second),
+			Data: Data{ProviderType: "reply_received", Contact: &Contact{Email: "a@b.example", ExternalID: "x"}, Campaign: &Campaign{ID: "c1", Name: "Q4 \u2603"},
+				Message: &Message{ID: "m", Text: "Sounds good <b>\n\"quoted\"\\"}, Raw: json.RawMessage(`{"a":[1,2,{"b":null}],"c":"\u00e9"}`)}, Signed: true},
+		{ID: "ev_2", Type: TypeReplyClassified, Data: Data{Cause: "ev_1", Classification: &Classification{Label: "interested", Confidence: 0.93}}},
+		{},
+	}
+	for _, env := range envs {
+		b, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want, got Envelope
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := Decode(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		wb, _ := json.Marshal(want)
+		gb, _ := json.Marshal(got)
+		if string(wb) != string(gb) {
+			t.Errorf("Decode:\n got %s\nwant %s", gb, wb)
+		}
+	}
+	var e Envelope
+	if err := Decode([]byte(`{"id": "x", `), &e); err == nil {
+		t.Error("a truncated envelope decoded")
 	}
 }

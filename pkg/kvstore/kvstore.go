@@ -124,6 +124,24 @@ func (m *Memory) Put(_ context.Context, key string, value []byte, rev uint64) (u
 	return m.last, nil
 }
 
+// NextRev takes the next revision, for a value Set will store.
+func (m *Memory) NextRev() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.last++
+	return m.last
+}
+
+// Set stores value as key's at revision rev, taken by NextRev: a replay that keeps its
+// records decoded and stores each once, at the revision its last change was given.
+func (m *Memory) Set(key string, value []byte, rev uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.vals[key] = value
+	m.revs[key] = rev
+	m.last = max(m.last, rev)
+}
+
 func (m *Memory) Delete(_ context.Context, key string, rev uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

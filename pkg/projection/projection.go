@@ -313,13 +313,39 @@ func Apply(ctx context.Context, s Stores, dir *contacts.Directory, env envelope.
 }
 
 func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope) (Result, error) {
-	keys := lifecycle.Keys(env)
-	seen, named := directorySeen(env)
-	if len(keys) == 0 && (!named || dir == nil) {
-		return Result{}, nil
+	return applyNamed(ctx, s, dir, env, name(ctx, dir, env))
+}
+
+// named is who an event is about, as apply needs it: what the lifecycle follows of it,
+// what the directory knows its contact by, and the contact that is (skip: nothing to
+// apply). A replay names each event ahead of applying it, in order, beside the applying.
+type named struct {
+	keys  []lifecycle.Key
+	seen  contacts.Seen
+	named bool
+	who   identity
+	skip  bool
+	err   error
+}
+
+func name(ctx context.Context, dir Identities, env envelope.Envelope) named {
+	n := named{keys: lifecycle.Keys(env)}
+	n.seen, n.named = directorySeen(env)
+	if len(n.keys) == 0 && (!n.named || dir == nil) {
+		n.skip = true
+		return n
 	}
-	who, err := identifySeen(ctx, dir, env, seen, named)
-	if err != nil {
+	n.who, n.err = identifySeen(ctx, dir, env, n.seen, n.named)
+	return n
+}
+
+// applyNamed is apply of env, named by n.
+func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Envelope, n named) (Result, error) {
+	if n.skip || n.err != nil {
+		return Result{}, n.err
+	}
+	keys, seen, named, who := n.keys, n.seen, n.named, n.who
+	if err := s.flushBefore(who); err != nil {
 		return Result{}, err
 	}
 	if err := fold(ctx, s, env.Tenant, who); err != nil {
@@ -331,10 +357,11 @@ func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope)
 	var res Result
 	created := false
 	var m map[string]heldRec[Contact]
+	back := false
 	if s.held != nil {
-		m = s.held.contacts
+		m, back = s.held.contacts, s.held.back
 	}
-	c, rev, err := updateRecord(ctx, s.Contacts, m, "contact record", ContactKey(env.Tenant, who.contactID), func(c *Contact, found bool) (bool, error) {
+	c, rev, err := updateRecord(ctx, s.Contacts, m, back, "contact record", ContactKey(env.Tenant, who.contactID), func(c *Contact, found bool) (bool, error) {
 		created = !found
 		if s.held != nil { // a replay keeps no Result: the views cost more than the merge
 			res.Changed = merge(c, who, env, keys)
@@ -366,11 +393,24 @@ func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope)
 			return res, err
 		}
 		if rec.ContactID != who.contactID {
-			err = fold(ctx, s, env.Tenant, identity{contactID: rec.ContactID, accountID: rec.AccountID, merged: []string{who.contactID}})
+			again := identity{contactID: rec.ContactID, accountID: rec.AccountID, merged: []string{who.contactID}}
+			if err := s.flushBefore(again); err != nil {
+				return res, err
+			}
+			err = fold(ctx, s, env.Tenant, again)
 		}
 		return res, err
 	}
 	return res, nil
+}
+
+// flushBefore stores and forgets what a replay holds before a fold of who's merged
+// contacts, which reads and writes the stores themselves (merges are rare).
+func (s Stores) flushBefore(who identity) error {
+	if s.held == nil || len(who.merged) == 0 {
+		return nil
+	}
+	return s.held.flush(s)
 }
 
 // views are the lifecycle views keys touch in c.
@@ -389,11 +429,12 @@ func views(c Contact, keys []lifecycle.Key) []lifecycle.View {
 // derive brings c's campaign memberships and suppression entry up to revision rev.
 func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
 	var m map[string]heldRec[Shard]
+	back := false
 	if s.held != nil {
-		m = s.held.shards
+		m, back = s.held.shards, s.held.back
 	}
 	for _, campaign := range slices.Sorted(maps.Keys(c.Campaigns)) {
-		_, _, err := updateRecord(ctx, s.Campaigns, m, "campaign shard", shardKey(c.Tenant, campaign, c.ContactID), func(sh *Shard, found bool) (bool, error) {
+		_, _, err := updateRecord(ctx, s.Campaigns, m, back, "campaign shard", shardKey(c.Tenant, campaign, c.ContactID), func(sh *Shard, found bool) (bool, error) {
 			if !found {
 				sh.Tenant, sh.Campaign = c.Tenant, campaign
 			}

@@ -150,39 +150,89 @@ func Fill(ctx context.Context, js jetstream.JetStream, into string, src Stores) 
 // the revision of the stored bytes it equals: a contact's next event need not decode
 // what its last one encoded. At most maxHeld of each kind (the events of a contact come
 // close together; a replay of millions must not hold everything twice).
+//
+// A replay into memory (the stores are Memory) also writes back: a changed record stays
+// here, decoded, with the revision it was given, and is encoded and stored once — when
+// it leaves to make room, or when the replay ends (flush) — instead of on every event
+// that changes it. Whatever reads a store directly during the replay (a fold) flushes
+// first.
 type held struct {
 	contacts map[string]heldRec[Contact]
 	shards   map[string]heldRec[Shard]
+	// back: the replay's stores are memory of its own, nobody else writes them: write
+	// back (Replay sets it when every store is a Memory).
+	back bool
 }
 
 type heldRec[T any] struct {
-	rev uint64
-	v   T
+	rev   uint64
+	v     T
+	dirty bool // changed since it was stored (write-back)
 }
 
-const maxHeld = 1 << 16
+var maxHeld = 1 << 16 // a variable for tests only
 
 func newHeld() *held {
 	return &held{contacts: map[string]heldRec[Contact]{}, shards: map[string]heldRec[Shard]{}}
 }
 
-// hold keeps v as key's value at rev in m, making room if m is full.
-func hold[T any](m map[string]heldRec[T], key string, rev uint64, v T) {
+// flush stores every changed record of h into s (write-back) and forgets them all.
+func (h *held) flush(s Stores) error {
+	if err := flushHeld(s.Contacts, h.contacts); err != nil {
+		return err
+	}
+	return flushHeld(s.Campaigns, h.shards)
+}
+
+func flushHeld[T any](s Store, m map[string]heldRec[T]) error {
+	for k, r := range m {
+		if err := store(s, k, r); err != nil {
+			return err
+		}
+	}
+	clear(m)
+	return nil
+}
+
+// store writes r to s at its revision when it changed since it was stored.
+func store[T any](s Store, key string, r heldRec[T]) error {
+	if !r.dirty {
+		return nil
+	}
+	b, err := json.Marshal(r.v)
+	if err != nil {
+		return err
+	}
+	s.(*Memory).Set(key, b, r.rev)
+	return nil
+}
+
+// hold keeps r as key's in m, making room if m is full (a changed record that leaves is
+// stored into s first).
+func hold[T any](s Store, m map[string]heldRec[T], key string, r heldRec[T]) error {
 	if _, ok := m[key]; !ok && len(m) >= maxHeld {
-		for k := range m { // any one: map order is random
+		for k, old := range m { // any one: map order is random
+			if err := store(s, k, old); err != nil {
+				return err
+			}
 			delete(m, k)
 			break
 		}
 	}
-	m[key] = heldRec[T]{rev, v}
+	m[key] = r
+	return nil
 }
 
 // updateRecord is update for a decoded record (what names its kind in errors): merge
-// changes *v (the zero T when key is absent, found false) and says whether it did; a changed record is encoded and written
-// at the revision read. It returns the record as stored and its revision. With m (a
-// replay), the record comes from m when m holds key at the revision read, and merge owns
-// it: m gives it up until the write.
-func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], what, key string, merge func(v *T, found bool) (bool, error)) (T, uint64, error) {
+// changes *v (the zero T when key is absent, found false) and says whether it did; a
+// changed record is encoded and written at the revision read. It returns the record as
+// stored and its revision. With m (a replay), the record comes from m when m holds key
+// at the revision read, and merge owns it: m gives it up until the write; with back,
+// m holds it for good (write-back, above).
+func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], back bool, what, key string, merge func(v *T, found bool) (bool, error)) (T, uint64, error) {
+	if mem, ok := s.(*Memory); ok && back {
+		return updateBack(ctx, mem, m, what, key, merge)
+	}
 	var v T
 	_, rev, err := update(ctx, s, key, func(old []byte, rev uint64) ([]byte, bool, error) {
 		v = *new(T)
@@ -206,7 +256,44 @@ func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], 
 		return zero, 0, err
 	}
 	if m != nil && rev != 0 {
-		hold(m, key, rev, v)
+		if err := hold(s, m, key, heldRec[T]{rev: rev, v: v}); err != nil {
+			var zero T
+			return zero, 0, err
+		}
 	}
 	return v, rev, nil
+}
+
+// updateBack is updateRecord for a replay into memory: the record is read from m, else
+// from mem, merged in place, and given mem's next revision when it changed; it is
+// stored when it leaves m.
+func updateBack[T any](ctx context.Context, mem *Memory, m map[string]heldRec[T], what, key string, merge func(v *T, found bool) (bool, error)) (T, uint64, error) {
+	var zero T
+	h, ok := m[key]
+	if !ok {
+		old, rev, err := mem.Get(ctx, key)
+		if err != nil {
+			return zero, 0, err
+		}
+		h.rev = rev
+		if old != nil {
+			if err := json.Unmarshal(old, &h.v); err != nil {
+				return zero, 0, fmt.Errorf("%s: %w", what, err)
+			}
+		}
+	}
+	changed, err := merge(&h.v, h.rev != 0)
+	if err != nil {
+		return zero, 0, err
+	}
+	if changed {
+		h.rev, h.dirty = mem.NextRev(), true
+	}
+	if h.rev == 0 { // absent, and left so
+		return h.v, 0, nil
+	}
+	if err := hold(mem, m, key, h); err != nil {
+		return zero, 0, err
+	}
+	return h.v, h.rev, nil
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -81,6 +83,16 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	b.ResetTimer()
 	raw := rawRead(b, conn.JS, n)
+	if f := os.Getenv("EXACTO_BENCH_REPLAY_PROFILE"); f != "" { // a CPU profile of the rebuild alone
+		out, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); out.Close() }()
+	}
 	start := time.Now()
 	p, err := projection.Replay(ctx, conn.JS, projection.Memories(), projection.ReplayOptions{Dir: dir})
 	if err != nil {
