@@ -30,8 +30,10 @@ func main() {
 		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), quarantineCmd(), reconcileCmd(), classifyCmd(), simulateCmd())
 	bindEnv(root)
 	stopProfile := cpuProfile()
+	stopHeap := heapProfile()
 	err := root.Execute()
 	stopProfile()
+	stopHeap()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "exacto:", err)
 		os.Exit(1)
