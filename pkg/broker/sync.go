@@ -153,6 +153,7 @@ func (s *syncer) run() {
 			for _, name := range durable {
 				s.syncAll(name) // an error here is the next request's to meet
 			}
+			s.forget()
 		}
 	}
 }
@@ -214,30 +215,34 @@ func (s *syncer) syncLast(name string) error {
 	msgs := filepath.Join(dir, "msgs")
 	block := func(i int) string { return filepath.Join(msgs, strconv.Itoa(i)+".blk") }
 	prev, ok := s.last[name]
-	if ok { // the store made again, or its blocks removed: find its last block anew
+	if ok { // the store made again, or its blocks removed: find its blocks anew
 		if _, err := os.Stat(block(prev)); err != nil {
 			ok = false
 		}
 	}
-	last := prev
 	if !ok {
-		var err error
-		if last, err = lastBlock(msgs); err != nil {
+		// Not known where the last round left it (the first round, a block removed):
+		// every block that changed since it was last seen synced, not only the last.
+		last, err := lastBlock(msgs)
+		if err != nil {
 			return err
 		}
-		prev = max(last-1, 1)
+		if last == 0 {
+			return fmt.Errorf("sync %s: no message block in %s (has the store's layout changed?)", name, msgs)
+		}
+		if err := s.syncDir(msgs, true); err != nil {
+			return fmt.Errorf("sync %s: %w", name, err)
+		}
+		s.last[name] = last
+		return s.syncMeta(name, dir)
 	}
-	grew := false
+	last, grew := prev, false
 	for { // blocks added since: the directory holds new names
 		if _, err := os.Stat(block(last + 1)); err != nil {
 			break
 		}
 		last, grew = last+1, true
 	}
-	if last == 0 {
-		return fmt.Errorf("sync %s: no message block in %s (has the store's layout changed?)", name, msgs)
-	}
-	s.last[name] = last
 	// Every block from the one last synced to the last (a burst of large messages may
 	// have filled several), each only if it changed since it was synced: a round that
 	// finds the store as the last one left it costs no fdatasync.
@@ -246,11 +251,18 @@ func (s *syncer) syncLast(name string) error {
 			return fmt.Errorf("sync %s: %w", name, err)
 		}
 	}
-	if grew || !ok {
+	if grew {
 		if err := fsyncPath(msgs); err != nil {
 			return fmt.Errorf("sync %s: %w", name, err)
 		}
 	}
+	s.last[name] = last // only once every block up to it is synced
+	return s.syncMeta(name, dir)
+}
+
+// syncMeta fsyncs store name's own files (meta.inf, meta.sum) when they changed, and
+// then its directory.
+func (s *syncer) syncMeta(name, dir string) error {
 	changed := false
 	for _, f := range []string{"meta.inf", "meta.sum"} {
 		c, err := s.syncChanged(filepath.Join(dir, f), false)
@@ -265,6 +277,45 @@ func (s *syncer) syncLast(name string) error {
 	return nil
 }
 
+// syncDir fsyncs every file of dir that changed since it was last synced (data only
+// with data), and dir itself when one did or its entries changed.
+func (s *syncer) syncDir(dir string, data bool) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	changed, err := s.changedDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		c, err := s.syncChanged(filepath.Join(dir, e.Name()), data)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		changed = changed || c
+	}
+	if changed {
+		return fsyncPath(dir)
+	}
+	return nil
+}
+
+// changedDir reports whether directory dir changed (an entry added, removed or
+// renamed over) since syncDir or syncAll last looked, and notes it as seen.
+func (s *syncer) changedDir(dir string) (bool, error) {
+	st, err := stat(dir)
+	if err != nil {
+		return false, err
+	}
+	prev, ok := s.seen[dir]
+	s.seen[dir] = st
+	return !ok || prev != st, nil
+}
+
 // syncAll fsyncs every file of store name that changed since it was last synced, and
 // the directories that hold them.
 func (s *syncer) syncAll(name string) error {
@@ -276,7 +327,10 @@ func (s *syncer) syncAll(name string) error {
 			}
 			return err
 		}
-		if d.IsDir() {
+		if d.IsDir() { // a block removed or renamed over changes its directory alone
+			if changed, err := s.changedDir(p); err == nil && changed {
+				dirs[p] = true
+			}
 			return nil
 		}
 		changed, err := s.syncChanged(p, false)
@@ -294,7 +348,20 @@ func (s *syncer) syncAll(name string) error {
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", name, err)
 	}
+	if last, lerr := lastBlock(filepath.Join(s.root, name, "msgs")); lerr == nil && last > 0 {
+		s.last[name] = last // every block is synced: the next round starts there
+	}
 	return nil
+}
+
+// forget drops what the syncer noted of files that are gone (removed blocks, temp
+// files), so that its notes do not grow with the store's history.
+func (s *syncer) forget() {
+	for p := range s.seen {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			delete(s.seen, p)
+		}
+	}
 }
 
 // syncChanged fsyncs file p (its data alone: fdatasync) if it changed since it was last
@@ -382,6 +449,11 @@ func lastBlock(dir string) (int, error) {
 	return last, nil
 }
 
+// validStore reports whether name can be a stream's name (no path of another file).
+func validStore(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/\\.") && name != ".."
+}
+
 // serveSync answers stream.SyncSubject requests on nc with s: each in a goroutine of its own,
 // so that concurrent requests share a round.
 func serveSync(nc *nats.Conn, s *syncer) (*nats.Subscription, error) {
@@ -390,7 +462,14 @@ func serveSync(nc *nats.Conn, s *syncer) (*nats.Subscription, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			reply := ""
-			if err := s.Sync(ctx, strings.Fields(string(m.Data))...); err != nil {
+			names := strings.Fields(string(m.Data))
+			for _, n := range names {
+				if !validStore(n) {
+					m.Respond([]byte(fmt.Sprintf("sync: %q is no store name", n)))
+					return
+				}
+			}
+			if err := s.Sync(ctx, names...); err != nil {
 				reply = err.Error()
 			}
 			m.Respond([]byte(reply))

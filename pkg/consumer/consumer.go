@@ -314,6 +314,9 @@ type runner struct {
 	// attrs are the metric label sets made so far (eventAttrs), attrCount their number.
 	attrs     sync.Map
 	attrCount atomic.Int64
+	// unclaimed holds the ids of the New attempts under way (guard.BeginNew), until
+	// their record is written: another copy of the event waits meanwhile.
+	unclaimed sync.Map
 }
 
 // bind creates or updates the service's durable consumer from the topology (each
@@ -476,7 +479,14 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 			defer cancel()
 			defer span.End()
 			releaseContact()
-			if err := derived.wait(); err != nil {
+			n, err := derived.wait()
+			if err == nil && n > 0 {
+				// Its guard says completed only once its derived events are on disk: a
+				// guard that outlived them in a power cut would skip the attempt that
+				// derives them again.
+				err = stream.WaitDurable(ctx, r.js, derivedDurableWithin)
+			}
+			if err != nil {
 				r.settle(ctx, m, env, &a, retry.Transiently("derived events", err))
 				return
 			}
@@ -505,8 +515,25 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 		}()
 	}
 	var err error
-	if r.fresh(m) {
-		a = r.guard.First(env.ID) // nobody can have tried it: no record to read or claim
+	fresh := r.fresh(m) && r.locks.solo.isAlone()
+	if _, busy := r.unclaimed.Load(env.ID); busy || (fresh && !r.claimUnclaimed(env.ID)) {
+		// A New attempt at this event is under way here and has no record yet: this
+		// delivery (a copy of the event stored twice, or its redelivery) waits for it.
+		if leased != nil {
+			if l := <-leased; l.ok {
+				l.release()
+			}
+		}
+		r.nack(m)
+		return a, nil, false
+	}
+	if fresh {
+		// Nothing else attempts it: no other process (alone), no other copy of it here
+		// (unclaimed); its record is read, not claimed (guard.BeginNew).
+		a, err = r.guard.BeginNew(ctx, env.ID)
+		if err != nil || !a.New {
+			r.unclaimed.Delete(env.ID)
+		}
 	} else {
 		a, err = r.guard.Begin(ctx, env.ID)
 	}
@@ -546,6 +573,9 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 		if err := r.guard.Undo(ctx, &a); err != nil {
 			r.o.Log.WarnContext(ctx, "guard claim not given back; the next attempt resumes it", "consumer", r.name, "id", env.ID, "err", err)
 		}
+		if a.New {
+			r.unclaimed.Delete(env.ID)
+		}
 		r.nack(m)
 		return a, nil, false
 	}
@@ -554,6 +584,9 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 
 // settle records an attempt's end: completed (herr nil) or failed.
 func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.Envelope, a *guard.Attempt, herr error) {
+	if a.New { // its record is written (below): another copy of the event reads it
+		defer r.unclaimed.Delete(env.ID)
+	}
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
 		// An idempotent consumer's first success is told by its ack alone; after a
@@ -628,6 +661,12 @@ func (r *runner) fresh(m *message.Message) bool {
 	created := (*c).CachedInfo().Created
 	stored, err := time.Parse(time.RFC3339Nano, m.Metadata.Get(mdStored))
 	return err == nil && !created.IsZero() && stored.After(created)
+}
+
+// claimUnclaimed notes a New attempt at id under way; false when one already is.
+func (r *runner) claimUnclaimed(id string) bool {
+	_, busy := r.unclaimed.LoadOrStore(id, struct{}{})
+	return !busy
 }
 
 // leaseTaken is a contact lease's acquisition: ok with its release, or not ours.

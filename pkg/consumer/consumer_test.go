@@ -1036,28 +1036,58 @@ func TestRecreatedConsumerKeepsItsPauseAndStaysWithinTheStream(t *testing.T) {
 	}
 }
 
-// An event stored after its consumer was made, on its first delivery, cannot have been
-// tried: its attempt claims nothing (no record while it runs) and writes one record,
-// completed, when it ends. An event stored before the consumer was made (a backlog: a
-// consumer made again after a restart) is claimed, as is every redelivery.
+// An event stored after its consumer was made, on its first delivery to a runner alone
+// on its consumer, cannot be attempted by anything else: its attempt reads its record
+// (none) instead of claiming it, and writes one record, completed, when it ends. An
+// event stored before the consumer was made (a backlog: a consumer made again after a
+// restart) is claimed, as is every redelivery. A second copy of the new event (stored
+// twice, past the duplicate window) waits while the first is under way, then finds it
+// completed.
 func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	backlog := publishFrom(t, conn, 100, 1) // stored before the consumer exists
-	entered, release := make(chan string, 4), make(chan struct{})
-	bound := make(chan struct{})
-	run(t, conn, func(ctx context.Context, ev Event) error {
+	entered := make(chan string, 8)
+	gates := map[string]chan struct{}{}
+	var mu sync.Mutex
+	gate := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if gates[id] == nil {
+			gates[id] = make(chan struct{})
+		}
+		return gates[id]
+	}
+	var fx effects
+	sp := &Solo{}
+	stop := run(t, conn, func(ctx context.Context, ev Event) error {
+		fx.add(ev.Envelope.ID)
 		entered <- ev.Envelope.ID
-		<-release
+		select {
+		case <-gate(ev.Envelope.ID):
+		case <-ctx.Done():
+		}
 		return nil
-	}, func(o *Options) { o.Workers = 1; o.Ready = func() { close(bound) } })
-	<-bound
+	}, func(o *Options) { o.Workers, o.Solo = 2, sp })
+	t.Cleanup(func() {
+		mu.Lock()
+		for _, g := range gates {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+		}
+		mu.Unlock()
+		stop()
+	})
+	waitAlone(t, sp) // alone on its consumer: nothing else can attempt its events
 	if id := <-entered; id != backlog[0] {
 		t.Fatalf("first attempt at %s", id)
 	}
 	if rec := status(t, conn, backlog[0]); rec.Status != guard.Processing {
 		t.Fatalf("an event of the backlog while it is attempted: %q, want claimed (processing)", rec.Status)
 	}
-	release <- struct{}{}
+	close(gate(backlog[0]))
 	ids := publish(t, conn, 1) // stored after the consumer was made
 	if id := <-entered; id != ids[0] {
 		t.Fatalf("second attempt at %s", id)
@@ -1065,11 +1095,30 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 	if rec := status(t, conn, ids[0]); rec.Status != "" {
 		t.Fatalf("a new event while it is attempted: %q, want no record", rec.Status)
 	}
-	close(release)
+	// The same event stored again (another Nats-Msg-Id): it must not run beside the first.
+	env := envelope.Envelope{SpecVersion: "1.0", ID: ids[0], Type: envelope.TypeReplyReceived, Tenant: "acme", Provider: "instantly", Endpoint: "ep", Time: time.Now()}
+	data, _ := json.Marshal(env)
+	msg := &nats.Msg{Subject: env.StreamSubject(), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, ids[0]+"-again")
+	if _, err := conn.JS.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the copy is delivered to the second worker meanwhile
+	if n := fx.get(ids[0]); n != 1 {
+		t.Fatalf("the new event ran %d times while its first attempt was under way", n)
+	}
+	close(gate(ids[0]))
 	waitFor(t, "both completed", func() bool {
 		return status(t, conn, ids[0]).Status == guard.Completed && status(t, conn, backlog[0]).Status == guard.Completed
 	})
 	if rec := status(t, conn, ids[0]); rec.Attempts != 1 || rec.FirstAttempt.IsZero() {
 		t.Fatalf("record of the new event: %+v", rec)
+	}
+	waitFor(t, "the copy acked", func() bool {
+		c, err := conn.JS.Consumer(context.Background(), stream.Events, sub.Durable)
+		return err == nil && c.CachedInfo().NumAckPending == 0 && c.CachedInfo().NumPending == 0
+	})
+	if n := fx.get(ids[0]); n != 1 {
+		t.Fatalf("the new event ran %d times: its copy was not skipped", n)
 	}
 }

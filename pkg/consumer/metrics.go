@@ -45,7 +45,7 @@ func (r *runner) eventAttrs(env envelope.Envelope, more ...attribute.KeyValue) m
 		key = append(append(key, s...), 0)
 	}
 	for _, kv := range more {
-		key = append(append(append(key, kv.Key...), '='), kv.Value.Emit()...)
+		key = append(append(append(key, kv.Key...), '='), kv.Value.String()...)
 		key = append(key, 0)
 	}
 	if o, ok := r.attrs.Load(string(key)); ok {

@@ -45,8 +45,9 @@ func (h *held) add(wait func() (bool, error)) {
 	h.mu.Unlock()
 }
 
-// wait waits for every held derived event; a duplicate is stored already.
-func (h *held) wait() error {
+// wait waits for every held derived event (a duplicate is stored already) and says
+// how many there were.
+func (h *held) wait() (int, error) {
 	h.mu.Lock()
 	waits := h.waits
 	h.waits = nil
@@ -57,8 +58,15 @@ func (h *held) wait() error {
 			first = err
 		}
 	}
-	return first
+	return len(waits), first
 }
+
+// derivedDurableWithin bounds how long a settled attempt's derived events wait for a
+// sync someone else asks for before the attempt asks for one (stream.WaitDurable): under
+// load a webhook's round comes first; at a trickle the derived events of the attempts of
+// these milliseconds share one. It also bounds how fast a consumer settles a backlog
+// with no webhook coming in: MaxAckPending attempts per wait.
+const derivedDurableWithin = 20 * time.Millisecond
 
 // acker sends a consumer's acks together: every `every`, or as soon as max are held.
 type acker struct {

@@ -155,6 +155,17 @@ func (s *solo) acquire(ctx context.Context, key string, wait time.Duration) (rel
 	}
 }
 
+// isAlone reports whether this runner works alone on its consumer now: every delivery
+// of the consumer comes to this process.
+func (s *solo) isAlone() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mode == soloAlone && time.Since(s.wrote) < soloValid
+}
+
 // done ends an attempt counted in n, telling the loop when none is left.
 func (s *solo) done(n *int) {
 	s.mu.Lock()

@@ -118,6 +118,12 @@ func (g *Guard) Begin(ctx context.Context, eventID string) (Attempt, error) {
 	if err != nil {
 		return Attempt{}, err
 	}
+	return g.decide(ctx, key, cur, curRev, now)
+}
+
+// decide is Begin's choice on the record cur (at revision curRev) that eventID's key
+// holds.
+func (g *Guard) decide(ctx context.Context, key string, cur Record, curRev uint64, now time.Time) (Attempt, error) {
 	switch {
 	case cur.Status == Completed || cur.Status == DeadLetter:
 		return Attempt{Decision: Skip, Record: cur, key: key, rev: curRev}, nil
@@ -127,7 +133,7 @@ func (g *Guard) Begin(ctx context.Context, eventID string) (Attempt, error) {
 	resumed := cur.Status == Processing // its lease ran out: the worker died mid-effect
 	next := cur
 	next.Status, next.Attempts, next.LastAttempt, next.LeaseUntil, next.NextAttemptAt = Processing, cur.Attempts+1, now, now.Add(g.lease), time.Time{}
-	rev, err = g.kv.Update(ctx, key, mustJSON(next), curRev)
+	rev, err := g.kv.Update(ctx, key, mustJSON(next), curRev)
 	if conflict(err) { // another worker claimed it between our read and write
 		return Attempt{Decision: Busy, Record: cur, Wait: g.lease, key: key, rev: curRev}, nil
 	}
@@ -147,17 +153,28 @@ func (g *Guard) Assume(eventID string, attempt int) Attempt {
 		key: Key(g.consumer, eventID), unclaimed: true}
 }
 
-// First is the first attempt at eventID when no attempt can have come before it (its
-// first delivery to a consumer created before it was stored: consumer.fresh): no record
-// is read or claimed, and Complete and Fail write its first record. Nothing else can
-// attempt it meanwhile — a redelivery comes only after the ack wait, past this
-// attempt's end — and were the process to die in the middle, the redelivery finds no
-// record: it is not told Resumed, and its handler looks before it writes, as every
-// handler does.
-func (g *Guard) First(eventID string) Attempt {
+// BeginNew is Begin for an attempt that nothing else can be making at the same time
+// (the caller holds the event alone: consumer.fresh): the record is read, not claimed.
+// With none, the attempt is New — no record is written until Complete or Fail writes
+// its first; were the process to die in the middle, the redelivery finds no record, is
+// not told Resumed, and its handler looks before it writes, as every handler does.
+// With one (an earlier copy of the event, stored twice), Begin's rules decide.
+func (g *Guard) BeginNew(ctx context.Context, eventID string) (Attempt, error) {
+	key := Key(g.consumer, eventID)
 	now := g.now().UTC()
-	return Attempt{Decision: Proceed, Record: Record{Status: Processing, Attempts: 1, FirstAttempt: now, LastAttempt: now},
-		New: true, key: Key(g.consumer, eventID), unclaimed: true}
+	e, err := g.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return Attempt{Decision: Proceed, Record: Record{Status: Processing, Attempts: 1, FirstAttempt: now, LastAttempt: now},
+			New: true, key: key, unclaimed: true}, nil
+	case err != nil:
+		return Attempt{}, fmt.Errorf("guard read %s: %w", key, err)
+	}
+	var cur Record
+	if err := json.Unmarshal(e.Value(), &cur); err != nil {
+		return Attempt{}, fmt.Errorf("guard record %s: %w", key, err)
+	}
+	return g.decide(ctx, key, cur, e.Revision(), now)
 }
 
 // Undo gives back a claim whose attempt never began its effect (the runner claims the

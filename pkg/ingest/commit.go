@@ -187,7 +187,15 @@ const atomicOver = 4
 func (c *Committer) store(reqs []*commitReq) []commitRes {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	if byProcess, err := stream.SyncedByProcess(ctx, c.js); err == nil && byProcess {
+	byProcess, err := stream.SyncedByProcess(ctx, c.js)
+	if err != nil { // not known who makes the batch durable: nobody is told stored
+		out := make([]commitRes, len(reqs))
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
+	if byProcess {
 		out := c.each(ctx, reqs)
 		if err := stream.Durable(ctx, c.js, stream.Events); err != nil {
 			for i := range out {

@@ -191,7 +191,9 @@ func (s *Store) Put(ctx context.Context, rec Record, body []byte) (already bool,
 	// The stream's duplicate window catches concurrent retries only; a provider
 	// retries for hours.
 	if _, err := s.st.GetLastMsgForSubject(ctx, subject); err == nil {
-		return true, nil
+		// Kept already, perhaps by a request still waiting for its sync (or answered 503
+		// when that failed): this answer says it is on disk.
+		return true, stream.Durable(ctx, s.js, stream.Quarantine)
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, err
 	}

@@ -68,7 +68,12 @@ func localSync(nc *nats.Conn) func(context.Context, ...string) error {
 
 // syncMark caches, per connection, whether its server's process syncs (read again
 // every markTTL: a server restarted in another mode is seen).
-var syncMark sync.Map // *nats.Conn -> markEntry
+var syncMark sync.Map // markKey -> markEntry
+
+type markKey struct {
+	nc     *nats.Conn
+	server string
+}
 
 type markEntry struct {
 	byProcess bool
@@ -93,7 +98,7 @@ func Durable(ctx context.Context, js jetstream.JetStream, streams ...string) err
 		return err
 	}
 	if m != nil {
-		raise(&m.durable, stored)
+		m.raiseDurable(stored)
 	}
 	return nil
 }
@@ -120,7 +125,11 @@ func syncStores(ctx context.Context, js jetstream.JetStream, streams []string) e
 // marks are, per server this process talks to (by id), the highest sequence of
 // EXACTO_EVENTS it saw stored (a PubAck, a delivery) and the highest known to be on
 // disk.
-type marks struct{ stored, durable atomic.Uint64 }
+type marks struct {
+	stored, durable atomic.Uint64
+	mu              sync.Mutex
+	moved           chan struct{} // closed when durable rises
+}
 
 var serverMarks sync.Map // server id -> *marks
 
@@ -129,8 +138,52 @@ func marksOf(nc *nats.Conn) *marks {
 	if m, ok := serverMarks.Load(id); ok {
 		return m.(*marks)
 	}
-	m, _ := serverMarks.LoadOrStore(id, &marks{})
+	m, _ := serverMarks.LoadOrStore(id, &marks{moved: make(chan struct{})})
 	return m.(*marks)
+}
+
+// raiseDurable sets durable to at least x and wakes whoever waits for it.
+func (m *marks) raiseDurable(x uint64) {
+	if x <= m.durable.Load() {
+		return
+	}
+	raise(&m.durable, x)
+	m.mu.Lock()
+	close(m.moved)
+	m.moved = make(chan struct{})
+	m.mu.Unlock()
+}
+
+// WaitDurable returns once EXACTO_EVENTS of js's server is on disk through every event
+// this process saw stored so far (a derived event it just published among them):
+// covered by the next sync anyone asks for — a webhook's, a checkpoint's — or, when
+// none comes within within, by one asked for here. Where the server syncs each write
+// itself (or nobody does), at once. A consumer waits so before its guard says an
+// attempt that derived events completed: a guard on disk before its derived event would
+// skip the attempt that would derive it again.
+func WaitDurable(ctx context.Context, js jetstream.JetStream, within time.Duration) error {
+	if by, err := SyncedByProcess(ctx, js); err != nil || !by {
+		return err
+	}
+	m := marksOf(js.Conn())
+	want := m.stored.Load()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		m.mu.Lock()
+		moved := m.moved
+		m.mu.Unlock()
+		if m.durable.Load() >= want {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-deadline.C:
+			return Durable(ctx, js, Events)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // raise sets v to at least x.
@@ -170,7 +223,10 @@ func SyncedByProcess(ctx context.Context, js jetstream.JetStream) (bool, error) 
 	if localSync(nc) != nil {
 		return true, nil
 	}
-	if e, ok := syncMark.Load(nc); ok && time.Since(e.(markEntry).at) < markTTL {
+	// Keyed by the server too: a server restarted (another id) in another mode is asked
+	// again at once.
+	key := markKey{nc, nc.ConnectedServerId()}
+	if e, ok := syncMark.Load(key); ok && time.Since(e.(markEntry).at) < markTTL {
 		return e.(markEntry).byProcess, nil
 	}
 	s, err := js.Stream(ctx, Events)
@@ -185,7 +241,7 @@ func SyncedByProcess(ctx context.Context, js jetstream.JetStream) (bool, error) 
 		_, err := nc.RequestWithContext(ctx, SyncSubject, nil)
 		byProcess = err == nil
 	}
-	syncMark.Store(nc, markEntry{byProcess, time.Now()})
+	syncMark.Store(key, markEntry{byProcess, time.Now()})
 	return byProcess, nil
 }
 

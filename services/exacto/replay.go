@@ -316,13 +316,25 @@ func saveTarget(ctx context.Context, js jetstream.JetStream, t target, rebuilt p
 		if err := projection.Fill(ctx, js, t.bucket, rebuilt); err != nil {
 			return err
 		}
+		// The buckets are on disk before the checkpoint that says they are filled, and
+		// it before this returns (stores a process syncs itself are not in the sweep's
+		// list: they are named here).
+		var filled []string
+		for _, name := range projection.Names {
+			filled = append(filled, "KV_"+stream.ProjectionBucket(name, t.bucket, 1).Bucket)
+		}
+		if err := stream.Durable(ctx, js, filled...); err != nil {
+			return err
+		}
 		kv, err := checkpoints(ctx, js)
 		if err != nil {
 			return err
 		}
 		data, _ := json.Marshal(cp)
-		_, err = kv.Put(ctx, t.bucket, data)
-		return err
+		if _, err = kv.Put(ctx, t.bucket, data); err != nil {
+			return err
+		}
+		return stream.Durable(ctx, js, "KV_"+replayCheckpoints)
 	}
 	return nil
 }

@@ -105,6 +105,11 @@ func (c *checkpoints) recover(ctx context.Context, stores projection.Stores, dir
 		return 0, err
 	}
 	held := contactsStream.CachedInfo().State.LastSeq // revisions above it were lost, if any
+	// Nothing applied of an event not on disk yet (stream.DurableThrough): the stream
+	// up to its end is, before the replay applies it.
+	if err := stream.Durable(ctx, c.js, stream.Events); err != nil {
+		return 0, err
+	}
 	p, err := projection.Replay(ctx, c.js, stores, projection.ReplayOptions{FromSeq: from + 1, Dir: dir,
 		Skip: func(seq uint64, err error) {
 			c.log.Warn("projector: an event failed to apply again; the live projector takes it", "seq", seq, "err", err)
