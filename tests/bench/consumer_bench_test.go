@@ -82,6 +82,13 @@ func (r consumerRow) per(n uint64) float64 { return float64(n) / float64(r.event
 // drain runs the framework with handle until n events of sub have completed, and
 // times it.
 func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o consumer.Options) drained {
+	return drainWith(b, conn, sub, n, o, true)
+}
+
+// drainWith is drain, with the consumer's state in the server's memory and its ack floor
+// checkpointed (one embedded node, as exacto up runs it) or, without checkpoints, on
+// disk as the server keeps it (a cluster).
+func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o consumer.Options, checkpointed bool) drained {
 	var done atomic.Int64
 	nc, err := conn.Dial("bench")
 	if err != nil {
@@ -104,9 +111,11 @@ func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o co
 	start := time.Now()
 	// As exacto up runs it on one embedded node: the consumer's state in the server's
 	// memory, its ack floor checkpointed.
-	checkpoints, err := conn.JS.KeyValue(context.Background(), stream.ConsumerCheckpoints)
-	if err != nil {
-		b.Fatal(err)
+	var checkpoints jetstream.KeyValue
+	if checkpointed {
+		if checkpoints, err = conn.JS.KeyValue(context.Background(), stream.ConsumerCheckpoints); err != nil {
+			b.Fatal(err)
+		}
 	}
 	go func() {
 		defer close(stopped)
@@ -252,4 +261,29 @@ func BenchmarkConsumers(b *testing.B) {
 		row("consumers", r.name+": allocations per event (client and server)", fmt.Sprintf("%.0f", r.per(r.mallocs)), fmt.Sprintf("%.0f", base.per(base.mallocs)), r.per(r.mallocs)/base.per(base.mallocs), note)
 		b.ReportMetric(rate(r), strings.TrimSuffix(strings.Fields(r.name)[0], ",")+"_events/s")
 	}
+}
+
+// BenchmarkConsumersCluster is BenchmarkConsumers' no-op row on a 3-node cluster (R3,
+// sync always, in this process): the framework's cost where every write is a Raft round
+// trip, beside a bare consume of the same stream. EXACTO_BENCH_CLUSTER_LEADS sets n
+// (default 2000).
+func BenchmarkConsumersCluster(b *testing.B) {
+	n := envInt("EXACTO_BENCH_CLUSTER_LEADS", 2000)
+	ctx := context.Background()
+	c := brokertest.StartCluster(b, 3)
+	c.Ensure(b, stream.Options{Replicas: 3, DuplicateWindow: 2 * time.Minute, DedupTTL: 7 * 24 * time.Hour})
+	conn := c.Conn(b)
+	noop := stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
+	if _, err := consumer.Bind(ctx, conn.JS, stream.Events, noop.ConsumerConfig(), nil); err != nil {
+		b.Fatal(err)
+	}
+	publishEvents(b, conn, n)
+	b.ResetTimer()
+	base := consumerRow{"bare JetStream consume + double ack", 2 * n, rawDrains(b, conn, 2*n)}
+	r := consumerRow{"framework, no-op handler", n, drainWith(b, conn, noop, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }}, false)}
+	b.StopTimer()
+	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
+	note := fmt.Sprintf("%d events, 8 workers, 3-node cluster R3 (one process, one disk); baseline: %s", r.events, base.name)
+	rateRow("consumers", "3-node R3: "+r.name+" events/s", rate(r), rate(base), note)
+	row("consumers", "3-node R3: "+r.name+": messages sent to the server per event", fmt.Sprintf("%.1f", r.per(r.sent)), fmt.Sprintf("%.1f", base.per(base.sent)), r.per(r.sent)/base.per(base.sent), note)
 }
