@@ -190,7 +190,7 @@ func Run(ctx context.Context, o Options) error {
 		AckWaitTimeout:      time.Nanosecond,
 		ResourceInitializer: r.bind,
 		NakDelay:            backoff{r.backoff},
-		Unmarshaler:         withMetadata{delivered: &r.delivered, stopping: &r.stopping},
+		Unmarshaler:         withMetadata{delivered: &r.delivered, stopping: &r.stopping, received: &r.received},
 		// Short pull requests: after a pause is lifted, delivery restarts within one.
 		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullExpiry(2 * time.Second), jetstream.PullMaxMessages(prefetch)},
 	})
@@ -241,6 +241,7 @@ func Run(ctx context.Context, o Options) error {
 					if !ok {
 						return
 					}
+					r.taken.Add(1)
 					r.handle(ctx, m)
 				}
 			}
@@ -256,7 +257,7 @@ func Run(ctx context.Context, o Options) error {
 					return *c
 				}
 				return nil
-			})
+			}, func() int64 { return r.received.Load() - r.taken.Load() })
 		}()
 		defer func() { stopWatch(); <-watched }()
 	}
@@ -317,6 +318,9 @@ type runner struct {
 	// unclaimed holds the ids of the New attempts under way (guard.BeginNew), until
 	// their record is written: another copy of the event waits meanwhile.
 	unclaimed sync.Map
+	// received and taken count the deliveries to this process and those a worker took:
+	// the difference waits in the client (Precedence).
+	received, taken atomic.Int64
 }
 
 // bind creates or updates the service's durable consumer from the topology (each
@@ -351,6 +355,7 @@ type withMetadata struct {
 	wmjs.DefaultUnmarshaler
 	delivered *sync.Map
 	stopping  *atomic.Bool
+	received  *atomic.Int64
 }
 
 const (
@@ -376,6 +381,7 @@ func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
 		return m, nil
 	}
 	u.delivered.Store(m, msg)
+	u.received.Add(1)
 	return m, nil
 }
 

@@ -1122,3 +1122,29 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 		t.Fatalf("the new event ran %d times: its copy was not skipped", n)
 	}
 }
+
+// An urgent consumer is behind when its events wait, undelivered at the server or
+// delivered to this process and not yet taken by a worker (prefetched): the others then
+// defer to it, and go on once both are low again.
+func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := conn.JS.CreateOrUpdateConsumer(ctx, stream.Events, sub.ConsumerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waiting atomic.Int64
+	p := &Precedence{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.watch(ctx, sub.Durable, func() jetstream.Consumer { return c }, waiting.Load)
+	}()
+	waiting.Store(urgentBehind + 1) // nothing undelivered: all of it prefetched here
+	waitFor(t, "behind", p.Behind)
+	waiting.Store(0)
+	waitFor(t, "caught up", func() bool { return !p.Behind() })
+	cancel()
+	<-done
+}

@@ -53,9 +53,11 @@ func (p *Precedence) set(name string, behind bool) {
 	p.behind[name] = behind
 }
 
-// watch reads c's undelivered backlog every precedenceEvery until ctx ends and tells p
-// whether urgent consumer name is behind (with hysteresis).
-func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.Consumer) {
+// watch reads c's backlog every precedenceEvery until ctx ends and tells p whether
+// urgent consumer name is behind (with hysteresis): its undelivered events, and those
+// delivered to this process that no worker has taken yet (waiting: the workers'
+// prefetched events, up to a hundred and more, which the server counts as delivered).
+func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.Consumer, waiting func() int64) {
 	defer p.set(name, false)
 	t := time.NewTicker(precedenceEvery)
 	defer t.Stop()
@@ -76,10 +78,11 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 		if err != nil {
 			continue
 		}
+		backlog := info.NumPending + uint64(max(waiting(), 0))
 		switch {
-		case info.NumPending > urgentBehind:
+		case backlog > urgentBehind:
 			behind = true
-		case info.NumPending < urgentCaughtUp:
+		case backlog < urgentCaughtUp:
 			behind = false
 		}
 		p.set(name, behind)
