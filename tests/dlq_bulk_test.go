@@ -220,7 +220,9 @@ func interruptAfterFirstLine(t *testing.T, args ...string) (first, out string) {
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	note, err := bufio.NewReader(stderr).ReadString('\n')
+	// One reader for all of stderr: it may already hold what follows the note.
+	errs := bufio.NewReader(stderr)
+	note, err := errs.ReadString('\n')
 	if err != nil || note != "interrupted: stopping after the dead letter in hand\n" {
 		t.Fatalf("after SIGINT, stderr: %q %v", note, err)
 	}
@@ -228,7 +230,7 @@ func interruptAfterFirstLine(t *testing.T, args ...string) (first, out string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tail, _ := io.ReadAll(stderr)
+	tail, _ := io.ReadAll(errs)
 	werr := cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(werr, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(tail), "interrupted:") {
