@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/confirm"
 	"exacto.dev/pkg/platform/sandbox"
 	stopper "exacto.dev/services/stopper/handler"
@@ -49,15 +49,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback address with a port free right now.
+// freePort returns a loopback address with a port free right now (brokertest.FreePorts).
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", brokertest.FreePorts(t, 1)[0])
 }
 
 // node is one `exacto up` child process with its addresses.

@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,51 @@ func TestEnsureKeepsAnExistingPersistMode(t *testing.T) {
 	}
 	if got := s.CachedInfo().Config.PersistMode; got != jetstream.DefaultPersistMode {
 		t.Fatalf("the existing stream's persist mode became %v", got)
+	}
+}
+
+// A store that must be on disk before it is acknowledged but was made persisted
+// asynchronously (a development version's data dir) is refused by name, stream or
+// bucket alike, and left as it is: no fsync of its files covers its writes.
+func TestEnsureRefusesAnAsynchronousDurableStore(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	remake := func(name string, cfg jetstream.StreamConfig) {
+		t.Helper()
+		if err := conn.JS.DeleteStream(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		cfg.PersistMode = jetstream.AsyncPersistMode
+		if _, err := conn.JS.CreateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	streams := stream.Streams(brokertest.Topology)
+	i := slices.IndexFunc(streams, func(c jetstream.StreamConfig) bool { return c.Name == stream.DLQ })
+	remake(stream.DLQ, streams[i])
+	err := stream.Ensure(ctx, conn.JS, brokertest.Topology)
+	if err == nil || !strings.Contains(err.Error(), "stream "+stream.DLQ+" is persisted asynchronously") {
+		t.Fatalf("ensure over an asynchronous %s: %v", stream.DLQ, err)
+	}
+	if s, err := conn.JS.Stream(ctx, stream.DLQ); err != nil || s.CachedInfo().Config.PersistMode != jetstream.AsyncPersistMode {
+		t.Fatalf("the refused stream was changed: %v", err)
+	}
+	// The same for a bucket (the DLQ's stream made right again first).
+	remakeSynced := streams[i]
+	if err := conn.JS.DeleteStream(ctx, stream.DLQ); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.JS.CreateStream(ctx, remakeSynced); err != nil {
+		t.Fatal(err)
+	}
+	bucket := "KV_" + stream.DLQActions
+	s, err := conn.JS.Stream(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remake(bucket, s.CachedInfo().Config)
+	if err := stream.Ensure(ctx, conn.JS, brokertest.Topology); err == nil || !strings.Contains(err.Error(), "stream "+bucket+" is persisted asynchronously") {
+		t.Fatalf("ensure over an asynchronous %s: %v", bucket, err)
 	}
 }

@@ -406,6 +406,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 			// The server cannot change a stream's persist mode: it keeps the one it
 			// was made with (a stream of an earlier version stays synced).
 			cfg.PersistMode = s.CachedInfo().Config.PersistMode
+			if err := keepsWhatMustLast(cfg.Name, cfg.PersistMode); err != nil {
+				return err
+			}
 			if mark, ok := s.CachedInfo().Config.Metadata[SyncMetadata]; ok && !o.Embedded {
 				cfg.Metadata = map[string]string{SyncMetadata: mark} // not this process's to change
 			}
@@ -420,6 +423,19 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 		}
 	}
 	return nil
+}
+
+// keepsWhatMustLast refuses a store that is not derived but was made persisted
+// asynchronously (by a development version): its writes may sit in memory after their
+// acknowledgement, where no fsync of its files reaches them, and the server cannot
+// change a persist mode. Starting on it would answer for writes a power cut can take.
+func keepsWhatMustLast(name string, mode jetstream.PersistModeType) error {
+	if mode != jetstream.AsyncPersistMode || slices.Contains(Derived, name) {
+		return nil
+	}
+	return fmt.Errorf("stream %s is persisted asynchronously, but what it holds must be on disk before it is acknowledged, "+
+		"and a persist mode cannot be changed: move its data out (nats stream backup %s), delete the stream, start Exacto to make it again, and restore what it held",
+		name, name)
 }
 
 // ensureBucket creates the stream of bucket cfg with persist mode, as nats.go makes a
@@ -447,6 +463,9 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		return err
 	}
 	sc := s.CachedInfo().Config
+	if err := keepsWhatMustLast(name, sc.PersistMode); err != nil {
+		return err
+	}
 	dup := sc.Duplicates
 	if cfg.TTL > 0 && cfg.TTL < dup {
 		dup = cfg.TTL // the server refuses a duplicate window longer than the age

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/stream"
 )
 
@@ -203,8 +204,9 @@ func (u *upProcess) js(b *testing.B) jetstream.JetStream {
 	return js
 }
 
-// BenchmarkUpMemory starts `exacto up` (the built-in demo config: every consumer, the
-// platform sandbox in-process, an embedded server with sync always) as a process on
+// BenchmarkUpMemory starts `exacto up` (the built-in demo config: every consumer, an
+// embedded server with sync always; the platforms' sandbox in this process, not in
+// exacto's, as the providers would be) as a process on
 // free loopback ports and a temporary data dir, takes its peak RSS (VmHWM) right after
 // /readyz (baseline), tells the sandbox a pool of leads and their replies
 // (EXACTO_BENCH_UP_LEADS, default 1,000 a second), then drives 64 senders of those
@@ -213,7 +215,12 @@ func (u *upProcess) js(b *testing.B) jetstream.JetStream {
 // ended, and takes its peak RSS then.
 func BenchmarkUpMemory(b *testing.B) {
 	seconds := envInt("EXACTO_BENCH_UP_SECONDS", 10)
-	u := startUp(b, nil)
+	sb, err := sandbox.Listen(sandbox.Options{AutoEnroll: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close()
+	u := startUp(b, []string{"EXACTO_SANDBOX_URL=" + sb.URL})
 	pid, addr := u.pid, u.addr
 	idle := vmKiB(b, pid, "VmHWM")
 
@@ -222,7 +229,7 @@ func BenchmarkUpMemory(b *testing.B) {
 	// classified, stopped, written to HubSpot, projected. The pool is told before the
 	// timed sending; senders stop early if they use it up (the note says so).
 	pool := envInt("EXACTO_BENCH_UP_LEADS", 1000*seconds)
-	bodies := fsyncBodies(b, addr(3), 0, pool)
+	bodies := fsyncBodies(b, strings.TrimPrefix(sb.URL, "http://"), 0, pool)
 
 	// 64 senders, keep-alive, each reply a lead of its own, until the time is up.
 	url := "http://" + addr(0) + "/hooks/instantly/demo-instantly-token"

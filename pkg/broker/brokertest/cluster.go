@@ -3,7 +3,10 @@ package brokertest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -65,23 +68,68 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	return c
 }
 
-// FreePorts returns n distinct free loopback ports (held open together while picked,
-// so they differ; another process may still take one before it is bound again).
+// FreePorts returns n distinct loopback ports free now, for servers bound a moment
+// later (a cluster's routes, a child process). They are picked below the kernel's
+// ephemeral range: a port from that range, released here, may become the source port
+// of any outgoing connection on the machine before it is bound again (seen once: a
+// child `exacto up` that could not listen). A port is handed out once per process.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ports := make([]int, n)
-	lns := make([]net.Listener, n)
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	ports.mu.Lock()
+	defer ports.mu.Unlock()
+	out := make([]int, 0, n)
+	lo, hi := portsFrom, ephemeralStart()
+	if hi-lo < 1000 { // an unusual range: let the kernel choose
+		lo, hi = 0, 0
+	}
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 10000 {
+			t.Fatalf("no free loopback port below %d", hi)
 		}
-		lns[i], ports[i] = ln, ln.Addr().(*net.TCPAddr).Port
-	}
-	for _, ln := range lns {
+		port := 0
+		if hi > lo {
+			port = lo + rand.IntN(hi-lo)
+			if ports.given[port] {
+				continue
+			}
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken: another
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
+		ports.given[port] = true
+		out = append(out, port)
 	}
-	return ports
+	return out
+}
+
+// ports are those FreePorts has handed out in this process.
+var ports = struct {
+	mu    sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// portsFrom is the lowest port FreePorts picks.
+const portsFrom = 10000
+
+// ephemeralStart is the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range; 32768, its default, where it cannot be read).
+func ephemeralStart() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 1 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 func (c *Cluster) start(i int) error {
