@@ -345,7 +345,7 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 		return Result{}, n.err
 	}
 	keys, seen, named, who := n.keys, n.seen, n.named, n.who
-	if err := s.flushBefore(who); err != nil {
+	if err := s.flushBefore(ctx, who); err != nil {
 		return Result{}, err
 	}
 	if err := fold(ctx, s, env.Tenant, who); err != nil {
@@ -361,7 +361,14 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 	if s.held != nil {
 		m, back = s.held.contacts, s.held.back
 	}
-	c, rev, err := updateRecord(ctx, s.Contacts, m, back, "contact record", ContactKey(env.Tenant, who.contactID), func(c *Contact, found bool) (bool, error) {
+	key := ContactKey(env.Tenant, who.contactID)
+	if _, held := m[key]; back && !held && len(m) >= maxHeld {
+		// A record is about to leave to make room: none may leave behind its members.
+		if err := s.held.catchUp(ctx, s); err != nil {
+			return Result{}, err
+		}
+	}
+	c, rev, err := updateRecord(ctx, s.Contacts, m, back, "contact record", key, func(c *Contact, found bool) (bool, error) {
 		created = !found
 		if s.held != nil { // a replay keeps no Result: the views cost more than the merge
 			res.Changed = merge(c, who, env, keys)
@@ -381,7 +388,13 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 		return Result{}, err
 	}
 	res.Contact, res.Rev = c, rev
-	if err := derive(ctx, s, res.Contact, rev); err != nil {
+	if back && rev != 0 {
+		s.held.behind[key] = struct{}{} // its members are derived once, later (catchUp)
+		err = deriveSuppression(ctx, s, c, rev)
+	} else {
+		err = derive(ctx, s, c, rev)
+	}
+	if err != nil {
 		return res, err
 	}
 	if created && named && dir != nil {
@@ -394,7 +407,7 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 		}
 		if rec.ContactID != who.contactID {
 			again := identity{contactID: rec.ContactID, accountID: rec.AccountID, merged: []string{who.contactID}}
-			if err := s.flushBefore(again); err != nil {
+			if err := s.flushBefore(ctx, again); err != nil {
 				return res, err
 			}
 			err = fold(ctx, s, env.Tenant, again)
@@ -406,11 +419,11 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 
 // flushBefore stores and forgets what a replay holds before a fold of who's merged
 // contacts, which reads and writes the stores themselves (merges are rare).
-func (s Stores) flushBefore(who identity) error {
+func (s Stores) flushBefore(ctx context.Context, who identity) error {
 	if s.held == nil || len(who.merged) == 0 {
 		return nil
 	}
-	return s.held.flush(s)
+	return s.held.flush(ctx, s)
 }
 
 // views are the lifecycle views keys touch in c.
@@ -428,6 +441,14 @@ func views(c Contact, keys []lifecycle.Key) []lifecycle.View {
 
 // derive brings c's campaign memberships and suppression entry up to revision rev.
 func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
+	if err := deriveMembers(ctx, s, c, rev); err != nil {
+		return err
+	}
+	return deriveSuppression(ctx, s, c, rev)
+}
+
+// deriveMembers brings c's member entries in its campaigns up to revision rev.
+func deriveMembers(ctx context.Context, s Stores, c Contact, rev uint64) error {
 	var m map[string]heldRec[Shard]
 	back := false
 	if s.held != nil {
@@ -451,6 +472,12 @@ func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// deriveSuppression brings c's suppression entry up to revision rev: a suppression,
+// once made, is never lifted by later events.
+func deriveSuppression(ctx context.Context, s Stores, c Contact, rev uint64) error {
 	want, terminal := suppressedOf(c, rev)
 	if !terminal {
 		return nil // a suppression is never lifted by later events

@@ -410,7 +410,7 @@ func TestWriteBackEqualsWritingEachEvent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := got.held.flush(got); err != nil {
+	if err := got.held.flush(ctx, got); err != nil {
 		t.Fatal(err)
 	}
 	if err := sameProjections(ctx, want, got); err != nil {

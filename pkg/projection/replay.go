@@ -67,7 +67,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 	_, sh := s.Campaigns.(*Memory)
 	s.held.back = c && sh // a rebuild of its own, in memory: written back
 	p, err := replay(ctx, js, s, o)
-	if ferr := s.held.flush(s); err == nil { // what it holds is stored, whatever stopped it
+	if ferr := s.held.flush(context.WithoutCancel(ctx), s); err == nil { // what it holds is stored, whatever stopped it
 		err = ferr
 	}
 	return p, err

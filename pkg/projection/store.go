@@ -159,6 +159,11 @@ func Fill(ctx context.Context, js jetstream.JetStream, into string, src Stores) 
 type held struct {
 	contacts map[string]heldRec[Contact]
 	shards   map[string]heldRec[Shard]
+	// behind are the held contacts (by record key) whose campaign members are not
+	// derived from their latest record yet: with write-back, a contact's members are
+	// derived once, before its record or any shard is stored, not on each of its events
+	// (each would overwrite the last).
+	behind map[string]struct{}
 	// back: the replay's stores are memory of its own, nobody else writes them: write
 	// back (Replay sets it when every store is a Memory).
 	back bool
@@ -173,15 +178,30 @@ type heldRec[T any] struct {
 var maxHeld = 1 << 16 // a variable for tests only
 
 func newHeld() *held {
-	return &held{contacts: map[string]heldRec[Contact]{}, shards: map[string]heldRec[Shard]{}}
+	return &held{contacts: map[string]heldRec[Contact]{}, shards: map[string]heldRec[Shard]{}, behind: map[string]struct{}{}}
 }
 
 // flush stores every changed record of h into s (write-back) and forgets them all.
-func (h *held) flush(s Stores) error {
+func (h *held) flush(ctx context.Context, s Stores) error {
+	if err := h.catchUp(ctx, s); err != nil {
+		return err
+	}
 	if err := flushHeld(s.Contacts, h.contacts); err != nil {
 		return err
 	}
 	return flushHeld(s.Campaigns, h.shards)
+}
+
+// catchUp derives the campaign members of every contact that is behind.
+func (h *held) catchUp(ctx context.Context, s Stores) error {
+	for key := range h.behind {
+		r := h.contacts[key]
+		if err := deriveMembers(ctx, s, r.v, r.rev); err != nil {
+			return err
+		}
+	}
+	clear(h.behind)
+	return nil
 }
 
 func flushHeld[T any](s Store, m map[string]heldRec[T]) error {

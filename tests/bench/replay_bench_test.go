@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -82,7 +83,11 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	raw := rawRead(b, conn.JS, n)
+	// The raw read is short (a third of a second) and moves with the machine: the
+	// median of three.
+	raws := []time.Duration{rawRead(b, conn.JS, n), rawRead(b, conn.JS, n), rawRead(b, conn.JS, n)}
+	slices.Sort(raws)
+	raw := raws[1]
 	if f := os.Getenv("EXACTO_BENCH_REPLAY_PROFILE"); f != "" { // a CPU profile of the rebuild alone
 		out, err := os.Create(f)
 		if err != nil {
@@ -107,6 +112,6 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportMetric(rate(raw), "raw_events/s")
 	b.ReportMetric(rate(rebuild), "rebuild_events/s")
 	rateRow("replay", "projector rebuild events/s", rate(rebuild), rate(raw),
-		fmt.Sprintf("%d events, %d contacts; baseline: raw stream read with nats.go; a million events in %v at that rate",
+		fmt.Sprintf("%d events, %d contacts; baseline: raw stream read with nats.go (median of 3); a million events in %v at that rate",
 			n, (n+3)/4, (time.Duration(1e6/rate(rebuild))*time.Second).Round(time.Second)))
 }
