@@ -328,11 +328,25 @@ func mustJSON(r Record) []byte {
 
 // appendString appends s as a JSON string, escaped as encoding/json escapes it.
 func appendString(b []byte, s string) []byte {
+	if plain(s) { // a status, most errors: nothing to escape
+		return append(append(append(b, '"'), s...), '"')
+	}
 	q, err := json.Marshal(s)
 	if err != nil {
 		panic(err) // a string always marshals
 	}
 	return append(b, q...)
+}
+
+// plain reports whether encoding/json writes s as it is between quotes: printable
+// ASCII without the characters it escapes (quote, backslash, and <, > and & for HTML).
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // appendTime appends `,"name":"<RFC 3339 time>"`, or nothing for a zero time when
@@ -341,10 +355,7 @@ func appendTime(b []byte, name string, t time.Time, omitzero bool) []byte {
 	if omitzero && t.IsZero() {
 		return b
 	}
-	b = append(append(append(b, `,"`...), name...), `":`...)
-	q, err := t.MarshalJSON()
-	if err != nil {
-		panic(err) // a time of this century always marshals
-	}
-	return append(b, q...)
+	b = append(append(append(b, `,"`...), name...), `":"`...)
+	// As time.Time.MarshalJSON writes it (RFC 3339 with nanoseconds, quoted).
+	return append(t.AppendFormat(b, time.RFC3339Nano), '"')
 }

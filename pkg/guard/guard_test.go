@@ -259,6 +259,9 @@ func TestRecordEncodesAsJSONDoes(t *testing.T) {
 		{Status: Processing, Attempts: 1, FirstAttempt: at, LastAttempt: at, LeaseUntil: at.Add(time.Minute)},
 		{Status: Completed, Attempts: 2, FirstAttempt: at, LastAttempt: at.Add(time.Second)},
 		{Status: RetryableFailed, Attempts: 3, LastError: "503 \"unavailable\" <html> & \x00 é", LastAttempt: at, NextAttemptAt: at.Add(time.Hour)},
+		{Status: DeadLetter, Attempts: 5, LastError: "plain ascii: a/b_c-d (e) [f] {g} 'h' \\ \t \x7f \u2028 \xff", LastAttempt: at.Add(-time.Nanosecond)},
+		{Status: Completed, Attempts: 1, LastAttempt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
+		{Status: RetryableFailed, Attempts: 2, LastError: "hubspot: 429 Too Many Requests (retry after 2s): rate limited, a/b_c-d=e", LastAttempt: at},
 		{Status: Processing, Attempts: 1, LastAttempt: at.In(time.FixedZone("x", 3600))},
 		{},
 	} {
