@@ -215,6 +215,9 @@ func (s *solo) run(ctx context.Context) {
 			known = true
 		case <-settle.C:
 		case <-s.idle:
+			if s.phase != phaseSwitching && s.phase != phaseYielding {
+				continue // only a change of mode waits for the attempts to end; alone, the claim is rewritten on the tick
+			}
 		case <-t.C:
 			s.heartbeat(ctx)
 		case <-ctx.Done():

@@ -211,3 +211,46 @@ func (c *contention) overlapped() bool {
 	defer c.mu.Unlock()
 	return c.overlap
 }
+
+// A runner alone rewrites its claim once a soloRefresh, however often its attempts come
+// and go: an attempt that leaves none under way writes nothing to the bucket.
+func TestAloneClaimIsRewrittenOnTheTickOnly(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	var c contention
+	sp := &Solo{}
+	run(t, conn, c.handler(nil), func(o *Options) { o.Workers, o.Solo = 1, sp })
+	waitAlone(t, sp)
+	kv, err := conn.JS.KeyValue(context.Background(), stream.ContactLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(context.Background(), soloKey(sub.Durable), jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	start := time.Now()
+	// One at a time: each event handled before the next is stored, so the runner has
+	// none under way between two.
+	const n = 60
+	for i := range n {
+		ids := publishEvents(t, conn, i, 1, func(int) string { return "ana@example.com" })
+		waitFor(t, "the event handled", func() bool { return c.handled(ids) })
+	}
+	took := time.Since(start)
+	time.Sleep(100 * time.Millisecond) // the watch delivers what was written by then
+	rewrites := 0
+	for done := false; !done; {
+		select {
+		case e := <-w.Updates():
+			if e != nil {
+				rewrites++
+			}
+		default:
+			done = true
+		}
+	}
+	if most := int(took/soloRefresh) + 2; rewrites > most {
+		t.Fatalf("the claim was rewritten %d times in %v for %d attempts (at most %d: one a %v)", rewrites, took.Round(time.Millisecond), n, most, soloRefresh)
+	}
+}
