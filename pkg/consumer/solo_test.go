@@ -38,10 +38,7 @@ func leaseKeys(t *testing.T, conn *broker.Conn) []string {
 // in a redelivery — and the bucket holds no lease of theirs.
 func TestAloneLeasesInMemory(t *testing.T) {
 	conn := brokertest.Start(t, "")
-	var c contention
-	sp := &Solo{}
-	run(t, conn, c.handler(nil), func(o *Options) { o.Workers, o.Solo = 4, sp })
-	waitAlone(t, sp)
+	c := runAlone(t, conn, 4)
 	ids := publishFor(t, conn, 12, func(i int) string { return []string{"ana@example.com", "bo@example.com"}[i%2] })
 	waitFor(t, "every event handled", func() bool { return c.handled(ids) })
 	if c.overlapped() {
@@ -134,6 +131,17 @@ func TestDeadLoneRunnerIsTakenOver(t *testing.T) {
 }
 
 // waitAlone waits until the runners of sp work alone.
+// runAlone runs a runner of workers on conn, with the contention handler, and waits
+// until it works alone.
+func runAlone(t *testing.T, conn *broker.Conn, workers int) *contention {
+	t.Helper()
+	c := &contention{}
+	sp := &Solo{}
+	run(t, conn, c.handler(nil), func(o *Options) { o.Workers, o.Solo = workers, sp })
+	waitAlone(t, sp)
+	return c
+}
+
 func waitAlone(t *testing.T, sp *Solo) {
 	t.Helper()
 	waitFor(t, "the runner alone", func() bool {
@@ -216,10 +224,7 @@ func (c *contention) overlapped() bool {
 // and go: an attempt that leaves none under way writes nothing to the bucket.
 func TestAloneClaimIsRewrittenOnTheTickOnly(t *testing.T) {
 	conn := brokertest.Start(t, "")
-	var c contention
-	sp := &Solo{}
-	run(t, conn, c.handler(nil), func(o *Options) { o.Workers, o.Solo = 1, sp })
-	waitAlone(t, sp)
+	c := runAlone(t, conn, 1)
 	kv, err := conn.JS.KeyValue(context.Background(), stream.ContactLocks)
 	if err != nil {
 		t.Fatal(err)
