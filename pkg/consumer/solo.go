@@ -370,6 +370,11 @@ func (s *solo) rewrite(ctx context.Context) bool {
 	}
 	s.rev = rev
 	s.mu.Lock()
+	if time.Since(s.wrote) >= soloValid && s.mode == soloAlone {
+		// Attempts waiting for a claim not rewritten lately (acquire) go on now.
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
 	s.wrote = wrote
 	s.mu.Unlock()
 	return true

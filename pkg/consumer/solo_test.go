@@ -130,7 +130,6 @@ func TestDeadLoneRunnerIsTakenOver(t *testing.T) {
 	})
 }
 
-// waitAlone waits until the runners of sp work alone.
 // runAlone runs a runner of workers on conn, with the contention handler, and waits
 // until it works alone.
 func runAlone(t *testing.T, conn *broker.Conn, workers int) *contention {
@@ -142,6 +141,7 @@ func runAlone(t *testing.T, conn *broker.Conn, workers int) *contention {
 	return c
 }
 
+// waitAlone waits until the runners of sp work alone.
 func waitAlone(t *testing.T, sp *Solo) {
 	t.Helper()
 	waitFor(t, "the runner alone", func() bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -429,5 +430,47 @@ func TestWriteBackEqualsWritingEachEvent(t *testing.T) {
 				t.Errorf("member %s of %s: revision %d, its record is at %d", id, sh.Campaign, m.Rev, rev)
 			}
 		}
+	}
+}
+
+// A contact whose campaign members cannot be derived at a write-back's catch-up (here:
+// every shard of camp-2 unreadable) is reported once, by its key, and the rest is
+// stored all the same: every contact record, and the members of camp-1.
+func TestWriteBackStoresTheRestWhenOneContactFails(t *testing.T) {
+	ctx := context.Background()
+	got := Memories()
+	got.held = newHeld()
+	got.held.back = true
+	for i := range 256 {
+		got.Campaigns.(*Memory).Set(campaignPrefix("acme", "camp-2")+fmt.Sprintf("%02x", i), []byte("{not json"), got.Campaigns.(*Memory).NextRev())
+	}
+	for _, env := range history() {
+		if _, err := apply(ctx, got, nil, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := got.held.flush(ctx, got)
+	if err == nil || !strings.Contains(err.Error(), "campaign members of acme.") {
+		t.Fatalf("flush: %v", err)
+	}
+	keys, _ := got.Contacts.Keys(ctx, "")
+	if len(keys) != 6 {
+		t.Fatalf("%d contact records stored, want 6", len(keys))
+	}
+	members := 0
+	shards, _ := got.Campaigns.Keys(ctx, campaignPrefix("acme", "camp-1"))
+	for _, k := range shards {
+		data, _, _ := got.Campaigns.Get(ctx, k)
+		var sh Shard
+		if err := json.Unmarshal(data, &sh); err != nil {
+			t.Fatal(err)
+		}
+		members += len(sh.Members)
+	}
+	if members != 6 {
+		t.Fatalf("camp-1 has %d members stored, want 6", members)
+	}
+	if err := got.held.flush(ctx, got); err != nil {
+		t.Fatalf("a second flush reported the failure again: %v", err)
 	}
 }

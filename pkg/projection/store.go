@@ -181,27 +181,34 @@ func newHeld() *held {
 	return &held{contacts: map[string]heldRec[Contact]{}, shards: map[string]heldRec[Shard]{}, behind: map[string]struct{}{}}
 }
 
-// flush stores every changed record of h into s (write-back) and forgets them all.
+// flush stores every changed record of h into s (write-back) and forgets them all:
+// the records too when a contact's members could not be derived (that error is
+// returned).
 func (h *held) flush(ctx context.Context, s Stores) error {
-	if err := h.catchUp(ctx, s); err != nil {
-		return err
-	}
+	behind := h.catchUp(ctx, s)
 	if err := flushHeld(s.Contacts, h.contacts); err != nil {
 		return err
 	}
-	return flushHeld(s.Campaigns, h.shards)
+	if err := flushHeld(s.Campaigns, h.shards); err != nil {
+		return err
+	}
+	return behind
 }
 
-// catchUp derives the campaign members of every contact that is behind.
+// catchUp derives the campaign members of every contact that is behind. Each is
+// taken off the list first: one that fails is reported once, not again with every
+// later catch-up.
 func (h *held) catchUp(ctx context.Context, s Stores) error {
-	for key := range h.behind {
+	behind := h.behind
+	h.behind = map[string]struct{}{} // new, not cleared: a cleared map keeps its size, and is walked whole
+	var first error
+	for key := range behind {
 		r := h.contacts[key]
-		if err := deriveMembers(ctx, s, r.v, r.rev); err != nil {
-			return err
+		if err := deriveMembers(ctx, s, r.v, r.rev); err != nil && first == nil {
+			first = fmt.Errorf("campaign members of %s: %w", key, err)
 		}
 	}
-	clear(h.behind)
-	return nil
+	return first
 }
 
 func flushHeld[T any](s Store, m map[string]heldRec[T]) error {

@@ -99,6 +99,9 @@ func FreePorts(t testing.TB, n int) []int {
 		}
 		port = ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
+		if ports.given[port] {
+			continue // the kernel's choice, given before
+		}
 		ports.given[port] = true
 		out = append(out, port)
 	}
