@@ -2,6 +2,8 @@ package stream_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -131,5 +133,40 @@ func TestEnsureRefusesAnAsynchronousDurableStore(t *testing.T) {
 	remake(bucket, s.CachedInfo().Config)
 	if err := stream.Ensure(ctx, conn.JS, brokertest.Topology); err == nil || !strings.Contains(err.Error(), "stream "+bucket+" is persisted asynchronously") {
 		t.Fatalf("ensure over an asynchronous %s: %v", bucket, err)
+	}
+}
+
+// EXACTO_EVENTS and EXACTO_OUTCOMES are cut in blocks of at most 4 MiB (halfBlocks),
+// not nats-server's 8 MiB for a stream without limits: 5 MiB of events fill a block
+// and start another.
+func TestStreamsAreCutInHalfBlocks(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	payload := make([]byte, 10<<10)
+	for _, name := range []string{stream.Events, stream.Outcomes} {
+		subject := map[string]string{stream.Events: "events.t.p.blocks", stream.Outcomes: "outcomes.c.t.p.blocks"}[name]
+		for range 512 { // 5 MiB
+			if _, err := conn.JS.PublishAsync(subject, payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-conn.JS.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatal("publishing timed out")
+		}
+		blocks, err := filepath.Glob(filepath.Join(conn.Embedded.StoreDir(), "$G", "streams", name, "msgs", "*.blk"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(blocks) < 2 {
+			t.Errorf("%s holds 5 MiB in %d block: its blocks are larger than 4 MiB", name, len(blocks))
+		}
+		for _, b := range blocks {
+			if fi, err := os.Stat(b); err == nil && fi.Size() > int64(4<<20+len(payload)+256) {
+				t.Errorf("%s: block %s is %d bytes", name, filepath.Base(b), fi.Size())
+			}
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -121,6 +122,13 @@ func EventSubject(tenant, provider, typ string) string {
 	return "events." + tenant + "." + provider + "." + typ
 }
 
+// halfBlocks is a per-subject limit no stream reaches. Set on a stream without other
+// limits, it makes nats-server (2.15, stream.go autoTuneFileStorageBlockSize) size the
+// stream's blocks at 4 MiB, as a bucket's, instead of 8: the server holds a block whole
+// in memory while it is written and while a consumer reads it, so a stream written and
+// read at several places at once costs half as much memory.
+const halfBlocks = math.MaxInt64
+
 // Streams returns the stream declarations.
 func Streams(o Options) []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
@@ -136,6 +144,7 @@ func Streams(o Options) []jetstream.StreamConfig {
 			// The gateway's group commit stores concurrent webhooks' events as one
 			// atomic batch: one fsync for all of them.
 			AllowAtomicPublish: true,
+			MaxMsgsPerSubject:  halfBlocks,
 		},
 		{
 			Name:        DLQ,
@@ -154,12 +163,13 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Replicas:    o.Replicas,
 		},
 		{
-			Name:        Outcomes,
-			Description: "what each consumer did with each event",
-			Subjects:    []string{"outcomes.>"},
-			Storage:     jetstream.FileStorage,
-			Duplicates:  o.DuplicateWindow,
-			Replicas:    o.Replicas,
+			Name:              Outcomes,
+			Description:       "what each consumer did with each event",
+			Subjects:          []string{"outcomes.>"},
+			Storage:           jetstream.FileStorage,
+			MaxMsgsPerSubject: halfBlocks,
+			Duplicates:        o.DuplicateWindow,
+			Replicas:          o.Replicas,
 		},
 		{
 			// No MaxAge: a quarantined delivery stays until an operator purges it.
