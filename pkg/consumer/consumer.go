@@ -45,7 +45,7 @@ type Event struct {
 	// look its external key up before making it again.
 	Resumed bool
 	// New: no attempt can have come before this one — the event's first delivery, and
-	// new to its consumer (guard.First). Only then may a handler skip a look that
+	// new to its consumer (guard.BeginNew). Only then may a handler skip a look that
 	// guards against an earlier attempt's write. (A first attempt that is not New may
 	// follow one that died leaving no record: Attempt 1 alone does not say so.)
 	New bool
@@ -653,8 +653,9 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 // was created. No earlier delivery of this consumer was made (JetStream counts them),
 // and none by an earlier consumer of the same name (one recreated from its checkpoint
 // after a restart, or on another node), which would have been created before, so no
-// guard record can hold it: its attempt claims nothing and writes its record once,
-// when it ends (guard.First). A redelivery — after a nak, past the ack wait, after a
+// guard record can hold it but an earlier copy's (the event stored twice): its attempt
+// reads the record instead of claiming it, and writes it once, when it ends
+// (guard.BeginNew). A redelivery — after a nak, past the ack wait, after a
 // restart — reads and claims the record as every attempt did.
 func (r *runner) fresh(m *message.Message) bool {
 	if r.o.Sub.StreamName() != stream.Events || m.Metadata.Get(mdDelivered) != "1" {

@@ -74,7 +74,7 @@ type Attempt struct {
 	Resumed bool
 	// Wait is how long a Busy event should wait before its redelivery.
 	Wait time.Duration
-	// New: no attempt can have come before this one (First).
+	// New: no attempt can have come before this one (BeginNew found no record).
 	New bool
 
 	key  string
@@ -162,19 +162,15 @@ func (g *Guard) Assume(eventID string, attempt int) Attempt {
 func (g *Guard) BeginNew(ctx context.Context, eventID string) (Attempt, error) {
 	key := Key(g.consumer, eventID)
 	now := g.now().UTC()
-	e, err := g.kv.Get(ctx, key)
+	cur, rev, err := g.get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return Attempt{Decision: Proceed, Record: Record{Status: Processing, Attempts: 1, FirstAttempt: now, LastAttempt: now},
 			New: true, key: key, unclaimed: true}, nil
 	case err != nil:
-		return Attempt{}, fmt.Errorf("guard read %s: %w", key, err)
+		return Attempt{}, err
 	}
-	var cur Record
-	if err := json.Unmarshal(e.Value(), &cur); err != nil {
-		return Attempt{}, fmt.Errorf("guard record %s: %w", key, err)
-	}
-	return g.decide(ctx, key, cur, e.Revision(), now)
+	return g.decide(ctx, key, cur, rev, now)
 }
 
 // Undo gives back a claim whose attempt never began its effect (the runner claims the

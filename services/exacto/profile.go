@@ -15,11 +15,10 @@ import (
 // run keep one each), for `go tool pprof`; the returned func ends it and is called
 // when the command returns. A file that cannot be written is said and ignored.
 func cpuProfile() (stop func()) {
-	path := os.Getenv("EXACTO_CPU_PROFILE")
+	path := profilePath("EXACTO_CPU_PROFILE")
 	if path == "" {
 		return func() {}
 	}
-	path = strings.ReplaceAll(path, "{pid}", strconv.Itoa(os.Getpid()))
 	f, err := os.Create(path)
 	if err == nil {
 		err = pprof.StartCPUProfile(f)
@@ -36,11 +35,10 @@ func cpuProfile() (stop func()) {
 // heapEvery): the file holds the profile of the largest live heap, for `go tool pprof
 // -sample_index=inuse_space`. The returned func stops it.
 func heapProfile() (stop func()) {
-	path := os.Getenv("EXACTO_HEAP_PROFILE")
+	path := profilePath("EXACTO_HEAP_PROFILE")
 	if path == "" {
 		return func() {}
 	}
-	path = strings.ReplaceAll(path, "{pid}", strconv.Itoa(os.Getpid()))
 	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -74,3 +72,9 @@ func heapProfile() (stop func()) {
 }
 
 const heapEvery = 500 * time.Millisecond
+
+// profilePath is the file environment variable env names for a profile, "{pid}" in it
+// replaced by the process id; empty when env is unset.
+func profilePath(env string) string {
+	return strings.ReplaceAll(os.Getenv(env), "{pid}", strconv.Itoa(os.Getpid()))
+}

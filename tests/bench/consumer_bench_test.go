@@ -206,15 +206,14 @@ func BenchmarkConsumers(b *testing.B) {
 	}
 	platforms := accounts.New(cfg, sb.URL, accounts.Pacing{})
 	of := func(name string) stream.Subscription { s, _ := stream.SubscriptionOf(name); return s }
-	noop := stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
 	// The consumers exist before the events are stored, as in a running exacto up: each
-	// event is then new to its consumer (its first attempt claims nothing, guard.First).
+	// event is then new to its consumer (its first attempt reads its guard, guard.BeginNew).
 	// A consumer made again at a restart claims each event of its backlog (guard.Begin).
 	checkpoints, err := conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, sub := range []stream.Subscription{noop, of(stream.Classifier), of(stream.Stopper), of(stream.CRMWriter), of(stream.Suppressor)} {
+	for _, sub := range []stream.Subscription{noopSub, of(stream.Classifier), of(stream.Stopper), of(stream.CRMWriter), of(stream.Suppressor)} {
 		if _, err := consumer.Bind(ctx, conn.JS, stream.Events, sub.ConsumerConfig(), checkpoints); err != nil {
 			b.Fatal(err)
 		}
@@ -242,7 +241,7 @@ func BenchmarkConsumers(b *testing.B) {
 	}
 	b.ResetTimer()
 	rows := []consumerRow{{"bare JetStream consume + double ack", 2 * n, rawDrains(b, conn, 2*n)}}
-	rows = append(rows, consumerRow{"framework, no-op handler", n, drain(b, conn, noop, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})})
+	rows = append(rows, consumerRow{"framework, no-op handler", n, drain(b, conn, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})})
 	rows = append(rows, consumerRow{"classifier (classify + publish)", n, drain(b, conn, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New())})})
 	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", 2 * n, drain(b, conn, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies,
 		Handle: stopper.New(d, platforms.For, dir, nil)})})
@@ -263,6 +262,9 @@ func BenchmarkConsumers(b *testing.B) {
 	}
 }
 
+// noopSub is the no-op rows' subscription: every reply, settled as a real consumer's.
+var noopSub = stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
+
 // BenchmarkConsumersCluster is BenchmarkConsumers' no-op row on a 3-node cluster (R3,
 // sync always, in this process): the framework's cost where every write is a Raft round
 // trip, beside a bare consume of the same stream. EXACTO_BENCH_CLUSTER_LEADS sets n
@@ -273,14 +275,13 @@ func BenchmarkConsumersCluster(b *testing.B) {
 	c := brokertest.StartCluster(b, 3)
 	c.Ensure(b, stream.Options{Replicas: 3, DuplicateWindow: 2 * time.Minute, DedupTTL: 7 * 24 * time.Hour})
 	conn := c.Conn(b)
-	noop := stream.Subscription{Durable: "noop", Subjects: []string{"events.*.*.reply.received"}, AckWait: 30 * time.Second, MaxDeliver: 5, BackoffBase: time.Second, BackoffMax: time.Minute, MaxAckPending: 1000}
-	if _, err := consumer.Bind(ctx, conn.JS, stream.Events, noop.ConsumerConfig(), nil); err != nil {
+	if _, err := consumer.Bind(ctx, conn.JS, stream.Events, noopSub.ConsumerConfig(), nil); err != nil {
 		b.Fatal(err)
 	}
 	publishEvents(b, conn, n)
 	b.ResetTimer()
 	base := consumerRow{"bare JetStream consume + double ack", 2 * n, rawDrains(b, conn, 2*n)}
-	r := consumerRow{"framework, no-op handler", n, drainWith(b, conn, noop, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }}, false)}
+	r := consumerRow{"framework, no-op handler", n, drainWith(b, conn, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }}, false)}
 	b.StopTimer()
 	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
 	note := fmt.Sprintf("%d events, 8 workers, 3-node cluster R3 (one process, one disk); baseline: %s", r.events, base.name)
