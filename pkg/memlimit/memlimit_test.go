@@ -21,10 +21,10 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestLimitLeavesHalfTheLiveHeap(t *testing.T) {
+func TestLimitLeavesAQuarterOfTheLiveHeap(t *testing.T) {
 	const base = 100 << 20
 	for _, tc := range []struct{ live, want int64 }{
-		{0, base}, {40 << 20, base}, {66 << 20, base}, {80 << 20, 120 << 20}, {1 << 30, 3 << 29},
+		{0, base}, {40 << 20, base}, {80 << 20, base}, {96 << 20, 120 << 20}, {1 << 30, 5 << 28},
 	} {
 		if got := Limit(base, tc.live); got != tc.want {
 			t.Errorf("Limit(100MiB, %d MiB) = %d MiB, want %d MiB", tc.live>>20, got>>20, tc.want>>20)
@@ -33,7 +33,7 @@ func TestLimitLeavesHalfTheLiveHeap(t *testing.T) {
 }
 
 // keep follows the live heap up and back down to base, and leaves out changes of less
-// than an eighth.
+// than a sixteenth.
 func TestKeepFollowsTheLiveHeap(t *testing.T) {
 	const base = 100 << 20
 	ctx, cancel := context.WithCancel(context.Background())
@@ -56,10 +56,11 @@ func TestKeepFollowsTheLiveHeap(t *testing.T) {
 			func(l, _ int64) { told = append(told, l) })
 	}()
 	for _, live := range []int64{
-		50 << 20,  // under two thirds of base: stays
-		100 << 20, // needs 150 MiB: raised
-		104 << 20, // needs 156 MiB: less than an eighth more, left out
-		200 << 20, // needs 300 MiB: raised
+		50 << 20,  // under four fifths of base: stays
+		100 << 20, // needs 125 MiB: raised
+		104 << 20, // needs 130 MiB: less than a sixteenth more, left out
+		200 << 20, // needs 250 MiB: raised
+		185 << 20, // needs 231 MiB: more than a sixteenth less, lowered
 		30 << 20,  // back to base
 	} {
 		tick <- time.Time{}
@@ -68,7 +69,7 @@ func TestKeepFollowsTheLiveHeap(t *testing.T) {
 	tick <- time.Time{} // the last change is made before the next tick is taken
 	cancel()
 	<-done
-	want := []int64{150 << 20, 300 << 20, base}
+	want := []int64{125 << 20, 250 << 20, 185<<20 + 185<<18, base}
 	if len(sets) != len(want) {
 		t.Fatalf("limits set %v MiB, want %v MiB", mibs(sets), mibs(want))
 	}
@@ -77,7 +78,7 @@ func TestKeepFollowsTheLiveHeap(t *testing.T) {
 			t.Fatalf("limits set %v MiB, want %v MiB", mibs(sets), mibs(want))
 		}
 	}
-	if len(told) != len(want) || told[0] != want[0] || told[2] != want[2] {
+	if len(told) != len(want) || told[0] != want[0] || told[3] != want[3] {
 		t.Fatalf("told %v MiB, want every limit set", mibs(told))
 	}
 }

@@ -185,8 +185,18 @@ func newHeld() *held {
 // the records too when a contact's members could not be derived (that error is
 // returned).
 func (h *held) flush(ctx context.Context, s Stores) error {
-	behind := h.catchUp(ctx, s)
-	if err := flushHeld(s.Contacts, h.contacts); err != nil {
+	// Deriving the members (into the shards) and encoding the contact records (into
+	// s.Contacts) share only reads of h.contacts: one core each.
+	var behind error
+	derived := make(chan struct{})
+	go func() {
+		defer close(derived)
+		behind = h.catchUp(ctx, s)
+	}()
+	err := storeHeld(s.Contacts, h.contacts)
+	<-derived
+	clear(h.contacts)
+	if err != nil {
 		return err
 	}
 	if err := flushHeld(s.Campaigns, h.shards); err != nil {
@@ -211,13 +221,20 @@ func (h *held) catchUp(ctx context.Context, s Stores) error {
 	return first
 }
 
+// flushHeld stores every changed record of m into s and forgets them all.
 func flushHeld[T any](s Store, m map[string]heldRec[T]) error {
+	err := storeHeld(s, m)
+	clear(m)
+	return err
+}
+
+// storeHeld stores every changed record of m into s.
+func storeHeld[T any](s Store, m map[string]heldRec[T]) error {
 	for k, r := range m {
 		if err := store(s, k, r); err != nil {
 			return err
 		}
 	}
-	clear(m)
 	return nil
 }
 
