@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -220,4 +221,70 @@ func TestPropertyPrefixThenRest(t *testing.T) {
 			t.Fatalf("prefix then rest differs from all:\n%s\n%s", mustJSON(t, rest), mustJSON(t, all))
 		}
 	})
+}
+
+// Apply's fast path (insert) gives what Merge gives: on every state a history makes,
+// and on states no Merge made (facts out of order, an id twice, a group over its bound,
+// a time not in UTC), where it must leave the work to Merge.
+func TestPropertyApplyIsMerge(t *testing.T) {
+	var inserted, merged int
+	rapid.Check(t, func(t *rapid.T) {
+		events := genHistory(t)
+		// Opens and property updates enough to fill their groups past the bound.
+		for i := range rapid.IntRange(0, 24).Draw(t, "more") {
+			at := time.Duration(rapid.IntRange(0, 12).Draw(t, "at")) * 10 * time.Minute
+			e := ev(fmt.Sprintf("more%02d", i), rapid.SampledFrom([]string{envelope.TypeEmailOpened, envelope.TypeContactUpdated}).Draw(t, "kind"), at)
+			if e.Type == envelope.TypeContactUpdated {
+				e.Data.Property = &envelope.Property{Name: "city", Value: "x"}
+			}
+			events = slices.Insert(events, rapid.IntRange(0, len(events)).Draw(t, "where"), e)
+		}
+		raw := rapid.Bool().Draw(t, "raw") // facts added as they came, not merged
+		var s State
+		for _, env := range events {
+			if raw && rapid.IntRange(0, 3).Draw(t, "raw fact") == 0 {
+				if f, ok := fact(env); ok {
+					switch rapid.IntRange(0, 5).Draw(t, "twist") {
+					case 0:
+						f.Time = f.Time.In(time.FixedZone("X", 3600))
+					case 1:
+						f.Received = f.Received.In(time.FixedZone("X", 3600))
+					case 2:
+						if len(s.Facts) > 0 { // a copy of one it holds, received again
+							f = s.Facts[rapid.IntRange(0, len(s.Facts)-1).Draw(t, "copy")]
+							f.Received = f.Received.Add(time.Minute)
+						}
+					case 3: // a group filled past its bound
+						for i := range MaxOpens + 1 {
+							o := f
+							o.ID, o.Kind, o.Type = fmt.Sprintf("%s-open%d", f.ID, i), KindOpened, envelope.TypeEmailOpened
+							s.Facts = append(s.Facts, o)
+						}
+					}
+					s.Facts = append(slices.Clone(s.Facts), f)
+					if rapid.Bool().Draw(t, "ordered") { // in order, but maybe an id twice or a group over its bound
+						slices.SortFunc(s.Facts, cmpFact)
+					}
+					continue
+				}
+			}
+			got, want := Apply(s, env), Merge(s, FromEvent(env))
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("Apply(%v, %s) = %v, Merge gives %v", s.Facts, env.ID, got.Facts, want.Facts)
+			}
+			if f, ok := fact(env); ok {
+				if _, ok := insert(s, f); ok {
+					inserted++
+				} else {
+					merged++
+				}
+			}
+			if !raw || rapid.IntRange(0, 3).Draw(t, "merged") == 0 {
+				s = want
+			}
+		}
+	})
+	if inserted == 0 || merged == 0 {
+		t.Fatalf("insert took %d events and left %d to Merge: both paths must be checked", inserted, merged)
+	}
 }

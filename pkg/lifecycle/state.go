@@ -41,7 +41,73 @@ func FromEvent(env envelope.Envelope) State {
 
 // Apply adds env to s: Merge(s, FromEvent(env)). It does not check which lifecycle env
 // belongs to: Keys says that.
-func Apply(s State, env envelope.Envelope) State { return Merge(s, FromEvent(env)) }
+func Apply(s State, env envelope.Envelope) State {
+	if f, ok := fact(env); ok {
+		if out, ok := insert(s, f); ok {
+			return out
+		}
+	}
+	return Merge(s, FromEvent(env))
+}
+
+// maxInsert is the most facts insert checks s against; a larger state is merged.
+const maxInsert = 32
+
+// insert is Merge(s, {f}) without sorting s again, when s is as Merge leaves a state
+// (each fact normalised, in cmpFact order, one per id, each group within its bound) and
+// f's id is new to it: f goes in its place and its group, if it overflows, loses its
+// least fact. ok is false, and nothing is made, when s is not such a state or holds f's
+// id: Merge decides those. Every projected event goes through here, and the three sorts
+// of Merge were most of applying one.
+func insert(s State, f Fact) (State, bool) {
+	facts := s.Facts
+	if len(facts) > maxInsert {
+		return State{}, false
+	}
+	f.Time, f.Received = norm(f.Time), norm(f.Received)
+	at := len(facts) // where f goes
+	inGroup := 1     // facts of f's group, f included
+	for i, x := range facts {
+		if x.ID == f.ID || x.Time != norm(x.Time) || x.Received != norm(x.Received) || (i > 0 && cmpFact(facts[i-1], x) >= 0) {
+			return State{}, false
+		}
+		n := 0 // facts of x's group up to x
+		for j := range i {
+			if facts[j].ID == x.ID {
+				return State{}, false
+			}
+			if sameGroup(facts[j], x) {
+				n++
+			}
+		}
+		if n >= limit(x) {
+			return State{}, false
+		}
+		if at == len(facts) && cmpFact(f, x) < 0 {
+			at = i
+		}
+		if sameGroup(x, f) {
+			inGroup++
+		}
+	}
+	out := make([]Fact, 0, len(facts)+1)
+	out = append(append(append(out, facts[:at]...), f), facts[at:]...)
+	if inGroup > limit(f) { // the group keeps its greatest: drop its least
+		least := -1
+		for i, x := range out {
+			if sameGroup(x, f) && (least < 0 || cmpGroup(x, out[least]) < 0) {
+				least = i
+			}
+		}
+		out = slices.Delete(out, least, least+1)
+	}
+	return State{Facts: slices.Clip(out)}, true
+}
+
+// sameGroup reports whether a and b are bounded together (group(a) == group(b)).
+func sameGroup(a, b Fact) bool {
+	return a.Kind == b.Kind && (a.Kind != KindProperty || a.Name == b.Name)
+}
 
 // Merge joins two states: commutative, associative and idempotent.
 func Merge(a, b State) State {
