@@ -40,7 +40,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	fastjson "github.com/segmentio/encoding/json"
 
 	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/stream"
@@ -361,7 +360,7 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 		}
 		if rev != 0 {
 			var r Record
-			if err := decodeRecord(data, &r); err != nil {
+			if err := json.Unmarshal(data, &r); err != nil {
 				return Record{}, fmt.Errorf("contacts: record %s: %w", winner, err)
 			}
 			if r.MergedInto != "" { // merged meanwhile: read the keys again
@@ -403,11 +402,6 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 	return next, nil
 }
 
-// decodeRecord decodes a record the directory stored: what encoding/json would, with
-// the faster decoder envelope.Decode uses (a replay reads every contact's record once:
-// with encoding/json that was a tenth of its time).
-func decodeRecord(data []byte, r *Record) error { return fastjson.Unmarshal(data, r) }
-
 func (d *Directory) put(ctx context.Context, key string, r Record, rev uint64) error {
 	data, err := json.Marshal(r)
 	if err != nil {
@@ -429,7 +423,7 @@ func (d *Directory) root(ctx context.Context, tenant, id string) (loaded, error)
 			return loaded{}, nil
 		}
 		var r Record
-		if err := decodeRecord(data, &r); err != nil {
+		if err := json.Unmarshal(data, &r); err != nil {
 			return loaded{}, fmt.Errorf("contacts: record %s: %w", id, err)
 		}
 		if r.MergedInto == "" {

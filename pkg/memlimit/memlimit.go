@@ -5,9 +5,9 @@
 // 160 MiB. A soft limit (runtime/debug.SetMemoryLimit, as GOMEMLIMIT) makes it collect
 // sooner instead. A fixed limit the live heap outgrows would make the collector run
 // back to back (the runtime caps it at half the CPU, which is still a stall), so Keep
-// raises the limit whenever the live heap needs it: the collector always has at least
-// a quarter of the live heap to allocate into before it runs again, and the limit only
-// trims the doubling, never the work.
+// raises the limit whenever the live heap needs it: the collector has a quarter of the
+// live heap to allocate into before it runs again (at least a sixth while a raise is
+// pending, see Keep), and the limit only trims the doubling, never the work.
 package memlimit
 
 import (
@@ -57,7 +57,7 @@ func Limit(base, live int64) int64 {
 // Keep sets base as the process's soft memory limit now and then, every interval until
 // ctx ends, sets it again to Limit(base, live heap): raised as the live heap grows
 // past four fifths of base, back down to base as it shrinks. Changes of less than a
-// sixteenth are left out (raised a little late, the collector still has a sixth of the
+// sixteenth are left out (raised a little late, the collector still has at least a sixth of the
 // live heap to allocate into). changed, if not nil, is told each change.
 func Keep(ctx context.Context, base int64, interval time.Duration, changed func(limit, live int64)) {
 	debug.SetMemoryLimit(base)
