@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -526,5 +527,36 @@ func TestUnconfirmedCountsForNothing(t *testing.T) {
 	approved := ev("r-approved", envelope.TypeReplyReceived, time.Hour)
 	if v := fold(sent, forged, not("n1", "r"), approved).View(); v.Status != Replied {
 		t.Fatalf("the approved copy: %s", v)
+	}
+}
+
+// A property's group, full, keeps its greatest updates by version first: the one insert
+// drops is the least by version (cmpProperty), here the newest by time, not the least
+// in cmpFact's time order. And a state of more than maxInsert facts is merged, alike.
+func TestApplyTrimsAPropertyByVersion(t *testing.T) {
+	var s State
+	var evs []envelope.Envelope
+	for i := range MaxPropertyFacts {
+		evs = append(evs, ev(fmt.Sprintf("p%d", i), envelope.TypeContactUpdated, time.Duration(i)*time.Minute,
+			property("city", fmt.Sprint(i)), withVersion(fmt.Sprint(10+i))))
+	}
+	// Newer than all by time, older than all by version: the least of the group.
+	evs = append(evs, ev("late", envelope.TypeContactUpdated, time.Hour, property("city", "old"), withVersion("1")))
+	for _, e := range evs {
+		s = Apply(s, e)
+	}
+	if len(s.Facts) != MaxPropertyFacts || slices.ContainsFunc(s.Facts, func(f Fact) bool { return f.ID == "late" }) {
+		t.Fatalf("facts %v: want the %d versioned updates, without the one of version 1", s.Facts, MaxPropertyFacts)
+	}
+	for i := range maxInsert + 1 { // past the size insert checks
+		s = Apply(s, ev(fmt.Sprintf("o%02d", i), envelope.TypeEmailSent, time.Duration(i)*time.Second))
+	}
+	before := len(s.Facts)
+	next := ev("x", envelope.TypeEmailDelivered, 2*time.Hour)
+	if _, ok := insert(s, FromEvent(next).Facts[0]); ok || before <= maxInsert {
+		t.Fatalf("a state of %d facts went through insert", before)
+	}
+	if got, want := Apply(s, next), Merge(s, FromEvent(next)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Apply = %v, Merge gives %v", got.Facts, want.Facts)
 	}
 }
