@@ -42,12 +42,14 @@ func FromEvent(env envelope.Envelope) State {
 // Apply adds env to s: Merge(s, FromEvent(env)). It does not check which lifecycle env
 // belongs to: Keys says that.
 func Apply(s State, env envelope.Envelope) State {
-	if f, ok := fact(env); ok {
-		if out, ok := insert(s, f); ok {
-			return out
-		}
+	f, ok := fact(env)
+	if !ok {
+		return Merge(s, State{}) // FromEvent(env) is empty
 	}
-	return Merge(s, FromEvent(env))
+	if out, ok := insert(s, f); ok {
+		return out
+	}
+	return Merge(s, State{Facts: []Fact{f}})
 }
 
 // maxInsert is the most facts insert checks s against; a larger state is merged.
