@@ -56,7 +56,7 @@ const (
 )
 
 // identifying kinds name one person; the others are only kept.
-var identifying = []string{CRMContactID, SendingPlatformContactID, ClayRecordID}
+var identifying = [...]string{CRMContactID, SendingPlatformContactID, ClayRecordID}
 
 // Kinds lists every kind, in the order records show them.
 var Kinds = []string{ClayRecordID, SendingPlatformContactID, CampaignID, MessageID, CRMContactID, CRMActivityID}
@@ -180,12 +180,8 @@ func (s Seen) Keys() []string {
 // identifying id) and the ids that identify no one (campaigns, messages): what an
 // event whose sender is not known may say of a contact, which links nothing.
 func (s Seen) First() Seen {
-	out := Seen{External: map[string]string{}}
-	for k, v := range s.External {
-		if !slices.Contains(identifying, k) {
-			out.External[k] = v
-		}
-	}
+	var out Seen
+	kept := "" // the identifying kind kept, if that is the first key
 	switch {
 	case Key("email", s.Email) != "":
 		out.Email = s.Email
@@ -193,13 +189,44 @@ func (s Seen) First() Seen {
 		out.Phone = s.Phone
 	default:
 		for _, kind := range identifying {
-			if v := s.External[kind]; v != "" {
-				out.External[kind] = v
+			if s.External[kind] != "" {
+				kept = kind
 				break
 			}
 		}
 	}
+	drop := func(kind string) bool { return kind != kept && slices.Contains(identifying[:], kind) }
+	// Most events name no other identifying id: their ids are then shared, not copied
+	// (a replay does this for every unsigned event).
+	out.External = s.External
+	for kind := range s.External {
+		if drop(kind) {
+			out.External = make(map[string]string, len(s.External))
+			for kind, v := range s.External {
+				if !drop(kind) {
+					out.External[kind] = v
+				}
+			}
+			break
+		}
+	}
 	return out
+}
+
+// Identity is what of s its identity keys come from, as given (Keys normalises it):
+// comparable, so that who s names can key a map without building its keys.
+type Identity struct {
+	Email, Phone string
+	IDs          [len(identifying)]string // by identifying kind
+}
+
+// Identity is s's Identity: two Seen with the same one have the same Keys.
+func (s Seen) Identity() Identity {
+	id := Identity{Email: s.Email, Phone: s.Phone}
+	for i, kind := range identifying {
+		id.IDs[i] = s.External[kind]
+	}
+	return id
 }
 
 // rank orders identity keys by kind: the least key names the group.
@@ -211,7 +238,7 @@ func rank(key string) int {
 	case "phone":
 		return 1
 	}
-	return 2 + slices.Index(identifying, kind)
+	return 2 + slices.Index(identifying[:], kind)
 }
 
 func cmpKeys(a, b string) int {

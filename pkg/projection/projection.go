@@ -165,7 +165,7 @@ type Identities interface {
 // directory cannot name (a chat user id, a payment customer), to an id derived from its
 // contact key.
 func identify(ctx context.Context, dir Identities, env envelope.Envelope) (identity, error) {
-	seen, named := directorySeen(env)
+	seen, named := directorySeen(env, external(env))
 	return identifySeen(ctx, dir, env, seen, named)
 }
 
@@ -187,17 +187,20 @@ func identifySeen(ctx context.Context, dir Identities, env envelope.Envelope, se
 	return id, nil
 }
 
-// directorySeen is what the directory can know env's contact by. Only an event whose
+// directorySeen is what the directory can know env's contact by (ext: external(env)). Only an event whose
 // sender is known links keys (signed, derived by a worker after its source confirmed
 // it, or read from a platform's own API): an unsigned webhook names its contact by its
 // first key alone, so a forgery naming one person's e-mail with another's phone or
 // lead id cannot merge the two.
-func directorySeen(env envelope.Envelope) (contacts.Seen, bool) {
+func directorySeen(env envelope.Envelope, ext []extID) (contacts.Seen, bool) {
 	c := env.Data.Contact
 	if c == nil {
 		return contacts.Seen{}, false
 	}
-	s := contacts.Seen{Email: c.Email, Phone: c.Phone, External: external(env)}
+	s := contacts.Seen{Email: c.Email, Phone: c.Phone, External: make(map[string]string, len(ext))}
+	for _, e := range ext {
+		s.External[e.kind] = e.id
+	}
 	if !linksKeys(env) {
 		s = s.First()
 	}
@@ -212,32 +215,36 @@ func linksKeys(env envelope.Envelope) bool {
 	return env.Signed || env.AuthMethod == envelope.AuthDerived || env.AuthMethod == envelope.AuthSourceAPI
 }
 
-// external are the ids env names, by contacts kind.
-func external(env envelope.Envelope) map[string]string {
-	out := map[string]string{}
+// extID is one id an event names, with its contacts kind.
+type extID struct{ kind, id string }
+
+// external are the ids env names, one of each kind at most. A list, not a map: it is
+// made once per event, named ahead of applying (named.ext).
+func external(env envelope.Envelope) []extID {
+	out := make([]extID, 0, 3)
 	p := env.Provider
 	if c := env.Data.Contact; c != nil && c.ExternalID != "" {
 		switch p {
 		case "instantly", "smartlead":
-			out[contacts.SendingPlatformContactID] = p + ":" + c.ExternalID
+			out = append(out, extID{contacts.SendingPlatformContactID, p + ":" + c.ExternalID})
 		case "hubspot":
-			out[contacts.CRMContactID] = p + ":" + c.ExternalID
+			out = append(out, extID{contacts.CRMContactID, p + ":" + c.ExternalID})
 		case "clay":
-			out[contacts.ClayRecordID] = p + ":" + c.ExternalID
+			out = append(out, extID{contacts.ClayRecordID, p + ":" + c.ExternalID})
 		}
 	}
 	if c := env.Data.Campaign; c != nil && c.ID != "" {
-		out[contacts.CampaignID] = p + ":" + c.ID
+		out = append(out, extID{contacts.CampaignID, p + ":" + c.ID})
 	}
 	if m := env.Data.Message; m != nil && m.ID != "" {
-		out[contacts.MessageID] = m.ID
+		out = append(out, extID{contacts.MessageID, m.ID})
 	}
 	return out
 }
 
-// merge adds env to c; it reports whether c changed, as its JSON would show (compared
+// merge adds env, naming ext (external(env)), to c; it reports whether c changed, as its JSON would show (compared
 // field by field: encoding the record twice per event was most of a replay's time).
-func merge(c *Contact, who identity, env envelope.Envelope, keys []lifecycle.Key) bool {
+func merge(c *Contact, who identity, env envelope.Envelope, ext []extID, keys []lifecycle.Key) bool {
 	changed := false
 	set := func(field *string, v string) {
 		changed = changed || *field != v
@@ -255,16 +262,16 @@ func merge(c *Contact, who identity, env envelope.Envelope, keys []lifecycle.Key
 		slices.Sort(c.Keys)
 		changed = true
 	}
-	for kind, id := range external(env) {
+	for _, e := range ext {
 		if c.External == nil {
 			c.External = map[string][]string{}
 		}
-		if old := c.External[kind]; !slices.Contains(old, id) {
-			l := append(slices.Clone(old), id)
+		if old := c.External[e.kind]; !slices.Contains(old, e.id) {
+			l := append(slices.Clone(old), e.id)
 			slices.Sort(l)
 			l = l[:min(len(l), maxIDs)]
 			changed = changed || !slices.Equal(l, old) // a new id above the bound changes nothing
-			c.External[kind] = l
+			c.External[e.kind] = l
 		}
 	}
 	for _, k := range keys {
@@ -321,6 +328,7 @@ func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope)
 // apply). A replay names each event ahead of applying it, in order, beside the applying.
 type named struct {
 	keys  []lifecycle.Key
+	ext   []extID // external(env)
 	seen  contacts.Seen
 	named bool
 	who   identity
@@ -329,8 +337,8 @@ type named struct {
 }
 
 func name(ctx context.Context, dir Identities, env envelope.Envelope) named {
-	n := named{keys: lifecycle.Keys(env)}
-	n.seen, n.named = directorySeen(env)
+	n := named{keys: lifecycle.Keys(env), ext: external(env)}
+	n.seen, n.named = directorySeen(env, n.ext)
 	if len(n.keys) == 0 && (!n.named || dir == nil) {
 		n.skip = true
 		return n
@@ -371,11 +379,11 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 	c, rev, err := updateRecord(ctx, s.Contacts, m, back, "contact record", key, func(c *Contact, found bool) (bool, error) {
 		created = !found
 		if s.held != nil { // a replay keeps no Result: the views cost more than the merge
-			res.Changed = merge(c, who, env, keys)
+			res.Changed = merge(c, who, env, n.ext, keys)
 			return res.Changed, nil
 		}
 		before := views(*c, keys)
-		res.Changed = merge(c, who, env, keys)
+		res.Changed = merge(c, who, env, n.ext, keys)
 		after := views(*c, keys)
 		res.Discrepancies, res.Undecided = nil, nil
 		for i := range before {

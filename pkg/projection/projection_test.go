@@ -323,7 +323,7 @@ func TestMergeSaysWhatTheEncodingSays(t *testing.T) {
 	check := func(c *Contact, who identity, env envelope.Envelope) {
 		t.Helper()
 		before, _ := json.Marshal(c)
-		changed := merge(c, who, env, lifecycle.Keys(env))
+		changed := merge(c, who, env, external(env), lifecycle.Keys(env))
 		after, _ := json.Marshal(c)
 		if want := string(before) != string(after); changed != want {
 			t.Fatalf("%s: merge says changed %v, the encoding %v\nbefore %s\nafter  %s", env.ID, changed, want, before, after)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -137,13 +136,13 @@ func replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 		if err != nil {
 			return p, err
 		}
-		ids = &memo{dir: dir, seen: map[string]contacts.Record{}}
+		ids = &memo{dir: dir, seen: map[memoKey]contacts.Record{}}
 	}
 	// Pulling and decoding, naming each event's contact, and applying run in three
 	// goroutines, a chunk at a time: two cores, about half the work each. Events are
 	// named in stream order, as applying them would.
 	pctx, stop := context.WithCancel(ctx)
-	decoded, chunks, pulled, namedAll := make(chan chunk, 4), make(chan chunk, 4), make(chan struct{}), make(chan struct{})
+	decoded, chunks, pulled, namedAll := make(chan chunk, 2), make(chan chunk, 2), make(chan struct{}), make(chan struct{})
 	spent := make(chan []fetched, cap(chunks)+cap(decoded)+2) // applied chunks' lists, for pull to fill again
 	go func() {
 		defer close(pulled)
@@ -265,6 +264,7 @@ func pull(ctx context.Context, st jetstream.Stream, c jetstream.Consumer, seq, l
 		select {
 		case ck.events = <-spent: // an envelope is large: reuse the lists
 		default:
+			ck.events = make([]fetched, 0, batchSize) // grown by appends, a list costs twice its size
 		}
 		if err != nil {
 			ck.err = err
@@ -279,9 +279,10 @@ func pull(ctx context.Context, st jetstream.Stream, c jetstream.Consumer, seq, l
 					ck.end = true
 					break
 				}
-				e := fetched{seq: md.Sequence.Stream}
+				// Decoded in place: a fetched of its own would be moved to the heap.
+				ck.events = append(ck.events, fetched{seq: md.Sequence.Stream})
+				e := &ck.events[len(ck.events)-1]
 				e.ok = envelope.Decode(msg.Data(), &e.env) == nil && e.env.ID != ""
-				ck.events = append(ck.events, e)
 				seq = e.seq
 			}
 			if err := batch.Error(); ck.err == nil && !ck.end && err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -382,11 +383,17 @@ func nameCaught(ctx context.Context, ids Identities, env envelope.Envelope, catc
 type memo struct {
 	mu   sync.Mutex
 	dir  *contacts.Directory
-	seen map[string]contacts.Record
+	seen map[memoKey]contacts.Record
+}
+
+// memoKey is who a Record names: the same keys, the same record.
+type memoKey struct {
+	tenant string
+	id     contacts.Identity
 }
 
 func (m *memo) Record(ctx context.Context, tenant string, s contacts.Seen) (contacts.Record, error) {
-	key := tenant + "\x00" + strings.Join(s.Keys(), "\x00")
+	key := memoKey{tenant, s.Identity()}
 	m.mu.Lock()
 	rec, ok := m.seen[key]
 	m.mu.Unlock()
