@@ -333,6 +333,7 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 	groups := map[string]loaded{}
 	pointed := map[string]loaded{} // key -> its index entry (rec.ContactID = the id it names)
 	of := map[string]string{}      // key -> the contact it belongs to
+	roots := map[string]loaded{}   // contact id an index entry names -> the record it belongs to now
 	for _, k := range keys {
 		data, rev, err := d.store.Get(ctx, indexKey(tenant, k))
 		if err != nil {
@@ -342,9 +343,12 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 			continue
 		}
 		pointed[k] = loaded{Record{ContactID: string(data)}, rev}
-		g, err := d.root(ctx, tenant, string(data))
-		if err != nil {
-			return Record{}, err
+		g, ok := roots[string(data)]
+		if !ok { // the keys of one event mostly name one contact: read it once
+			if g, err = d.root(ctx, tenant, string(data)); err != nil {
+				return Record{}, err
+			}
+			roots[string(data)] = g
 		}
 		if g.rev != 0 {
 			groups[g.rec.ContactID] = g

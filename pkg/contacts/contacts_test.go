@@ -263,3 +263,34 @@ func TestSharedLineJoinsNoOne(t *testing.T) {
 		t.Fatal("the phone \"0\" was recorded as a key")
 	}
 }
+
+// counting is a store that counts its reads.
+type counting struct {
+	kvstore.Store
+	gets int
+}
+
+func (c *counting) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	c.gets++
+	return c.Store.Get(ctx, key)
+}
+
+// A Record whose keys all belong to one contact reads each key's index entry and that
+// contact's record once: a round trip each, live.
+func TestRecordReadsOneContactOnce(t *testing.T) {
+	ctx := context.Background()
+	store := &counting{Store: kvstore.NewMemory()}
+	d := New(store)
+	s := Seen{Email: "ana@example.com", Phone: "+14155550100", External: map[string]string{SendingPlatformContactID: "instantly:l1"}}
+	if _, err := d.Record(ctx, "acme", s); err != nil {
+		t.Fatal(err)
+	}
+	store.gets = 0
+	rec, err := d.Record(ctx, "acme", s)
+	if err != nil || len(rec.Keys) != 3 {
+		t.Fatalf("%+v %v", rec, err)
+	}
+	if want := 3 + 1; store.gets != want {
+		t.Fatalf("a known contact of 3 keys: %d reads, want %d (3 index entries, 1 record)", store.gets, want)
+	}
+}
