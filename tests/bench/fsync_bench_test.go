@@ -65,13 +65,7 @@ func BenchmarkUpFsyncs(b *testing.B) {
 	idle := window(func() { time.Sleep(3 * time.Second) })
 
 	services := consumerServices()
-	pause := func(until time.Time) {
-		for _, d := range services {
-			if _, err := js.PauseConsumer(ctx, stream.Events, d, until); err != nil {
-				b.Fatalf("pause %s: %v", d, err)
-			}
-		}
-	}
+	pause := func(until time.Time) { pauseConsumers(b, ctx, js, services, until) }
 	next := 0
 	batch := func(count int) [][]byte {
 		bodies := fsyncBodies(b, u.addr(3), next, count)
@@ -126,6 +120,15 @@ func BenchmarkUpFsyncs(b *testing.B) {
 		fmt.Sprintf("%d replies one after the other in %s until every consumer acked all; most: %s", okOne, secs(one), counts[3].top(8)))
 	b.ReportMetric(fLoad, "fsyncs/webhook_load")
 	b.ReportMetric(fOne, "fsyncs/webhook_one")
+}
+
+// pauseConsumers pauses each of durables until then (the zero time: resumes them).
+func pauseConsumers(b *testing.B, ctx context.Context, js jetstream.JetStream, durables []string, until time.Time) {
+	for _, d := range durables {
+		if _, err := js.PauseConsumer(ctx, stream.Events, d, until); err != nil {
+			b.Fatalf("pause %s: %v", d, err)
+		}
+	}
 }
 
 // consumerServices are the durable consumers of EXACTO_EVENTS `exacto up` runs.
