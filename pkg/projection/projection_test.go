@@ -300,11 +300,14 @@ func TestMixedIdentitiesEveryOrderOneContact(t *testing.T) {
 }
 
 // applyConcurrently applies evs into s as two projectors would, one taking the even
-// events and the other the odd ones, at the same time.
+// events and the other the odd ones, at the same time: two processes, each remembering
+// what it wrote (Remembering), so each writes over the other's records at revisions
+// the other moved on.
 func applyConcurrently(t *testing.T, s Stores, dir *contacts.Directory, evs []envelope.Envelope) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for p := range 2 {
+		s := Remembering(s)
 		wg.Go(func() {
 			for i := p; i < len(evs); i += 2 {
 				if _, err := Apply(context.Background(), s, dir, evs[i]); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -32,10 +33,19 @@ func NewMemory() *Memory { return kvstore.NewMemory() }
 // the revision read, and says whether it changed anything; an unchanged value is not
 // written.
 func update(ctx context.Context, s Store, key string, merge func(old []byte, rev uint64) ([]byte, bool, error)) ([]byte, uint64, error) {
-	for range 50 {
-		old, rev, err := s.Get(ctx, key)
-		if err != nil {
-			return nil, 0, err
+	r, remembers := s.(*recently)
+	for try := range 50 {
+		var old []byte
+		var rev uint64
+		var err error
+		ok := false
+		if remembers && try == 0 {
+			old, rev, ok = r.remembered(key)
+		}
+		if !ok {
+			if old, rev, err = s.Get(ctx, key); err != nil {
+				return nil, 0, err
+			}
 		}
 		next, changed, err := merge(old, rev)
 		if err != nil || !changed {
@@ -50,6 +60,93 @@ func update(ctx context.Context, s Store, key string, merge func(old []byte, rev
 		}
 	}
 	return nil, 0, fmt.Errorf("projection: %s: too much contention", key)
+}
+
+// Remembering is s whose stores remember what they last wrote or read of each key, for
+// the live projector (see recently).
+func Remembering(s Stores) Stores {
+	return Stores{Contacts: newRecently(s.Contacts, recentBytes), Campaigns: newRecently(s.Campaigns, recentBytes),
+		Suppression: newRecently(s.Suppression, recentBytes), held: s.held}
+}
+
+// recently is a Store that remembers the value it last wrote or read of each key, and
+// its revision, for update: the live projector's next event of a contact (a reply's
+// classification, its stop, its CRM contact, within milliseconds of the reply) merges
+// into what it wrote instead of reading the record back, a round trip each. A write
+// made meanwhile by anyone else (another projector, a repair) makes the write at the
+// remembered revision a conflict: the key is forgotten, and update reads it and merges
+// again. Bounded: two generations of at most max bytes of values each.
+type recently struct {
+	Store
+	max       int
+	mu        sync.Mutex
+	cur, prev map[string]remembered
+	size      int // of cur
+}
+
+type remembered struct {
+	value []byte
+	rev   uint64
+}
+
+// recentBytes bounds a generation of a live store's remembered values: a reply's
+// records are written again within a second, a few hundred contacts at load.
+const recentBytes = 512 << 10
+
+func newRecently(s Store, max int) *recently {
+	return &recently{Store: s, max: max, cur: map[string]remembered{}, prev: map[string]remembered{}}
+}
+
+func (r *recently) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	v, rev, err := r.Store.Get(ctx, key)
+	if err == nil && rev != 0 {
+		r.remember(key, v, rev)
+	}
+	return v, rev, err
+}
+
+func (r *recently) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	n, err := r.Store.Put(ctx, key, value, rev)
+	if err != nil {
+		r.forget(key) // moved on, or unknown: read it again
+		return n, err
+	}
+	r.remember(key, value, n)
+	return n, nil
+}
+
+func (r *recently) Delete(ctx context.Context, key string, rev uint64) error {
+	r.forget(key)
+	return r.Store.Delete(ctx, key, rev)
+}
+
+// remembered is key's value and revision as this store last wrote or read them.
+func (r *recently) remembered(key string) ([]byte, uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.cur[key]
+	if !ok {
+		m, ok = r.prev[key]
+	}
+	return m.value, m.rev, ok
+}
+
+func (r *recently) remember(key string, value []byte, rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.size+len(value) > r.max {
+		r.prev, r.cur, r.size = r.cur, map[string]remembered{}, 0
+	}
+	delete(r.prev, key)
+	r.cur[key] = remembered{value, rev}
+	r.size += len(value)
+}
+
+func (r *recently) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.cur, key)
+	delete(r.prev, key)
 }
 
 // Open binds the stores of the live projections (into "") or of a replay's (into NAME),

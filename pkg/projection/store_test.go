@@ -155,3 +155,88 @@ func TestInterleavedProjectorsKeepBothEvents(t *testing.T) {
 		}
 	}
 }
+
+// countingStore counts its reads.
+type countingStore struct {
+	Store
+	gets atomic.Int64
+}
+
+func (c *countingStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, key)
+}
+
+// A live projector does not read back what it wrote: a contact's next event merges into
+// the record and shard it remembers. Written meanwhile by another projector, the record
+// is read again (the write at the remembered revision is a conflict) and nothing of
+// either is lost.
+func TestRememberedRecordsAreNotReadBack(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	live, err := Open(ctx, conn.JS, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contactsKV, campaignsKV := &countingStore{Store: live.Contacts}, &countingStore{Store: live.Campaigns}
+	mine := Remembering(Stores{Contacts: contactsKV, Campaigns: campaignsKV, Suppression: live.Suppression})
+	other := live // another projector, remembering nothing
+	ev := func(i int, typ string, at time.Duration) envelope.Envelope {
+		return event(i, typ, "ana@northwind.example", "camp-1", at)
+	}
+	if _, err := Apply(ctx, mine, nil, ev(1, envelope.TypeEmailSent, 0)); err != nil {
+		t.Fatal(err)
+	}
+	contactsKV.gets.Store(0)
+	campaignsKV.gets.Store(0)
+	if _, err := Apply(ctx, mine, nil, ev(2, envelope.TypeEmailDelivered, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if c, s := contactsKV.gets.Load(), campaignsKV.gets.Load(); c != 0 || s != 0 {
+		t.Fatalf("the contact's second event read its record %d times and its shard %d times, want 0", c, s)
+	}
+	// Another projector writes the record and the shard; then mine applies a third event.
+	if _, err := Apply(ctx, other, nil, ev(3, envelope.TypeEmailOpened, 2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Apply(ctx, mine, nil, ev(4, envelope.TypeReplyReceived, 3*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contactsKV.gets.Load() == 0 {
+		t.Fatal("a record another projector wrote was not read again")
+	}
+	want := Memories()
+	for i, typ := range []string{envelope.TypeEmailSent, envelope.TypeEmailDelivered, envelope.TypeEmailOpened, envelope.TypeReplyReceived} {
+		if _, err := Apply(ctx, want, nil, ev(i+1, typ, time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sameProjections(ctx, want, live); err != nil {
+		t.Fatalf("after a write from elsewhere: %v (the last event's contact: %+v)", err, res.Contact.Lifecycle)
+	}
+}
+
+// A store remembers at most two generations of max bytes: the oldest are forgotten.
+func TestRecentlyForgetsTheOldest(t *testing.T) {
+	ctx := context.Background()
+	r := newRecently(NewMemory(), 10)
+	for i := range 6 {
+		if _, err := r.Put(ctx, fmt.Sprint("k", i), []byte("1234"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Generations of at most 10 bytes: {k0 k1}, {k2 k3}, {k4 k5}.
+	for i, want := range []bool{false, false, true, true, true, true} {
+		if _, _, ok := r.remembered(fmt.Sprint("k", i)); ok != want {
+			t.Fatalf("k%d remembered %v, want %v", i, ok, want)
+		}
+	}
+	// A conflict forgets the key.
+	if _, err := r.Put(ctx, "k5", []byte("x"), 0); !errors.Is(err, ErrConflict) {
+		t.Fatalf("create over k5: %v", err)
+	}
+	if _, _, ok := r.remembered("k5"); ok {
+		t.Fatal("k5 remembered after a conflict")
+	}
+}

@@ -203,6 +203,7 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
+	stores = projection.Remembering(stores) // this process writes them: what it wrote is not read back
 	dir, err := contacts.Open(ctx, env.Conn.JS)
 	if err != nil {
 		return err
