@@ -211,8 +211,8 @@ func (u *upProcess) js(b *testing.B) jetstream.JetStream {
 // /readyz (baseline), tells the sandbox a pool of leads and their replies
 // (EXACTO_BENCH_UP_LEADS, default 1,000 a second), then drives 64 senders of those
 // signed Instantly replies at it for EXACTO_BENCH_UP_SECONDS (default 10), lets its
-// consumers work on them for as long again and until the reconciler's first pass has
-// ended, and takes its peak RSS then.
+// consumers work on them for as long again, until the reconciler's first pass has
+// ended and until every consumer has acked every event, and takes its peak RSS then.
 func BenchmarkUpMemory(b *testing.B) {
 	seconds := envInt("EXACTO_BENCH_UP_SECONDS", 10)
 	sb, err := sandbox.Listen(sandbox.Options{AutoEnroll: true})
@@ -282,12 +282,17 @@ func BenchmarkUpMemory(b *testing.B) {
 	if u.out.reconciled() == 0 {
 		pass = "the reconciler's first pass still running"
 	}
+	atPass := vmKiB(b, pid, "VmHWM")
+	// And until every consumer has acked every event (the projector is the last, minutes
+	// after the others at this load): the load's memory is the memory of all its work.
+	js := u.js(b)
+	waitDrained(b, context.Background(), js, consumerServices(), -1)
+	drained := time.Since(at) - took
 	peak := vmKiB(b, pid, "VmHWM")
 	rss := vmKiB(b, pid, "VmRSS")
 	cpu := cpuSeconds(b, pid) - cpu0
 
 	// How far the consumers got, read from the process's own NATS port.
-	js := u.js(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	count := func(typ string) uint64 { return countSubject(ctx, js, stream.EventSubject("demo", "instantly", typ)) }
@@ -295,9 +300,9 @@ func BenchmarkUpMemory(b *testing.B) {
 		b.Errorf("%d webhooks not answered 200", failed.Load())
 	}
 	row("memory", "peak RSS of exacto up at load (VmHWM)", mib(peak), mib(idle), float64(peak)/float64(idle),
-		fmt.Sprintf("%d senders for %v: %d signed Instantly replies (%.0f/s) of leads the sandbox holds%s; VmHWM %s when sending ended; %v later (%s) VmRSS %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on; baseline: VmHWM right after /readyz",
+		fmt.Sprintf("%d senders for %v: %d signed Instantly replies (%.0f/s) of leads the sandbox holds%s; VmHWM %s when sending ended, %s %v later (%s); every consumer drained %v after sending ended, VmRSS then %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on; baseline: VmHWM right after /readyz",
 			senders, took.Round(100*time.Millisecond), ok.Load(), float64(ok.Load())/took.Seconds(), exhausted, mib(atLoad),
-			waited.Round(100*time.Millisecond), pass, mib(rss), count("reply.classified"), count("sequence.stopped"), cpu))
+			mib(atPass), waited.Round(100*time.Millisecond), pass, drained.Round(100*time.Millisecond), mib(rss), count("reply.classified"), count("sequence.stopped"), cpu))
 	b.ReportMetric(float64(peak)/1024, "peak_MiB")
 	b.ReportMetric(float64(idle)/1024, "idle_MiB")
 }
