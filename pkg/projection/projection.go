@@ -187,11 +187,11 @@ func identifySeen(ctx context.Context, dir Identities, env envelope.Envelope, se
 	return id, nil
 }
 
-// directorySeen is what the directory can know env's contact by (ext: external(env)). Only an event whose
-// sender is known links keys (signed, derived by a worker after its source confirmed
-// it, or read from a platform's own API): an unsigned webhook names its contact by its
-// first key alone, so a forgery naming one person's e-mail with another's phone or
-// lead id cannot merge the two.
+// directorySeen is what the directory can know env's contact by (ext: external(env)).
+// Only an event whose sender is known links keys (signed, derived by a worker after its
+// source confirmed it, or read from a platform's own API): an unsigned webhook names its
+// contact by its first key alone, so a forgery naming one person's e-mail with another's
+// phone or lead id cannot merge the two.
 func directorySeen(env envelope.Envelope, ext []extID) (contacts.Seen, bool) {
 	c := env.Data.Contact
 	if c == nil {
@@ -242,8 +242,9 @@ func external(env envelope.Envelope) []extID {
 	return out
 }
 
-// merge adds env, naming ext (external(env)), to c; it reports whether c changed, as its JSON would show (compared
-// field by field: encoding the record twice per event was most of a replay's time).
+// merge adds env, naming ext (external(env)), to c; it reports whether c changed, as
+// its JSON would show (compared field by field: encoding the record twice per event was
+// most of a replay's time).
 func merge(c *Contact, who identity, env envelope.Envelope, ext []extID, keys []lifecycle.Key) bool {
 	changed := false
 	set := func(field *string, v string) {
