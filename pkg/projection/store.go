@@ -38,16 +38,21 @@ func update(ctx context.Context, s Store, key string, merge func(old []byte, rev
 		var old []byte
 		var rev uint64
 		var err error
-		ok := false
+		fromMemory := false
 		if remembers && try == 0 {
-			old, rev, ok = r.remembered(key)
+			old, rev, fromMemory = r.remembered(key)
 		}
-		if !ok {
+		if !fromMemory {
 			if old, rev, err = s.Get(ctx, key); err != nil {
 				return nil, 0, err
 			}
 		}
 		next, changed, err := merge(old, rev)
+		if err == nil && !changed && fromMemory {
+			// Nothing to write by what this process remembers: no write checks it, so read
+			// what the store holds (another projector may have folded the record away).
+			continue
+		}
 		if err != nil || !changed {
 			return old, rev, err
 		}
@@ -99,8 +104,11 @@ func newRecently(s Store, max int) *recently {
 
 func (r *recently) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	v, rev, err := r.Store.Get(ctx, key)
-	if err == nil && rev != 0 {
+	switch {
+	case err == nil && rev != 0:
 		r.remember(key, v, rev)
+	case err == nil:
+		r.forget(key) // absent
 	}
 	return v, rev, err
 }
@@ -117,7 +125,9 @@ func (r *recently) Put(ctx context.Context, key string, value []byte, rev uint64
 
 func (r *recently) Delete(ctx context.Context, key string, rev uint64) error {
 	r.forget(key)
-	return r.Store.Delete(ctx, key, rev)
+	err := r.Store.Delete(ctx, key, rev)
+	r.forget(key) // and what a read remembered meanwhile
+	return err
 }
 
 // remembered is key's value and revision as this store last wrote or read them.
@@ -134,6 +144,12 @@ func (r *recently) remembered(key string) ([]byte, uint64, bool) {
 func (r *recently) remember(key string, value []byte, rev uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if m, ok := r.cur[key]; ok && m.rev > rev {
+		return // a slower read or write of an older revision
+	}
+	if m, ok := r.prev[key]; ok && m.rev > rev {
+		return
+	}
 	if r.size+len(value) > r.max {
 		r.prev, r.cur, r.size = r.cur, map[string]remembered{}, 0
 	}

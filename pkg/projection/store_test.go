@@ -240,3 +240,46 @@ func TestRecentlyForgetsTheOldest(t *testing.T) {
 		t.Fatal("k5 remembered after a conflict")
 	}
 }
+
+// An event that changes nothing of what a projector remembers is checked against what
+// the store holds: here another projector deleted the record meanwhile (as a fold of
+// the contact into another does), and the event writes it again, as a projector that
+// remembers nothing would.
+func TestRememberedNoOpIsCheckedAgainstTheStore(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	live, err := Open(ctx, conn.JS, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := Remembering(live)
+	env := event(1, envelope.TypeReplyReceived, "ana@northwind.example", "camp-1", 0)
+	res, err := Apply(ctx, mine, nil, env)
+	if err != nil || !res.Changed {
+		t.Fatalf("apply: %v %v", res.Changed, err)
+	}
+	key := ContactKey(env.Tenant, res.Contact.ContactID)
+	_, rev, err := live.Contacts.Get(ctx, key)
+	if err != nil || rev == 0 {
+		t.Fatalf("record: %d %v", rev, err)
+	}
+	if err := live.Contacts.Delete(ctx, key, rev); err != nil { // another projector, not mine
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, mine, nil, env); err != nil { // a redelivery: nothing new to what mine remembers
+		t.Fatal(err)
+	}
+	if _, rev, err := live.Contacts.Get(ctx, key); err != nil || rev == 0 {
+		t.Fatalf("the record deleted elsewhere was not written again: rev %d, %v", rev, err)
+	}
+}
+
+// What a store remembers is never replaced by an older revision of it.
+func TestRecentlyKeepsTheNewerRevision(t *testing.T) {
+	r := newRecently(NewMemory(), 1<<10)
+	r.remember("k", []byte("new"), 7)
+	r.remember("k", []byte("old"), 5)
+	if v, rev, _ := r.remembered("k"); string(v) != "new" || rev != 7 {
+		t.Fatalf("remembered %s at %d, want new at 7", v, rev)
+	}
+}
