@@ -130,6 +130,6 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportMetric(float64(perEvent(rebuildCPU).Nanoseconds()), "rebuild_cpu_ns/event")
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d.Nanoseconds())/1000) }
 	row("replay", "CPU per event, rebuild vs raw read", us(perEvent(rebuildCPU)), us(perEvent(rawCPU)), float64(rebuildCPU)/float64(rawCPU),
-		fmt.Sprintf("process CPU (user and system: reader, projector and server in one process); baseline: the raw read's, median of 3; the rebuild allocated %d times and %.1f KB per event, %d garbage collections",
+		fmt.Sprintf("process CPU (user and system: reader, projector and server in one process); baseline: the raw read's, median of 3; during the rebuild the process (its server too) allocated %d times and %.1f KB per event, %d garbage collections",
 			(m1.Mallocs-m0.Mallocs)/uint64(n), float64(m1.TotalAlloc-m0.TotalAlloc)/float64(n)/1000, m1.NumGC-m0.NumGC))
 }
