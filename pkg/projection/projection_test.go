@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/internal/permute"
@@ -62,12 +61,8 @@ func history() []envelope.Envelope {
 // live stores, build what one projector builds from them in order.
 func TestAnyOrderAnyProjectorsOneProjection(t *testing.T) {
 	ctx := context.Background()
-	conn := brokertest.Start(t, "")
-	live, err := Open(ctx, conn.JS, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := contacts.Open(ctx, conn.JS)
+	live, js := openLive(t)
+	dir, err := contacts.Open(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,12 +277,8 @@ func TestMixedIdentitiesEveryOrderOneContact(t *testing.T) {
 	}
 
 	// Two projectors on the live buckets, the events shuffled and some twice.
-	conn := brokertest.Start(t, "")
-	live, err := Open(ctx, conn.JS, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := contacts.Open(ctx, conn.JS)
+	live, js := openLive(t)
+	dir, err := contacts.Open(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/lifecycle"
@@ -18,11 +20,7 @@ import (
 // Update at a stale (or a future) revision are conflicts, and the value stays.
 func TestPutRefusesAStaleRevision(t *testing.T) {
 	ctx := context.Background()
-	conn := brokertest.Start(t, "")
-	live, err := Open(ctx, conn.JS, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	live, _ := openLive(t)
 	for name, s := range map[string]Store{"kv": live.Contacts, "memory": NewMemory()} {
 		t.Run(name, func(t *testing.T) {
 			rev1, err := s.Put(ctx, "acme.ct_1", []byte(`{"v":1}`), 0)
@@ -156,6 +154,17 @@ func TestInterleavedProjectorsKeepBothEvents(t *testing.T) {
 	}
 }
 
+// openLive starts a server and opens the live projections' buckets on it.
+func openLive(t *testing.T) (Stores, jetstream.JetStream) {
+	t.Helper()
+	conn := brokertest.Start(t, "")
+	live, err := Open(context.Background(), conn.JS, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return live, conn.JS
+}
+
 // countingStore counts its reads.
 type countingStore struct {
 	Store
@@ -173,11 +182,7 @@ func (c *countingStore) Get(ctx context.Context, key string) ([]byte, uint64, er
 // either is lost.
 func TestRememberedRecordsAreNotReadBack(t *testing.T) {
 	ctx := context.Background()
-	conn := brokertest.Start(t, "")
-	live, err := Open(ctx, conn.JS, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	live, _ := openLive(t)
 	contactsKV, campaignsKV := &countingStore{Store: live.Contacts}, &countingStore{Store: live.Campaigns}
 	mine := Remembering(Stores{Contacts: contactsKV, Campaigns: campaignsKV, Suppression: live.Suppression})
 	other := live // another projector, remembering nothing
@@ -247,11 +252,7 @@ func TestRecentlyForgetsTheOldest(t *testing.T) {
 // remembers nothing would.
 func TestRememberedNoOpIsCheckedAgainstTheStore(t *testing.T) {
 	ctx := context.Background()
-	conn := brokertest.Start(t, "")
-	live, err := Open(ctx, conn.JS, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	live, _ := openLive(t)
 	mine := Remembering(live)
 	env := event(1, envelope.TypeReplyReceived, "ana@northwind.example", "camp-1", 0)
 	res, err := Apply(ctx, mine, nil, env)

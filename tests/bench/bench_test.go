@@ -9,9 +9,11 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -84,6 +86,17 @@ func percentile(lat []time.Duration, p int) time.Duration {
 	}
 	slices.Sort(lat)
 	return lat[min(len(lat)-1, len(lat)*p/100)]
+}
+
+// top names the k keys of m with the largest values, largest first (ties by key), each
+// with its value as format (a %s and a verb for the value) writes them.
+func top[V int | float64](m map[string]V, k int, format string) string {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), strings.Compare(a, b)) })
+	var parts []string
+	for _, key := range keys[:min(k, len(keys))] {
+		parts = append(parts, fmt.Sprintf(format, key, m[key]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // envInt is the positive integer in environment variable name, or def.

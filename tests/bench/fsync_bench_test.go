@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -254,22 +253,7 @@ type fsyncCount struct {
 }
 
 // top names the k stores with the most fsyncs.
-func (c fsyncCount) top(k int) string {
-	type kv struct {
-		k string
-		v int
-	}
-	var all []kv
-	for s, v := range c.byStore {
-		all = append(all, kv{s, v})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || (all[i].v == all[j].v && all[i].k < all[j].k) })
-	var out []string
-	for i := 0; i < len(all) && i < k; i++ {
-		out = append(out, fmt.Sprintf("%s %d", all[i].k, all[i].v))
-	}
-	return strings.Join(out, ", ")
-}
+func (c fsyncCount) top(k int) string { return top(c.byStore, k, "%s %d") }
 
 // An strace -f -y -ttt line of an fsync: pid, time, call, fd<path>.
 var fsyncLine = regexp.MustCompile(`^\d+\s+(\d+\.\d+)\s+(?:fsync|fdatasync)\(\d+<([^>]*)>`)

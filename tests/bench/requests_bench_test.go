@@ -1,11 +1,9 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -139,20 +137,8 @@ func BenchmarkUpRequests(b *testing.B) {
 	}
 	tLoad, byLoad := per(load, loadFor, okLoad)
 	tBase, byBase := per(base, baseFor, okBase)
-	top := func(by map[string]float64, k int) string {
-		var ks []string
-		for x := range by {
-			ks = append(ks, x)
-		}
-		slices.SortFunc(ks, func(a, c string) int { return cmp.Or(cmp.Compare(by[c], by[a]), strings.Compare(a, c)) })
-		var parts []string
-		for _, x := range ks[:min(k, len(ks))] {
-			parts = append(parts, fmt.Sprintf("%s %.1f", x, by[x]))
-		}
-		return strings.Join(parts, ", ")
-	}
 	row("requests", "messages clients send the server per webhook at load (every consumer)", fmt.Sprintf("%.1f", tLoad), fmt.Sprintf("%.1f", tBase), tLoad/tBase,
 		fmt.Sprintf("%d replies from 32 senders in %s until every consumer acked all; baseline: the gateway alone (consumers paused), %d replies in %s; idle subtracted; most: %s; baseline's: %s",
-			okLoad, loadFor.Round(100*time.Millisecond), okBase, baseFor.Round(100*time.Millisecond), top(byLoad, 12), top(byBase, 4)))
+			okLoad, loadFor.Round(100*time.Millisecond), okBase, baseFor.Round(100*time.Millisecond), top(byLoad, 12, "%s %.1f"), top(byBase, 4, "%s %.1f")))
 	b.ReportMetric(tLoad, "requests/webhook")
 }
