@@ -201,12 +201,8 @@ func (s Seen) First() Seen {
 	out.External = s.External
 	for kind := range s.External {
 		if drop(kind) {
-			out.External = make(map[string]string, len(s.External))
-			for kind, v := range s.External {
-				if !drop(kind) {
-					out.External[kind] = v
-				}
-			}
+			out.External = maps.Clone(s.External)
+			maps.DeleteFunc(out.External, func(kind, _ string) bool { return drop(kind) })
 			break
 		}
 	}

@@ -134,21 +134,24 @@ func (r *recently) Delete(ctx context.Context, key string, rev uint64) error {
 func (r *recently) remembered(key string) ([]byte, uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	m, ok := r.lookup(key)
+	return m.value, m.rev, ok
+}
+
+// lookup is what r remembers of key; r.mu is held.
+func (r *recently) lookup(key string) (remembered, bool) {
 	m, ok := r.cur[key]
 	if !ok {
 		m, ok = r.prev[key]
 	}
-	return m.value, m.rev, ok
+	return m, ok
 }
 
 func (r *recently) remember(key string, value []byte, rev uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m, ok := r.cur[key]; ok && m.rev > rev {
+	if m, ok := r.lookup(key); ok && m.rev > rev {
 		return // a slower read or write of an older revision
-	}
-	if m, ok := r.prev[key]; ok && m.rev > rev {
-		return
 	}
 	if r.size+len(value) > r.max {
 		r.prev, r.cur, r.size = r.cur, map[string]remembered{}, 0
