@@ -2,6 +2,7 @@ package memlimit
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -21,55 +22,58 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestLimitLeavesAQuarterOfTheLiveHeap(t *testing.T) {
+func TestLimitLeavesHalfTheLiveHeapBesideTheRest(t *testing.T) {
 	const base = 100 << 20
-	for _, tc := range []struct{ live, want int64 }{
-		{0, base}, {40 << 20, base}, {80 << 20, base}, {96 << 20, 120 << 20}, {1 << 30, 5 << 28},
+	for _, tc := range []struct{ live, other, want int64 }{
+		{0, 0, base}, {40 << 20, 8 << 20, base}, {60 << 20, 8 << 20, base}, {80 << 20, 8 << 20, 128 << 20},
+		{80 << 20, 40 << 20, 160 << 20}, {1 << 30, 16 << 20, 3<<29 + 16<<20},
 	} {
-		if got := Limit(base, tc.live); got != tc.want {
-			t.Errorf("Limit(100MiB, %d MiB) = %d MiB, want %d MiB", tc.live>>20, got>>20, tc.want>>20)
+		if got := Limit(base, tc.live, tc.other); got != tc.want {
+			t.Errorf("Limit(100MiB, %d MiB, %d MiB) = %d MiB, want %d MiB", tc.live>>20, tc.other>>20, got>>20, tc.want>>20)
 		}
 	}
 }
 
-// keep follows the live heap up and back down to base, and leaves out changes of less
-// than a sixteenth.
+// keep follows the live heap and the runtime's other memory up and back down to base,
+// and leaves out changes of less than a sixteenth.
 func TestKeepFollowsTheLiveHeap(t *testing.T) {
 	const base = 100 << 20
 	ctx, cancel := context.WithCancel(context.Background())
 	tick := make(chan time.Time)
-	lives := make(chan int64)
+	reads := make(chan usage)
 	var sets, told []int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		live := func() int64 {
+		read := func() usage {
 			select {
-			case l := <-lives:
-				return l
+			case u := <-reads:
+				return u
 			case <-ctx.Done():
-				return 0
+				return usage{}
 			}
 		}
-		keep(ctx, base, tick, live,
+		keep(ctx, base, tick, read,
 			func(l int64) int64 { sets = append(sets, l); return 0 },
 			func(l, _ int64) { told = append(told, l) })
 	}()
-	for _, live := range []int64{
-		50 << 20,  // under four fifths of base: stays
-		100 << 20, // needs 125 MiB: raised
-		104 << 20, // needs 130 MiB: less than a sixteenth more, left out
-		200 << 20, // needs 250 MiB: raised
-		185 << 20, // needs 231 MiB: more than a sixteenth less, lowered
-		30 << 20,  // back to base
+	const other = 8 << 20
+	for _, u := range []usage{
+		{50 << 20, other},     // needs 83 MiB: under base, stays
+		{80 << 20, other},     // needs 128 MiB: raised
+		{84 << 20, other},     // needs 134 MiB: less than a sixteenth more, left out
+		{160 << 20, other},    // needs 248 MiB: raised
+		{140 << 20, other},    // needs 218 MiB: more than a sixteenth less, lowered
+		{140 << 20, 40 << 20}, // the stacks grew: needs 250 MiB, raised
+		{20 << 20, other},     // back to base
 	} {
 		tick <- time.Time{}
-		lives <- live
+		reads <- u
 	}
 	tick <- time.Time{} // the last change is made before the next tick is taken
 	cancel()
 	<-done
-	want := []int64{125 << 20, 250 << 20, 185<<20 + 185<<18, base}
+	want := []int64{128 << 20, 248 << 20, 218 << 20, 250 << 20, base}
 	if len(sets) != len(want) {
 		t.Fatalf("limits set %v MiB, want %v MiB", mibs(sets), mibs(want))
 	}
@@ -78,8 +82,18 @@ func TestKeepFollowsTheLiveHeap(t *testing.T) {
 			t.Fatalf("limits set %v MiB, want %v MiB", mibs(sets), mibs(want))
 		}
 	}
-	if len(told) != len(want) || told[0] != want[0] || told[3] != want[3] {
+	if len(told) != len(want) || told[0] != want[0] || told[4] != want[4] {
 		t.Fatalf("told %v MiB, want every limit set", mibs(told))
+	}
+}
+
+// read's figures are the runtime's: a live heap, and memory outside it (at least the
+// running goroutines' stacks).
+func TestReadSeesTheRuntime(t *testing.T) {
+	runtime.GC()
+	u := read()
+	if u.live <= 0 || u.other <= 0 {
+		t.Fatalf("read() = %+v, want a live heap and other memory", u)
 	}
 }
 
