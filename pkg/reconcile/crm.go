@@ -41,7 +41,7 @@ func crmOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
 		return nil, err
 	}
 	ts := hubspotTargets(cs)
-	slices.SortFunc(ts, func(a, b hubspotTarget) int { return cmp.Compare(a.key(), b.key()) })
+	slices.SortFunc(ts, func(a, b hubspotTarget) int { return cmp.Compare(a.key, b.key) })
 	start, n, err := p.crmWindow(ctx, ts)
 	if err != nil {
 		return nil, err
@@ -129,7 +129,7 @@ func (p *Pass) crmWindow(ctx context.Context, ts []hubspotTarget) (start, count 
 	}
 	if after != "" {
 		start, _ = slices.BinarySearchFunc(ts, after, func(t hubspotTarget, key string) int {
-			if cmp.Compare(t.key(), key) <= 0 {
+			if cmp.Compare(t.key, key) <= 0 {
 				return -1
 			}
 			return 1
@@ -137,7 +137,7 @@ func (p *Pass) crmWindow(ctx context.Context, ts []hubspotTarget) (start, count 
 		start %= len(ts)
 	}
 	p.Log.Warn("reconcile: HubSpot deals and meetings read for part of the contacts this pass",
-		"tenant", p.Tenant, "contacts", len(ts), "read", limit, "from", ts[start].key(), "after", after)
+		"tenant", p.Tenant, "contacts", len(ts), "read", limit, "from", ts[start].key, "after", after)
 	return start, limit, nil
 }
 
@@ -149,7 +149,7 @@ func (p *Pass) crmAdvance(ctx context.Context, ts []hubspotTarget, start, count,
 	if p.DryRun || p.queue == nil || read == 0 || count == len(ts) {
 		return err
 	}
-	if werr := p.queue.setCRMCursor(ctx, p.Tenant, ts[(start+read-1)%len(ts)].key(), p.now()); werr != nil {
+	if werr := p.queue.setCRMCursor(ctx, p.Tenant, ts[(start+read-1)%len(ts)].key, p.now()); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return err
@@ -159,11 +159,11 @@ func (p *Pass) crmAdvance(ctx context.Context, ts []hubspotTarget, start, count,
 type hubspotTarget struct {
 	c  projection.Contact
 	id string
+	// key orders the targets and names the cursor's place: the HubSpot id, then the
+	// contact's (one HubSpot contact may be recorded for two projection contacts). Made
+	// once: a sort that built it per comparison made 280,000 strings for 10,000 contacts.
+	key string
 }
-
-// key orders the targets and names the cursor's place: the HubSpot id, then the
-// contact's (one HubSpot contact may be recorded for two projection contacts).
-func (t hubspotTarget) key() string { return t.id + "/" + t.c.ContactID }
 
 // hubspotTargets are the HubSpot contacts recorded for cs (by the crmwriter), in cs's
 // order.
@@ -172,7 +172,7 @@ func hubspotTargets(cs []projection.Contact) []hubspotTarget {
 	for _, c := range cs {
 		for _, ext := range c.External[contacts.CRMContactID] {
 			if crm, id, _ := strings.Cut(ext, ":"); crm == "hubspot" && id != "" {
-				ts = append(ts, hubspotTarget{c, id})
+				ts = append(ts, hubspotTarget{c: c, id: id, key: id + "/" + c.ContactID})
 			}
 		}
 	}
