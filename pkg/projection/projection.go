@@ -112,6 +112,9 @@ type Shard struct {
 	Members  map[string]Member `json:"members"` // by contact id
 }
 
+// clone is sh with a members map of its own (recently keeps shards decoded).
+func (sh Shard) clone() Shard { sh.Members = maps.Clone(sh.Members); return sh }
+
 // Suppressed is a contact whose contact-level lifecycle is terminal.
 type Suppressed struct {
 	Tenant    string           `json:"tenant"`

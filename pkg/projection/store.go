@@ -80,7 +80,10 @@ func Remembering(s Stores) Stores {
 // into what it wrote instead of reading the record back, a round trip each. A write
 // made meanwhile by anyone else (another projector, a repair) makes the write at the
 // remembered revision a conflict: the key is forgotten, and update reads it and merges
-// again. Bounded: two generations of at most max bytes of values each.
+// again. Bounded: two generations of at most max bytes of values each. A record whose
+// type can be cloned (cloner: a campaign shard) is also kept decoded beside its bytes,
+// so that its next update clones it instead of decoding it again (a shard of 40
+// members: 1.4 µs and 4 allocations against 42 µs and 137).
 type recently struct {
 	Store
 	max       int
@@ -92,7 +95,14 @@ type recently struct {
 type remembered struct {
 	value []byte
 	rev   uint64
+	// decoded is value decoded, when updateRecord kept it (keepDecoded); never changed:
+	// whoever merges into it merges into a clone.
+	decoded any
 }
+
+// cloner is a record that recently keeps decoded: clone is a copy that merging into
+// leaves the original as it was.
+type cloner[T any] interface{ clone() T }
 
 // recentBytes bounds a generation of a live store's remembered values: a reply's
 // records are written again within a second, a few hundred contacts at load.
@@ -157,8 +167,34 @@ func (r *recently) remember(key string, value []byte, rev uint64) {
 		r.prev, r.cur, r.size = r.cur, map[string]remembered{}, 0
 	}
 	delete(r.prev, key)
-	r.cur[key] = remembered{value, rev}
+	r.cur[key] = remembered{value: value, rev: rev}
 	r.size += len(value)
+}
+
+// decodedAt is key's decoded value if r remembers one at revision rev (nil r: none).
+func (r *recently) decodedAt(key string, rev uint64) any {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.lookup(key); ok && m.rev == rev {
+		return m.decoded
+	}
+	return nil
+}
+
+// keepDecoded keeps v as key's value decoded, if r remembers key at revision rev.
+func (r *recently) keepDecoded(key string, rev uint64, v any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.cur[key]; ok && m.rev == rev {
+		m.decoded = v
+		r.cur[key] = m
+	} else if m, ok := r.prev[key]; ok && m.rev == rev {
+		m.decoded = v
+		r.prev[key] = m
+	}
 }
 
 func (r *recently) forget(key string) {
@@ -394,11 +430,14 @@ func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], 
 		return updateBack(ctx, mem, m, what, key, merge)
 	}
 	var v T
+	r, _ := s.(*recently)
 	_, rev, err := update(ctx, s, key, func(old []byte, rev uint64) ([]byte, bool, error) {
 		v = *new(T)
 		if h, ok := m[key]; ok && h.rev == rev && rev != 0 {
 			v = h.v
 			delete(m, key) // merge may change it; kept again below
+		} else if d, ok := r.decodedAt(key, rev).(cloner[T]); ok && old != nil {
+			v = d.clone()
 		} else if old != nil {
 			if err := json.Unmarshal(old, &v); err != nil {
 				return nil, false, fmt.Errorf("%s: %w", what, err)
@@ -414,6 +453,9 @@ func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], 
 	if err != nil {
 		var zero T
 		return zero, 0, err
+	}
+	if _, ok := any(v).(cloner[T]); ok && r != nil && rev != 0 {
+		r.keepDecoded(key, rev, v)
 	}
 	if m != nil && rev != 0 {
 		if err := hold(s, m, key, heldRec[T]{rev: rev, v: v}); err != nil {

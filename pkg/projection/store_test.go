@@ -2,8 +2,10 @@ package projection
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,5 +284,63 @@ func TestRecentlyKeepsTheNewerRevision(t *testing.T) {
 	r.remember("k", []byte("old"), 5)
 	if v, rev, _ := r.remembered("k"); string(v) != "new" || rev != 7 {
 		t.Fatalf("remembered %s at %d, want new at 7", v, rev)
+	}
+}
+
+// A remembered shard is kept decoded: its next update clones it instead of decoding it
+// again (it allocates less than the decoding alone would), and a shard an update
+// returned is not changed by the next one.
+func TestRememberedShardIsKeptDecoded(t *testing.T) {
+	ctx := context.Background()
+	r := newRecently(NewMemory(), recentBytes)
+	const key = "acme.c.00"
+	add := func(id string) func(*Shard, bool) (bool, error) {
+		return func(sh *Shard, _ bool) (bool, error) {
+			if sh.Members == nil {
+				sh.Members = map[string]Member{}
+			}
+			sh.Members[id] = Member{Rev: 1, Status: lifecycle.Status("replied"), Replied: true}
+			return true, nil
+		}
+	}
+	for i := range 100 {
+		if _, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, add(fmt.Sprint("ct_", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, add("ct_first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, add("ct_next")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := first.Members["ct_next"]; ok {
+		t.Fatal("the next update changed the shard an earlier one returned")
+	}
+	stored, rev, err := r.Store.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want Shard
+	if err := json.Unmarshal(stored, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := r.decodedAt(key, rev).(Shard); !ok || !reflect.DeepEqual(got, want) {
+		t.Fatalf("kept decoded at revision %d: %v, want what the store holds (%d members)", rev, ok, len(want.Members))
+	}
+	decoding := testing.AllocsPerRun(20, func() {
+		var sh Shard
+		json.Unmarshal(stored, &sh)
+	})
+	n := 0
+	updating := testing.AllocsPerRun(20, func() {
+		n++
+		if _, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, add(fmt.Sprint("ct_more", n))); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if updating >= decoding {
+		t.Fatalf("an update allocated %.0f times, decoding the shard alone %.0f: it was decoded again", updating, decoding)
 	}
 }
