@@ -61,6 +61,28 @@ type Contact struct {
 	Campaigns map[string]lifecycle.State `json:"campaigns,omitempty"`
 }
 
+// clone is c with lists and maps of its own (recently keeps records decoded).
+func (c Contact) clone() Contact {
+	c.Keys = slices.Clone(c.Keys)
+	if c.External != nil {
+		ext := make(map[string][]string, len(c.External))
+		for kind, ids := range c.External {
+			ext[kind] = slices.Clone(ids)
+		}
+		c.External = ext
+	}
+	c.Lifecycle.Facts = slices.Clone(c.Lifecycle.Facts)
+	if c.Campaigns != nil {
+		cs := make(map[string]lifecycle.State, len(c.Campaigns))
+		for id, st := range c.Campaigns {
+			st.Facts = slices.Clone(st.Facts)
+			cs[id] = st
+		}
+		c.Campaigns = cs
+	}
+	return c
+}
+
 // View is the contact's own status; InCampaign its effective status in a campaign.
 func (c Contact) View() lifecycle.View { return c.Lifecycle.View() }
 

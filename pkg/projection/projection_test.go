@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -467,4 +468,71 @@ func TestWriteBackStoresTheRestWhenOneContactFails(t *testing.T) {
 	if err := got.held.flush(ctx, got); err != nil {
 		t.Fatalf("a second flush reported the failure again: %v", err)
 	}
+}
+
+// A contact's clone equals it, and is its own: two clones of each record of two
+// histories, each given every event of both again (earlier and later than the record's
+// facts, with keys sorted before its keys, so that lists grow in the middle as well as
+// at their end),
+// end as a copy decoded from the record's encoding does, and the record is unchanged.
+func TestContactCloneIsItsOwn(t *testing.T) {
+	ctx := context.Background()
+	records := map[string]*Contact{}
+	evs := append(history(), identityHistory()...)
+	for _, env := range evs {
+		who, err := identify(ctx, nil, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if records[who.contactID] == nil {
+			records[who.contactID] = &Contact{}
+		}
+		merge(records[who.contactID], who, env, external(env), lifecycle.Keys(env))
+	}
+	again := func(c *Contact, shift time.Duration) {
+		for i, env := range evs {
+			who, _ := identify(ctx, nil, env)
+			who.contactID = c.ContactID
+			who.key = fmt.Sprint("email:", i, shift) // a new key, sorted before the record's
+			env.Time = env.Time.Add(shift * time.Duration(i+1))
+			env.ID += shift.String()
+			merge(c, who, env, append(external(env), extID{contacts.MessageID, "m" + shift.String()}), lifecycle.Keys(env))
+		}
+	}
+	for id, built := range records {
+		before := mustJSON(t, built)
+		c := new(Contact) // decoded, as a store's record is
+		if err := json.Unmarshal([]byte(before), c); err != nil {
+			t.Fatal(err)
+		}
+		c.Keys = slices.Grow(c.Keys, 8) // room to grow in place, as a list merge appended to has
+		a, b := c.clone(), c.clone()
+		if !reflect.DeepEqual(a, *c) {
+			t.Fatalf("%s: the clone differs: %+v\nfrom %+v", id, a, *c)
+		}
+		again(&a, -time.Hour)
+		again(&b, time.Hour)
+		if after := mustJSON(t, c); after != before {
+			t.Fatalf("%s: merging into its clones changed the record\nbefore %s\nafter  %s", id, before, after)
+		}
+		for shift, got := range map[time.Duration]Contact{-time.Hour: a, time.Hour: b} {
+			var want Contact
+			if err := json.Unmarshal([]byte(before), &want); err != nil {
+				t.Fatal(err)
+			}
+			again(&want, shift)
+			if w, g := mustJSON(t, want), mustJSON(t, got); w != g {
+				t.Fatalf("%s: a clone given events %v apart ended otherwise than a decoded copy\nwant %s\ngot  %s", id, shift, w, g)
+			}
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
