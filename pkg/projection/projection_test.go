@@ -473,8 +473,8 @@ func TestWriteBackStoresTheRestWhenOneContactFails(t *testing.T) {
 // A contact's clone equals it, and is its own: two clones of each record of two
 // histories, each given every event of both again (earlier and later than the record's
 // facts, with keys sorted before its keys, so that lists grow in the middle as well as
-// at their end),
-// end as a copy decoded from the record's encoding does, and the record is unchanged.
+// at their end), end as a copy decoded from the record's encoding does, and the record
+// is unchanged.
 func TestContactCloneIsItsOwn(t *testing.T) {
 	ctx := context.Background()
 	records := map[string]*Contact{}
