@@ -96,6 +96,7 @@ type Seen struct {
 type Directory struct {
 	store kvstore.Store
 	now   func() time.Time
+	build bool // tests: always build the record anew, to compare with the shortcut
 }
 
 // New binds the directory over store.
@@ -351,6 +352,9 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 			of[k] = g.rec.ContactID
 		}
 	}
+	if g, ok := onlyGroup(groups, pointed, len(keys)); ok && !d.build && holds(tenant, g.rec, s, keys) {
+		return g.rec, nil // nothing new, told without building the record to compare (below)
+	}
 	if phone := Key("phone", s.Phone); sharedLine(s, phone, of, groups) {
 		// A phone alone never joins two contacts that each have an e-mail: a line two
 		// people share (a company's switchboard in a CRM) is no proof of one person. It
@@ -427,6 +431,76 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 		}
 	}
 	return next, nil
+}
+
+// onlyGroup is the one contact that every one of n keys' index entries names directly
+// (no merge to follow), if there is one.
+func onlyGroup(groups, pointed map[string]loaded, n int) (loaded, bool) {
+	if len(groups) != 1 || len(pointed) != n {
+		return loaded{}, false
+	}
+	for _, g := range groups {
+		for _, p := range pointed {
+			if p.rec.ContactID != g.rec.ContactID {
+				return loaded{}, false
+			}
+		}
+		return g, true
+	}
+	return loaded{}, false
+}
+
+// holds reports whether recording s (its identity keys keys) would leave r as it is:
+// r is as record writes one (every list sorted without repeats and within maxPerKind,
+// its id its least key's, its account its e-mails', not merged into itself) and it
+// holds every key and id s tells. The common case of an event about a known contact;
+// record would otherwise build the record anew to find it unchanged.
+func holds(tenant string, r Record, s Seen, keys []string) bool {
+	if r.MergedInto != "" || len(r.Keys) == 0 || !normal(r.Keys, cmpKeys) || !normal(r.Emails, strings.Compare) ||
+		!normal(r.Phones, strings.Compare) || !normal(r.Merged, strings.Compare) || slices.Contains(r.Merged, r.ContactID) ||
+		r.ContactID != ContactID(tenant, r.Keys[0]) || r.AccountID != accountID(tenant, r.ContactID, r.Emails) {
+		return false
+	}
+	for _, ids := range r.External {
+		if len(ids) == 0 || !normal(ids, strings.Compare) { // an empty list is written as none
+			return false
+		}
+	}
+	has := func(list []string, v string, cmp func(a, b string) int) bool {
+		_, ok := slices.BinarySearchFunc(list, v, cmp)
+		return ok
+	}
+	for _, k := range keys {
+		if !has(r.Keys, k, cmpKeys) {
+			return false
+		}
+	}
+	if e := NormalizeEmail(s.Email); e != "" && !has(r.Emails, e, strings.Compare) {
+		return false
+	}
+	if p := NormalizePhone(s.Phone); p != "" && !has(r.Phones, p, strings.Compare) {
+		return false
+	}
+	for _, kind := range Kinds {
+		if v := s.External[kind]; v != "" && !has(r.External[kind], v, strings.Compare) {
+			return false
+		}
+	}
+	return true
+}
+
+// normal reports whether list is as union leaves one: strictly increasing by cmp, at
+// most maxPerKind long.
+func normal(list []string, cmp func(a, b string) int) bool {
+	if len(list) > maxPerKind {
+		return false
+	}
+	for i := 1; i < len(list); i++ {
+		if cmp(list[i-1], list[i]) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *Directory) put(ctx context.Context, key string, r Record, rev uint64) error {
