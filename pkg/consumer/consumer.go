@@ -793,14 +793,16 @@ type Outcome struct {
 // outcome publishes what an attempt did: completed, failed and retried, or dead-lettered.
 // Its start is not published (the guard record tells an attempt under way, and
 // `exacto events show` reads it): two more writes per event and consumer that nobody
-// would see before the result. Losing one is logged, not fatal: the guard record stays
-// the truth of the event's status.
+// would see before the result. It is a plain publish, stored by the stream without an
+// acknowledgement: nobody waited for the PubAck (a lost outcome is not fatal, the guard
+// record stays the truth of the event's status), and receiving and parsing one per event
+// and consumer cost every consumer about a tenth of its allocations. A publish the
+// connection refuses is logged.
 func (r *runner) outcome(ctx context.Context, env envelope.Envelope, rec guard.Record) {
 	data, _ := json.Marshal(Outcome{Consumer: r.name, EventID: env.ID, Status: rec.Status, Attempts: rec.Attempts,
 		LastError: rec.LastError, NextAttemptAt: rec.NextAttemptAt, At: time.Now().UTC()})
 	subj := stream.OutcomeSubject(r.name, token(env.Tenant), token(env.Provider), token(env.Type))
-	// Asynchronous: the handler does not wait for an outcome's fsync.
-	if _, err := r.js.PublishAsync(subj, data); err != nil {
+	if err := r.js.Conn().Publish(subj, data); err != nil {
 		r.o.Log.Warn("outcome not published", "consumer", r.name, "id", env.ID, "status", rec.Status, "err", err)
 	}
 }
