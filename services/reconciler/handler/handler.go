@@ -2,7 +2,8 @@
 // reconcile.every is not 0 (default 1h) it runs a reconciliation pass (pkg/reconcile)
 // on that interval, the first one FirstDelay after start, and logs a summary of each.
 // A pass that fails is logged and retried at the next tick; passes of one tenant never
-// overlap. `exacto reconcile` runs a pass on demand.
+// overlap. A scheduled pass waits while the projector is behind (quiet). `exacto
+// reconcile` runs a pass on demand.
 package handler
 
 import (
@@ -13,11 +14,24 @@ import (
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/reconcile"
 	"exacto.dev/pkg/service"
+	"exacto.dev/pkg/stream"
 )
 
 // FirstDelay is how long after start the first pass of each tenant runs: long enough
 // for the consumers and the projector to bind, short enough to catch up after a restart.
 var FirstDelay = 30 * time.Second
+
+// A scheduled pass compares the projections with the platforms: while the projector
+// works off a burst (more than QuietBacklog events it has not acked), the pass would
+// report as missing what is only on its way, and take memory and cores from the
+// consumers draining the burst. It waits, reading the backlog every QuietEvery, at most
+// MaxQuietWait; then it runs anyway and says how far behind the projector was. They
+// are variables for tests only.
+var (
+	QuietBacklog uint64 = 500
+	QuietEvery          = 2 * time.Second
+	MaxQuietWait        = 10 * time.Minute
+)
 
 // Run runs the schedule until ctx ends.
 func Run(ctx context.Context, env *service.Env, up func()) error {
@@ -50,6 +64,7 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 					return
 				case <-timer.C:
 				}
+				quiet(ctx, env, tenant)
 				pass(ctx, env, deps, tenant, clients)
 				timer.Reset(every)
 			}
@@ -60,6 +75,50 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	<-ctx.Done()
 	wg.Wait()
 	return nil
+}
+
+// quiet waits until the projector's backlog is at most QuietBacklog, at most
+// MaxQuietWait. A backlog it cannot read (no projector consumer yet, the server busy)
+// does not hold the pass.
+func quiet(ctx context.Context, env *service.Env, tenant string) {
+	start := time.Now()
+	for said := false; ; said = true {
+		n, ok := projectorBacklog(ctx, env)
+		switch {
+		case !ok || n <= QuietBacklog:
+			if said {
+				env.Log.Info("reconciliation: the projector caught up", "tenant", tenant, "backlog", n, "waited", time.Since(start).Round(time.Second))
+			}
+			return
+		case time.Since(start) >= MaxQuietWait:
+			env.Log.Warn("reconciliation runs with the projector behind: what it reports missing may be on its way", "tenant", tenant,
+				"backlog", n, "waited", time.Since(start).Round(time.Second))
+			return
+		case !said:
+			env.Log.Info("reconciliation waits for the projector to catch up", "tenant", tenant, "backlog", n, "at_most", MaxQuietWait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(QuietEvery):
+		}
+	}
+}
+
+// projectorBacklog is the events of EXACTO_EVENTS the projector has not acked: not
+// yet delivered, or delivered and not acked.
+func projectorBacklog(ctx context.Context, env *service.Env) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := env.Conn.JS.Consumer(ctx, stream.Events, stream.Projector)
+	if err != nil {
+		return 0, false
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, false
+	}
+	return info.NumPending + uint64(info.NumAckPending), true
 }
 
 func pass(ctx context.Context, env *service.Env, deps *reconcile.Deps, tenant string, clients accounts.Clients) {
