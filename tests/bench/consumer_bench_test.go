@@ -74,10 +74,14 @@ type consumerRow struct {
 
 type drained struct {
 	took          time.Duration
+	cpu           time.Duration // the process's (consumer, server, sandbox), over took
 	sent, mallocs uint64
 }
 
 func (r consumerRow) per(n uint64) float64 { return float64(n) / float64(r.events) }
+
+// cpuPerEvent is the row's process CPU per event, in µs.
+func (r consumerRow) cpuPerEvent() float64 { return r.per(uint64(r.cpu.Nanoseconds())) / 1000 }
 
 // drain runs the framework with handle until n events of sub have completed, and
 // times it.
@@ -108,7 +112,7 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	// As exacto up runs it on one embedded node: the consumer's state in the server's
 	// memory, its ack floor checkpointed.
 	var checkpoints jetstream.KeyValue
@@ -135,11 +139,11 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 	for done.Load() < int64(n) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu
 	cancel()
 	<-stopped // every settled event acked
 	runtime.ReadMemStats(&m1)
-	return drained{took: elapsed, sent: nc.Stats().OutMsgs, mallocs: m1.Mallocs - m0.Mallocs}
+	return drained{took: elapsed, cpu: cpu, sent: nc.Stats().OutMsgs, mallocs: m1.Mallocs - m0.Mallocs}
 }
 
 // rawDrains is the baseline, the median of three rawDrain runs: one takes a tenth of
@@ -172,7 +176,7 @@ func rawDrain(b *testing.B, conn *broker.Conn, durable string, n int) drained {
 	var done atomic.Int64
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	cc, err := c.Consume(func(m jetstream.Msg) { m.DoubleAck(ctx); done.Add(1) })
 	if err != nil {
 		b.Fatal(err)
@@ -180,10 +184,10 @@ func rawDrain(b *testing.B, conn *broker.Conn, durable string, n int) drained {
 	for done.Load() < int64(n) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu
 	cc.Stop()
 	runtime.ReadMemStats(&m1)
-	return drained{took: elapsed, sent: nc.Stats().OutMsgs, mallocs: m1.Mallocs - m0.Mallocs}
+	return drained{took: elapsed, cpu: cpu, sent: nc.Stats().OutMsgs, mallocs: m1.Mallocs - m0.Mallocs}
 }
 
 // BenchmarkConsumers drains the same stored events through a bare JetStream consumer
@@ -258,6 +262,9 @@ func BenchmarkConsumers(b *testing.B) {
 		rateRow("consumers", r.name+" events/s", rate(r), rate(base), note)
 		row("consumers", r.name+": messages sent to the server per event", fmt.Sprintf("%.1f", r.per(r.sent)), fmt.Sprintf("%.1f", base.per(base.sent)), r.per(r.sent)/base.per(base.sent), note)
 		row("consumers", r.name+": allocations per event (client and server)", fmt.Sprintf("%.0f", r.per(r.mallocs)), fmt.Sprintf("%.0f", base.per(base.mallocs)), r.per(r.mallocs)/base.per(base.mallocs), note)
+		// Steadier than events/s when the machine's speed moves: a faster machine speeds
+		// the bare consume more than a consumer bound by HTTP round trips.
+		row("consumers", r.name+": CPU per event (the process: consumer, server, sandbox)", fmt.Sprintf("%.1f µs", r.cpuPerEvent()), fmt.Sprintf("%.1f µs", base.cpuPerEvent()), r.cpuPerEvent()/base.cpuPerEvent(), note)
 		b.ReportMetric(rate(r), strings.TrimSuffix(strings.Fields(r.name)[0], ",")+"_events/s")
 	}
 }
