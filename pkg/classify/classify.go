@@ -138,32 +138,54 @@ func (t *tally) add(label string, w float64, ev string) {
 	t.evidence[label] = append(t.evidence[label], ev)
 }
 
-// match scores toks against the lexicon phrases of the allowed labels.
+// match scores toks against the lexicon phrases of the allowed labels. A phrase is
+// tried only where its first word is (first, then next), at every position only when
+// it starts with a wildcard: the same matches, in the same order, as trying every
+// phrase everywhere (a phrase's matches mark their words used for the phrases after it).
 func match(toks []string, lang string, allow func(string) bool) *tally {
 	t := &tally{score: map[string]float64{}, top: map[string]float64{}, evidence: map[string][]string{}}
 	used := make([]bool, len(toks))
+	first := make(map[string]int, len(toks)) // a word's first position
+	next := make([]int, len(toks))           // the word's next position after i, or -1
+	for i := len(toks) - 1; i >= 0; i-- {
+		next[i] = -1
+		if j, ok := first[toks[i]]; ok {
+			next[i] = j
+		}
+		first[toks[i]] = i
+	}
 	for _, p := range compiled {
 		if !allow(p.label) {
 			continue
 		}
 		n := len(p.toks)
-		for i := 0; i+n <= len(toks); i++ {
+		try := func(i int) {
 			if !matchAt(toks, used, i, p.toks) {
-				continue
+				return
 			}
 			for k := i; k < i+n; k++ {
 				used[k] = true
 			}
-			ev := strings.Join(toks[i:i+n], " ")
 			if neg := negatedAt(toks, i, lang); neg >= 0 && (p.label == interested || p.label == meeting || p.label == info) {
 				w := p.weight
 				if p.label != interested {
 					w /= 2 // "can't do a call" is weaker than "not interested"
 				}
 				t.add(notInterested, w, strings.Join(toks[neg:i+n], " "))
-				continue
+				return
 			}
-			t.add(p.label, p.weight, ev)
+			t.add(p.label, p.weight, strings.Join(toks[i:i+n], " "))
+		}
+		if strings.HasSuffix(p.toks[0], "*") {
+			for i := 0; i+n <= len(toks); i++ {
+				try(i)
+			}
+			continue
+		}
+		if i, ok := first[p.toks[0]]; ok {
+			for ; i >= 0 && i+n <= len(toks); i = next[i] {
+				try(i)
+			}
 		}
 	}
 	return t
