@@ -176,9 +176,10 @@ func Run(ctx context.Context, o Options) error {
 		defer o.Solo.leave() // after every attempt has ended
 	}
 	r := &runner{o: o, name: name, js: js, guard: guard.New(guards, name, o.Sub.AckWait),
-		locks:   cl,
-		stopped: func() bool { return ctx.Err() != nil },
-		backoff: retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}}
+		locks:    cl,
+		settlers: newSettlers(4 * o.Workers),
+		stopped:  func() bool { return ctx.Err() != nil },
+		backoff:  retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
 		Conn:   o.NC,
 		Logger: watermill.NopLogger{},
@@ -221,6 +222,7 @@ func Run(ctx context.Context, o Options) error {
 			stopWorkers()
 			wg.Wait()
 			r.settling.Wait()
+			r.settlers.stop()
 			r.acks.close()
 			sub.Close()
 			return err
@@ -272,6 +274,7 @@ func Run(ctx context.Context, o Options) error {
 	<-ctx.Done()
 	wg.Wait()
 	r.settling.Wait()
+	r.settlers.stop()
 	r.acks.close() // every settled event acked before anything is handed back
 	if stopCheckpoints != nil {
 		close(stopCheckpoints)
@@ -308,8 +311,10 @@ type runner struct {
 	stopping atomic.Bool
 	stopped  func() bool // the process is stopping (Run's context ended)
 	backoff  retry.Backoff
-	// settling counts the attempts handed over to settle; acks holds their acks.
+	// settling counts the attempts handed over to settle (on settlers); acks holds
+	// their acks.
 	settling sync.WaitGroup
+	settlers *settlers
 	acks     *acker
 	consumer atomic.Pointer[jetstream.Consumer] // as bound
 	// attrs are the metric label sets made so far (eventAttrs), attrCount their number.
@@ -480,7 +485,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		releaseContact := release
 		release = func() {}
 		r.settling.Add(1)
-		go func() {
+		r.settlers.run(func() {
 			defer r.settling.Done()
 			defer cancel()
 			defer span.End()
@@ -497,7 +502,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 				return
 			}
 			r.settle(ctx, m, env, &a, nil)
-		}()
+		})
 		return
 	}
 	// Derived events a failed handler left are dropped here: their ids are fixed, so
@@ -512,13 +517,18 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 	release = func() {}
 	// The contact's lease and the event's claim are taken at once: one round trip of
 	// waiting, not two. A claim whose lease turns out busy is given back (guard.Undo).
+	// Alone, a free contact's lease is taken in memory here and now (no goroutine).
 	var leased chan leaseTaken
 	if contact := env.ContactKey(); contact != "" {
 		leased = make(chan leaseTaken, 1)
-		go func() {
-			rel, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
-			leased <- leaseTaken{rel, ok && err == nil}
-		}()
+		if rel, ok := r.locks.tryAcquire(env.Tenant, contact); ok {
+			leased <- leaseTaken{rel, true}
+		} else {
+			go func() {
+				rel, ok, err := r.locks.acquire(ctx, env.Tenant, contact)
+				leased <- leaseTaken{rel, ok && err == nil}
+			}()
+		}
 	}
 	var err error
 	fresh := r.fresh(m) && r.locks.solo.isAlone()

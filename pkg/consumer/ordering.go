@@ -27,10 +27,21 @@ type contactLocks struct {
 	solo  *solo // nil: always the bucket's
 }
 
+// key is the bucket key (and the solo protocol's) of contact's lease.
+func (l contactLocks) key(tenant, contact string) string {
+	sum := sha256.Sum256([]byte(contact))
+	return l.scope + "." + tenant + "." + hex.EncodeToString(sum[:12])
+}
+
+// tryAcquire takes the lease on contact at once when that needs no waiting and no
+// round trip (alone, the contact free); ok false: acquire it.
+func (l contactLocks) tryAcquire(tenant, contact string) (release func(), ok bool) {
+	return l.solo.tryAcquire(l.key(tenant, contact))
+}
+
 // acquire takes the lease on contact; ok is false while another attempt holds it.
 func (l contactLocks) acquire(ctx context.Context, tenant, contact string) (release func(), ok bool, err error) {
-	sum := sha256.Sum256([]byte(contact))
-	key := l.scope + "." + tenant + "." + hex.EncodeToString(sum[:12])
+	key := l.key(tenant, contact)
 	if l.solo == nil {
 		return l.take(ctx, key)
 	}

@@ -132,17 +132,9 @@ func (s *solo) acquire(ctx context.Context, key string, wait time.Duration) (rel
 					return nil, true, false
 				}
 			}
-			free := make(chan struct{})
-			s.held[key] = free
-			s.alone++
+			release := s.hold(key)
 			s.mu.Unlock()
-			return func() {
-				s.mu.Lock()
-				delete(s.held, key)
-				s.mu.Unlock()
-				close(free)
-				s.done(&s.alone)
-			}, true, true
+			return release, true, true
 		}
 		s.mu.Unlock()
 		select { // deciding, or a claim not rewritten lately: wait for news
@@ -153,6 +145,38 @@ func (s *solo) acquire(ctx context.Context, key string, wait time.Duration) (rel
 			return nil, true, false
 		}
 	}
+}
+
+// hold takes key's lease in memory, free, while alone (s.mu held), and returns its
+// release.
+func (s *solo) hold(key string) (release func()) {
+	free := make(chan struct{})
+	s.held[key] = free
+	s.alone++
+	return func() {
+		s.mu.Lock()
+		delete(s.held, key)
+		s.mu.Unlock()
+		close(free)
+		s.done(&s.alone)
+	}
+}
+
+// tryAcquire takes key's lease in memory if this runner works alone and no other
+// attempt holds it, without waiting: ok false says nothing of why (acquire tells).
+func (s *solo) tryAcquire(key string) (release func(), ok bool) {
+	if s == nil {
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode != soloAlone || time.Since(s.wrote) >= soloValid {
+		return nil, false
+	}
+	if _, busy := s.held[key]; busy {
+		return nil, false
+	}
+	return s.hold(key), true
 }
 
 // isAlone reports whether this runner works alone on its consumer now: every delivery
@@ -436,4 +460,12 @@ func (p *Solo) leave() {
 		<-p.done
 		p.s = nil
 	}
+}
+
+// Alone reports whether the process's runners of the service work alone on its
+// consumer now: their contacts' leases in memory, none in the bucket.
+func (p *Solo) Alone() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.s.isAlone()
 }

@@ -259,3 +259,38 @@ func TestAloneClaimIsRewrittenOnTheTickOnly(t *testing.T) {
 		t.Fatalf("the claim was rewritten %d times in %v for %d attempts (at most %d: one a %v)", rewrites, took.Round(time.Millisecond), n, most, soloRefresh)
 	}
 }
+
+// tryAcquire takes a free contact's lease in memory only while the runner works alone
+// (its claim rewritten lately), never one another attempt holds, and its release frees it.
+func TestTryAcquireOnlyAloneAndFree(t *testing.T) {
+	s := newSolo(nil, "c")
+	if _, ok := s.tryAcquire("k"); ok {
+		t.Fatal("taken while deciding")
+	}
+	s.mode = soloShared
+	if _, ok := s.tryAcquire("k"); ok {
+		t.Fatal("taken in memory while shared")
+	}
+	s.mode, s.wrote = soloAlone, time.Now().Add(-soloValid)
+	if _, ok := s.tryAcquire("k"); ok {
+		t.Fatal("taken with the claim not rewritten lately")
+	}
+	s.wrote = time.Now()
+	release, ok := s.tryAcquire("k")
+	if !ok {
+		t.Fatal("not taken alone and free")
+	}
+	if _, ok := s.tryAcquire("k"); ok {
+		t.Fatal("taken while another attempt holds it")
+	}
+	if _, ok := s.tryAcquire("other"); !ok {
+		t.Fatal("another contact not taken")
+	}
+	release()
+	if _, ok := s.tryAcquire("k"); !ok {
+		t.Fatal("not taken once released")
+	}
+	if _, ok := (*solo)(nil).tryAcquire("k"); ok {
+		t.Fatal("taken without the solo protocol")
+	}
+}
