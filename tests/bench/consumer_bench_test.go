@@ -79,6 +79,7 @@ type drained struct {
 	took          time.Duration
 	cpu           time.Duration // the process's (consumer, server, sandbox), over took
 	sent, mallocs uint64
+	calls         int // requests the platform sandbox served
 	// startup is how long the framework's runner took to be steady, and before how
 	// many events it completed meanwhile.
 	startup time.Duration
@@ -92,8 +93,8 @@ func (r consumerRow) cpuPerEvent() float64 { return r.per(uint64(r.cpu.Nanosecon
 
 // drain runs the framework with handle until n events of sub have completed, and
 // times it.
-func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o consumer.Options) drained {
-	return drainWith(b, conn, sub, n, o, true)
+func drain(b *testing.B, conn *broker.Conn, sb *sandbox.Server, sub stream.Subscription, n int, o consumer.Options) drained {
+	return drainWith(b, conn, sub, n, o, true, sb.TotalRequests)
 }
 
 // drainWith is drain, with the consumer's state in the server's memory and its ack floor
@@ -106,7 +107,12 @@ func drain(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o co
 // per contact in the bucket (docs/architecture.md): a cost paid once per process,
 // which in a drain of a few thousand events would be most of what is measured. The
 // events completed before are counted apart (the row's note gives them).
-func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o consumer.Options, checkpointed bool) drained {
+//
+// calls, when set, counts the requests the platforms' sandbox served so far.
+func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, o consumer.Options, checkpointed bool, calls func() int) drained {
+	if calls == nil {
+		calls = func() int { return 0 }
+	}
 	var done atomic.Int64
 	nc, err := conn.Dial("bench")
 	if err != nil {
@@ -152,7 +158,7 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 	startup := time.Since(began)
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	sent0 := nc.Stats().OutMsgs
+	sent0, calls0 := nc.Stats().OutMsgs, calls()
 	if dir := os.Getenv("EXACTO_BENCH_CONSUMER_PROFILE"); dir != "" { // a CPU profile per row
 		f, err := os.Create(filepath.Join(dir, sub.Durable+".pprof"))
 		if err != nil {
@@ -170,10 +176,10 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 	elapsed, cpu := time.Since(start), processCPU()-cpu
 	events := int(done.Load()) - before
 	runtime.ReadMemStats(&m1)
-	sent := nc.Stats().OutMsgs - sent0
+	sent, called := nc.Stats().OutMsgs-sent0, calls()-calls0
 	cancel()
 	<-stopped // every settled event acked
-	return drained{events: events, took: elapsed, cpu: cpu, sent: sent, mallocs: m1.Mallocs - m0.Mallocs, startup: startup, before: before}
+	return drained{events: events, took: elapsed, cpu: cpu, sent: sent, mallocs: m1.Mallocs - m0.Mallocs, calls: called, startup: startup, before: before}
 }
 
 // rawDrains is the baseline, the median of three rawDrain runs: one takes a tenth of
@@ -275,14 +281,14 @@ func BenchmarkConsumers(b *testing.B) {
 	}
 	b.ResetTimer()
 	rows := []consumerRow{{"bare JetStream consume + double ack", rawDrains(b, conn, 2*n)}}
-	rows = append(rows, consumerRow{"framework, no-op handler", drain(b, conn, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})})
-	rows = append(rows, consumerRow{"classifier (classify + publish)", drain(b, conn, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New())})})
-	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", drain(b, conn, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies,
+	rows = append(rows, consumerRow{"framework, no-op handler", drain(b, conn, sb, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})})
+	rows = append(rows, consumerRow{"classifier (classify + publish)", drain(b, conn, sb, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New())})})
+	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", drain(b, conn, sb, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies,
 		Handle: stopper.New(d, platforms.For, dir, nil)})})
-	rows = append(rows, consumerRow{"crmwriter (contact, note, classification)", drain(b, conn, of(stream.CRMWriter), 2*n, consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),
+	rows = append(rows, consumerRow{"crmwriter (contact, note, classification)", drain(b, conn, sb, of(stream.CRMWriter), 2*n, consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),
 		Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
 			Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish})})})
-	rows = append(rows, consumerRow{"suppressor (list, tell platforms)", drain(b, conn, of(stream.Suppressor), 2*n, consumer.Options{
+	rows = append(rows, consumerRow{"suppressor (list, tell platforms)", drain(b, conn, sb, of(stream.Suppressor), 2*n, consumer.Options{
 		Handle: suppressor.New(suppression.New(kv), platforms.For, dir)})})
 	b.StopTimer()
 	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
@@ -294,6 +300,9 @@ func BenchmarkConsumers(b *testing.B) {
 		row("consumers", r.name+": allocations per event (client and server)", fmt.Sprintf("%.0f", r.per(r.mallocs)), fmt.Sprintf("%.0f", base.per(base.mallocs)), r.per(r.mallocs)/base.per(base.mallocs), note)
 		// Steadier than events/s when the machine's speed moves: a faster machine speeds
 		// the bare consume more than a consumer bound by HTTP round trips.
+		if r.calls > 0 {
+			row("consumers", r.name+": platform API calls per event (HTTP round trips)", fmt.Sprintf("%.2f", r.per(uint64(r.calls))), "0", 0, note)
+		}
 		row("consumers", r.name+": CPU per event (the process: consumer, server, sandbox)", fmt.Sprintf("%.1f µs", r.cpuPerEvent()), fmt.Sprintf("%.1f µs", base.cpuPerEvent()), r.cpuPerEvent()/base.cpuPerEvent(), note)
 		b.ReportMetric(rate(r), strings.TrimSuffix(strings.Fields(r.name)[0], ",")+"_events/s")
 	}
@@ -318,7 +327,7 @@ func BenchmarkConsumersCluster(b *testing.B) {
 	publishEvents(b, conn, n)
 	b.ResetTimer()
 	base := consumerRow{"bare JetStream consume + double ack", rawDrains(b, conn, 2*n)}
-	r := consumerRow{"framework, no-op handler", drainWith(b, conn, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }}, false)}
+	r := consumerRow{"framework, no-op handler", drainWith(b, conn, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }}, false, nil)}
 	b.StopTimer()
 	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
 	note := fmt.Sprintf("%d events, 8 workers, 3-node cluster R3 (one process, one disk), timed once steady (after %v and %d events); baseline: %s", r.events, r.startup.Round(time.Millisecond), r.before, base.name)
