@@ -38,6 +38,14 @@ func exactoBinary(b *testing.B) string {
 	return bin
 }
 
+// resetPeakRSS makes this process's VmHWM its resident set now (proc(5), clear_refs), so
+// that a later VmHWM is the peak of what ran in between.
+func resetPeakRSS(b *testing.B) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Skipf("cannot reset the peak resident set: %v", err)
+	}
+}
+
 // vmKiB is field (VmHWM: peak resident set; VmRSS: now) of process pid's status, in
 // KiB.
 func vmKiB(b *testing.B, pid int, field string) int {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -106,14 +107,18 @@ func BenchmarkReplay(b *testing.B) {
 		defer func() { pprof.StopCPUProfile(); out.Close() }()
 	}
 	var m0, m1 runtime.MemStats
+	runtime.GC() // the raw reads' garbage is not the rebuild's
 	runtime.ReadMemStats(&m0)
-	start, cpu := time.Now(), processCPU()
+	resetPeakRSS(b)
+	rssBefore := vmKiB(b, os.Getpid(), "VmRSS")
+	start, cpu, gc := time.Now(), processCPU(), collectorCPU()
 	p, err := projection.Replay(ctx, conn.JS, projection.Memories(), projection.ReplayOptions{Dir: dir})
 	if err != nil {
 		b.Fatal(err)
 	}
-	rebuild, rebuildCPU := time.Since(start), processCPU()-cpu
+	rebuild, rebuildCPU, rebuildGC := time.Since(start), processCPU()-cpu, collectorCPU()-gc
 	runtime.ReadMemStats(&m1)
+	peak := vmKiB(b, os.Getpid(), "VmHWM")
 	b.StopTimer()
 	if p.Done != uint64(n) {
 		b.Fatalf("replayed %d of %d events", p.Done, n)
@@ -130,6 +135,14 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportMetric(float64(perEvent(rebuildCPU).Nanoseconds()), "rebuild_cpu_ns/event")
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d.Nanoseconds())/1000) }
 	row("replay", "CPU per event, rebuild vs raw read", us(perEvent(rebuildCPU)), us(perEvent(rawCPU)), float64(rebuildCPU)/float64(rawCPU),
-		fmt.Sprintf("process CPU (user and system: reader, projector and server in one process); baseline: the raw read's, median of 3; during the rebuild the process (its server too) allocated %d times and %.1f KB per event, %d garbage collections",
-			(m1.Mallocs-m0.Mallocs)/uint64(n), float64(m1.TotalAlloc-m0.TotalAlloc)/float64(n)/1000, m1.NumGC-m0.NumGC))
+		fmt.Sprintf("process CPU (user and system: reader, projector and server in one process); baseline: the raw read's, median of 3; during the rebuild the process (its server too) allocated %d times and %.1f KB per event, %d garbage collections (%s of CPU per event), the process's resident set %d MiB at its peak (%d MiB before it, %d MiB of live heap)",
+			(m1.Mallocs-m0.Mallocs)/uint64(n), float64(m1.TotalAlloc-m0.TotalAlloc)/float64(n)/1000, m1.NumGC-m0.NumGC, us(perEvent(rebuildGC)), peak>>10, rssBefore>>10, m0.HeapAlloc>>20))
+}
+
+// collectorCPU is the CPU the garbage collector has taken in this process, as the
+// runtime estimates it.
+func collectorCPU() time.Duration {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return time.Duration(s[0].Value.Float64() * float64(time.Second))
 }
