@@ -481,6 +481,7 @@ func TestChaosDependencyFaults(t *testing.T) {
 	p := startPipeline(t)
 	faults := map[string]sandbox.Fault{
 		sandbox.RouteHubSpotNoteUpsert: {TimeoutAfterCommit: 12 * time.Second, Count: 2},
+		sandbox.RouteHubSpotNoteCreate: {TimeoutAfterCommit: 12 * time.Second, Count: 2},
 		sandbox.RouteHubSpotContactGet: {Status: 429, RetryAfter: 2 * time.Second, Count: 3},
 		sandbox.RouteInstantlyInterest: {TimeoutAfterCommit: 12 * time.Second, Count: 2},
 		sandbox.RouteInstantlyLeadList: {Status: 429, RetryAfter: 2 * time.Second, Count: 3},

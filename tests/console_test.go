@@ -54,7 +54,7 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("%s is missing (%v): the console test needs Debian's chromium; .ci/run installs it (apt-get install chromium)", chromiumPath, err)
 	}
 	p := startPipeline(t)
-	p.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: 400})
+	p.sb.SetNoteWriteFault(sandbox.Fault{Status: 400})
 	p.start(stream.CRMWriter, crmwriter.Run)
 	const contact = "dora@northwind.example"
 	id := p.post(instantlyEvent("reply_received", contact, campaign, "em-console-1", "Sounds good <b>call me</b>", time.Now()))[0]

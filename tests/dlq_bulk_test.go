@@ -55,7 +55,7 @@ func progress(t *testing.T, out string, n int) []string {
 func TestDeadLetterBulkReplay(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
-	p.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: 400})
+	p.sb.SetNoteWriteFault(sandbox.Fault{Status: 400})
 	p.start(stream.CRMWriter, crmwriter.Run)
 	var fresh []string
 	for i, lead := range []string{"ana", "ben", "cy"} {

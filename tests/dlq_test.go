@@ -20,7 +20,7 @@ import (
 func TestDeadLetterWorkflow(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
-	p.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: 400})
+	p.sb.SetNoteWriteFault(sandbox.Fault{Status: 400})
 	p.start(stream.CRMWriter, crmwriter.Run)
 	fresh := p.post(instantlyEvent("reply_received", "ana@northwind.example", campaign, "em-1", "Can you send pricing?", time.Now()))[0]
 	old := p.post(instantlyEvent("reply_received", "ben@northwind.example", campaign, "em-2", "Can you send pricing?", time.Now().Add(-120*time.Hour)))[0]

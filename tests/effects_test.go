@@ -150,7 +150,7 @@ func TestFiveDeliveriesAcrossGatewayRestarts(t *testing.T) {
 func TestHubSpotTimeoutAfterCommit(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
-	p.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{TimeoutAfterCommit: 30 * time.Second, Count: 1})
+	p.sb.SetNoteWriteFault(sandbox.Fault{TimeoutAfterCommit: 30 * time.Second, Count: 1})
 	p.start(stream.CRMWriter, crmwriter.Run)
 	id := p.post(instantlyEvent("reply_received", "ana@northwind.example", campaign, "em-1", "Can you send pricing?", time.Now()))[0]
 	p.completedIn(60*time.Second, id, stream.CRMWriter)
@@ -167,7 +167,7 @@ func TestHubSpotTimeoutAfterCommit(t *testing.T) {
 
 // hubspotRoutes are every HubSpot route of the sandbox.
 // (the property routes, asked once at the crmwriter's start, are left out).
-var hubspotRoutes = []string{sandbox.RouteHubSpotNoteRead, sandbox.RouteHubSpotNoteUpsert, sandbox.RouteHubSpotNoteAssociate,
+var hubspotRoutes = []string{sandbox.RouteHubSpotNoteRead, sandbox.RouteHubSpotNoteCreate, sandbox.RouteHubSpotNoteUpsert, sandbox.RouteHubSpotNoteAssociate,
 	sandbox.RouteHubSpotNoteSearch, sandbox.RouteHubSpotNoteUpdate,
 	sandbox.RouteHubSpotContactCreate, sandbox.RouteHubSpotContactSearch, sandbox.RouteHubSpotContactGet, sandbox.RouteHubSpotContactUpdate}
 
@@ -241,7 +241,7 @@ func TestHubSpotOutage(t *testing.T) {
 func TestHubSpotRejectsDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
-	p.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: 400, Count: 1})
+	p.sb.SetNoteWriteFault(sandbox.Fault{Status: 400, Count: 1})
 	p.start(stream.CRMWriter, crmwriter.Run)
 	id := p.post(instantlyEvent("reply_received", "ana@northwind.example", campaign, "em-1", "Can you send pricing?", time.Now()))[0]
 	eventually(t, 30*time.Second, "the reply dead-lettered", func() bool { return p.status(stream.CRMWriter, id).Status == guard.DeadLetter })
@@ -253,8 +253,8 @@ func TestHubSpotRejectsDeadLettersAtOnce(t *testing.T) {
 	if d["event_id"] != id || d["attempt_count"] != float64(1) || d["class"] != "permanent" || d["owner"] != "sdr-team" || !contains(fmt.Sprint(d["error"]), "400") {
 		t.Fatalf("dead letter: %v", d)
 	}
-	if n := p.sb.Requests(sandbox.RouteHubSpotNoteUpsert); n != 1 {
-		t.Fatalf("%d note upserts: a permanent error was retried", n)
+	if n := p.sb.NoteWrites(); n != 1 {
+		t.Fatalf("%d note writes: a permanent error was retried", n)
 	}
 }
 
@@ -437,7 +437,7 @@ func TestForgedEventsReachNoPlatform(t *testing.T) {
 	writes := map[string]int{}
 	for _, r := range []string{sandbox.RouteInstantlyInterest, sandbox.RouteInstantlyBlocklist, sandbox.RouteInstantlySubseqRemove,
 		sandbox.RouteSmartleadPause, sandbox.RouteSmartleadUnsubscribe, sandbox.RouteSmartleadUnsubscribeAll,
-		sandbox.RouteHubSpotNoteUpsert, sandbox.RouteHubSpotContactCreate, sandbox.RouteHubSpotContactUpdate} {
+		sandbox.RouteHubSpotNoteCreate, sandbox.RouteHubSpotNoteUpsert, sandbox.RouteHubSpotContactCreate, sandbox.RouteHubSpotContactUpdate} {
 		if n := p.sb.Requests(r); n > 0 {
 			writes[r] = n
 		}

@@ -449,7 +449,7 @@ func traceTree(t *testing.T, file, id string) string {
 			fmt.Fprintf(&b, " [%s]", e)
 		}
 		b.WriteString("\n")
-		if s.Name == "POST hubspot" && s.attr("url.path") == "/crm/v3/objects/notes/batch/upsert" {
+		if p := s.attr("url.path"); s.Name == "POST hubspot" && (p == "/crm/v3/objects/notes" || p == "/crm/v3/objects/notes/batch/upsert") {
 			notePath = slices.Clone(path)
 		}
 		kids := children[s.SpanContext.SpanID]

@@ -182,7 +182,7 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	sentAtTerm := min(int(next.Load()), len(hooks))
-	stopsAtTerm, notesAtTerm := replyStops(), sb.Requests(sandbox.RouteHubSpotNoteUpsert)
+	stopsAtTerm, notesAtTerm := replyStops(), sb.NoteWrites()
 	termAt := time.Now()
 	firstOut := n.out
 	var exitIn time.Duration
@@ -197,7 +197,7 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 	} else {
 		exitIn, exitErr = sigterm(n, 60*time.Second)
 	}
-	stopsAtExit, notesAtExit := replyStops(), sb.Requests(sandbox.RouteHubSpotNoteUpsert)
+	stopsAtExit, notesAtExit := replyStops(), sb.NoteWrites()
 	wg.Wait()
 	t.Logf("interrupted %v after the burst began (%d of %d webhooks sent): exited in %v (%v); reply stops %d at the interruption, %d at exit; notes %d at the interruption, %d at exit",
 		termAt.Sub(began).Round(time.Millisecond), sentAtTerm, len(hooks), exitIn.Round(time.Millisecond), exitErr, stopsAtTerm, stopsAtExit, notesAtTerm, notesAtExit)
@@ -378,8 +378,8 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 	}
 	// After a power cut a reply whose guard was lost is written again, by upsert on
 	// its key: more requests, still one note (above).
-	if c := sb.Requests(sandbox.RouteHubSpotNoteUpsert); c != replies && !(powerCut && c > replies) {
-		t.Errorf("%d HubSpot note upserts for %d replies", c, replies)
+	if c := sb.NoteWrites(); c != replies && !(powerCut && c > replies) {
+		t.Errorf("%d HubSpot note writes (creates and upserts) for %d replies", c, replies)
 	}
 	if c := sb.Requests(sandbox.RouteHubSpotContactCreate); c != replies {
 		t.Errorf("%d HubSpot contact creates for %d replies", c, replies)

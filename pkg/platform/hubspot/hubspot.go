@@ -9,6 +9,7 @@
 //	POST  /crm/v3/properties/notes                   created once, hasUniqueValue
 //	GET   /crm/v3/properties/notes/groups/{name}     its group; POST …/groups creates it
 //	POST  /crm/v3/objects/notes/batch/read           notes by exacto_event_id (idProperty)
+//	POST  /crm/v3/objects/notes                      create with its association (a New event's note)
 //	POST  /crm/v3/objects/notes/batch/upsert         create-or-update by exacto_event_id
 //	PUT   /crm/v4/objects/note/{id}/associations/default/contact/{id}   note → contact
 //	PATCH /crm/v3/objects/notes/{id}                 update (the classification, the owner)
@@ -310,18 +311,7 @@ func (c *Client) UpsertNote(ctx context.Context, n Note) (note Note, created boo
 	if n.ExternalID == "" {
 		return Note{}, false, errors.New("hubspot: note needs an ExternalID")
 	}
-	if n.Timestamp.IsZero() {
-		n.Timestamp = time.Now()
-	}
-	props := map[string]string{
-		"hs_timestamp":     n.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z"),
-		"hs_note_body":     n.Body,
-		ExternalIDProperty: n.ExternalID,
-	}
-	if n.OwnerID != "" {
-		props["hubspot_owner_id"] = n.OwnerID
-	}
-	req := map[string]any{"inputs": []map[string]any{{"idProperty": ExternalIDProperty, "id": n.ExternalID, "properties": props}}}
+	req := map[string]any{"inputs": []map[string]any{{"idProperty": ExternalIDProperty, "id": n.ExternalID, "properties": n.properties()}}}
 	var resp notesBatch
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes/batch/upsert", nil, req, &resp); err != nil {
 		return Note{}, false, err
@@ -340,6 +330,47 @@ func (c *Client) UpsertNote(ctx context.Context, n Note) (note Note, created boo
 	}
 	n.ID = resp.Results[0].ID
 	return n, resp.Results[0].New, nil
+}
+
+// properties are n's note properties as HubSpot takes them: now when n has no time.
+func (n *Note) properties() map[string]string {
+	if n.Timestamp.IsZero() {
+		n.Timestamp = time.Now()
+	}
+	props := map[string]string{
+		"hs_timestamp":     n.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z"),
+		"hs_note_body":     n.Body,
+		ExternalIDProperty: n.ExternalID,
+	}
+	if n.OwnerID != "" {
+		props["hubspot_owner_id"] = n.OwnerID
+	}
+	return props
+}
+
+// CreateNote creates the note keyed n.ExternalID on n.ContactID's timeline in one
+// request: the note and its association (POST /crm/v3/objects/notes with an
+// associations object, the notes guide). For a key no attempt can have written yet:
+// a note already holding it makes HubSpot refuse a second (409, the key's property
+// having unique values; assumed, as for contacts), and EnsureNote is the way to make
+// sure of one after a lost answer.
+func (c *Client) CreateNote(ctx context.Context, n Note) (Note, error) {
+	if n.ExternalID == "" || n.ContactID == "" {
+		return Note{}, errors.New("hubspot: note needs an ExternalID and a ContactID")
+	}
+	req := map[string]any{"properties": n.properties(), "associations": []map[string]any{{
+		"to":    map[string]string{"id": n.ContactID},
+		"types": []map[string]any{{"associationCategory": "HUBSPOT_DEFINED", "associationTypeId": NoteToContact}},
+	}}}
+	var resp Object
+	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes", nil, req, &resp); err != nil {
+		return Note{}, err
+	}
+	if resp.ID == "" {
+		return Note{}, &platform.Error{Dependency: "hubspot", Status: http.StatusCreated, Transient: true, Msg: "note create answered no id"}
+	}
+	n.ID = resp.ID
+	return n, nil
 }
 
 // transientCategories are the batch error categories that may pass on retry (the

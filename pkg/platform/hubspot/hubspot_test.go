@@ -365,3 +365,37 @@ func TestAnswersBesideTheSandbox(t *testing.T) {
 		t.Fatalf("409 for a property not shown: %v", err)
 	}
 }
+
+// CreateNote writes the note and its association to the contact in one request; a
+// second note with the same key is refused (409), and so is a note without a key or a
+// contact, before any request.
+func TestCreateNoteAssociatesInOneRequest(t *testing.T) {
+	sb, c, contact := setup(t)
+	ctx := context.Background()
+	n, err := c.CreateNote(ctx, note(contact, "evt-c"))
+	if err != nil || n.ID == "" {
+		t.Fatalf("create: %+v %v", n, err)
+	}
+	if got := sb.Requests(sandbox.RouteHubSpotNoteCreate) + sb.Requests(sandbox.RouteHubSpotNoteAssociate); got != 1 {
+		t.Errorf("%d requests, want the one create", got)
+	}
+	notes := sb.Notes()
+	if len(notes) != 1 || notes[0].ID != n.ID || len(notes[0].Associations) != 1 || notes[0].Associations[0].ToID != contact ||
+		notes[0].Associations[0].TypeID != hubspot.NoteToContact || notes[0].Associations[0].Category != "HUBSPOT_DEFINED" {
+		t.Fatalf("notes: %+v", notes)
+	}
+	if p := notes[0].Properties; p[hubspot.ExternalIDProperty] != "evt-c" || p["hs_timestamp"] != "2026-12-02T10:00:00.000Z" || p["hubspot_owner_id"] != "77" {
+		t.Errorf("properties: %v", p)
+	}
+	if _, err := c.CreateNote(ctx, note(contact, "evt-c")); platform.StatusOf(err) != http.StatusConflict {
+		t.Fatalf("the same key again: %v, want a 409", err)
+	}
+	for _, bad := range []hubspot.Note{note("", "evt-d"), note(contact, "")} {
+		if _, err := c.CreateNote(ctx, bad); err == nil {
+			t.Errorf("%+v: created", bad)
+		}
+	}
+	if got := sb.Requests(sandbox.RouteHubSpotNoteCreate); got != 2 || len(sb.Notes()) != 1 {
+		t.Errorf("%d creates, %d notes; want 2 and 1", got, len(sb.Notes()))
+	}
+}

@@ -177,6 +177,18 @@ func (s *Server) SetFault(route string, f Fault) {
 	s.faults[route] = af
 }
 
+// SetNoteWriteFault sets f on both routes that write a HubSpot note: a New event's
+// create (with its association) and any other attempt's batch upsert.
+func (s *Server) SetNoteWriteFault(f Fault) {
+	s.SetFault(RouteHubSpotNoteCreate, f)
+	s.SetFault(RouteHubSpotNoteUpsert, f)
+}
+
+// NoteWrites counts the requests to the routes that write a HubSpot note.
+func (s *Server) NoteWrites() int {
+	return s.Requests(RouteHubSpotNoteCreate) + s.Requests(RouteHubSpotNoteUpsert)
+}
+
 // ClearFault removes route's fault; ClearFaults removes all.
 func (s *Server) ClearFault(route string) {
 	s.mu.Lock()

@@ -379,7 +379,9 @@ func (w *writer) activity(ctx context.Context, ev consumer.Event, hs *hubspot.Cl
 // ensureNote is hubspot.EnsureNote with each request made through ev.Call: read the
 // note by the external id, upsert it by that id only if absent, associate it with the
 // contact either way. A New event's note cannot exist (only an attempt of this event
-// writes it, and none came before): it is upserted without the read.
+// writes it, and none came before): it is created with its association in one request,
+// without the read; should HubSpot hold one with its key all the same (409), the
+// attempt goes on as a retry would.
 func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.Client, n hubspot.Note) (Written, error) {
 	res := Written{EventID: ev.Envelope.ID, ExternalID: n.ExternalID, ContactID: n.ContactID, Owner: n.OwnerID}
 	var (
@@ -387,7 +389,20 @@ func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.
 		found bool
 		err   error
 	)
-	if !ev.New {
+	if ev.New {
+		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+			note, err = hs.CreateNote(ctx, n)
+			return err
+		})
+		switch {
+		case err == nil:
+			res.NoteID, res.Created = note.ID, true
+			return res, nil
+		case platform.StatusOf(err) != http.StatusConflict:
+			return Written{}, fmt.Errorf("create note: %w", err)
+		}
+	}
+	if !ev.New || err != nil { // err: the 409 above
 		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
 			note, found, err = hs.NoteByExternalID(ctx, n.ExternalID)
 			return err

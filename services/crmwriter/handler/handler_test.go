@@ -392,7 +392,7 @@ func TestTimeoutAfterCommitStillOne(t *testing.T) {
 func TestRejectedNoteDeadLettered(t *testing.T) {
 	f := setup(t)
 	f.run(t)
-	f.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: http.StatusBadRequest})
+	f.sb.SetNoteWriteFault(sandbox.Fault{Status: http.StatusBadRequest})
 	r := reply(6, "ada@example.com")
 	f.publish(t, r)
 	waitFor(t, "the dead letter", func() bool { return brokertest.Count(t, f.conn, stream.DLQ) == 1 })
@@ -406,12 +406,12 @@ func TestRejectedNoteDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dl.EventID != r.ID || dl.Consumer != stream.CRMWriter || dl.Class != "permanent" || dl.Attempts != 1 ||
-		dl.Owner != "sales-ops@acme" || !strings.Contains(dl.Error, "upsert note") || !strings.Contains(dl.Error, "400") {
+		dl.Owner != "sales-ops@acme" || !strings.Contains(dl.Error, " note: ") || !strings.Contains(dl.Error, "400") {
 		t.Fatalf("dead letter: %+v", dl)
 	}
 	time.Sleep(300 * time.Millisecond) // several backoffs: no retry follows
-	if n := f.sb.Requests(sandbox.RouteHubSpotNoteUpsert); n != 1 {
-		t.Errorf("%d upsert attempts, want 1", n)
+	if n := f.sb.NoteWrites(); n != 1 {
+		t.Errorf("%d writes of the note, want 1", n)
 	}
 	if st := f.status(t, r.ID).Status; st != guard.DeadLetter {
 		t.Errorf("status %s", st)
@@ -469,7 +469,9 @@ func TestRetryAfterHoldsHubSpot(t *testing.T) {
 	f := setup(t, via)
 	f.sb = sb // the proxied sandbox is the one to inspect
 	f.run(t)
-	f.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{Status: http.StatusTooManyRequests, RetryAfter: time.Second, Count: 1})
+	// The first request of every reply: whether its note is then created (a New event)
+	// or upserted, the 429 comes.
+	f.sb.SetFault(sandbox.RouteHubSpotContactGet, sandbox.Fault{Status: http.StatusTooManyRequests, RetryAfter: time.Second, Count: 1})
 	var ids []string
 	for i := range 6 {
 		r := reply(10+i, fmt.Sprintf("lead%d@example.com", i))
@@ -820,21 +822,66 @@ func TestStartNeedsTheUniqueNoteProperty(t *testing.T) {
 	}
 }
 
-// A New event (no attempt can have come before) upserts its note without reading it by
-// its key first; any other attempt reads first, and finds it.
-func TestNewReplyUpsertsWithoutReading(t *testing.T) {
+// A New event (no attempt can have come before) creates its note with the association
+// in one request, nothing read first; any other attempt reads first, finds it and
+// associates it again (one association).
+func TestNewReplyCreatesItsNoteInOneRequest(t *testing.T) {
 	f := setup(t)
 	r := reply(7, "grace@example.com")
 	if err := f.h(context.Background(), consumer.Event{Envelope: r, Attempt: 1, New: true}); err != nil {
 		t.Fatal(err)
 	}
-	if n, reads := f.sb.NotesWithExternalID(r.ID), f.sb.Requests(sandbox.RouteHubSpotNoteRead); n != 1 || reads != 0 {
-		t.Fatalf("a new reply: %d notes, %d reads of its note", n, reads)
+	if creates, reads, upserts, associates := f.sb.Requests(sandbox.RouteHubSpotNoteCreate), f.sb.Requests(sandbox.RouteHubSpotNoteRead),
+		f.sb.Requests(sandbox.RouteHubSpotNoteUpsert), f.sb.Requests(sandbox.RouteHubSpotNoteAssociate); creates != 1 || reads+upserts+associates != 0 {
+		t.Fatalf("a new reply: %d creates, %d reads, %d upserts, %d associations of its note; want one create", creates, reads, upserts, associates)
+	}
+	n := noteOf(t, f.sb, r.ID)
+	if len(n.Associations) != 1 || n.Associations[0].TypeID != hubspot.NoteToContact {
+		t.Fatalf("the new note's associations: %+v", n.Associations)
+	}
+	if got, err := f.hs.NotesOfContact(context.Background(), n.Associations[0].ToID); err != nil || len(got) != 1 || got[0].ID != n.ID {
+		t.Fatalf("the contact's notes: %+v %v", got, err)
 	}
 	if err := f.h(context.Background(), consumer.Event{Envelope: r, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n, reads, upserts := f.sb.NotesWithExternalID(r.ID), f.sb.Requests(sandbox.RouteHubSpotNoteRead), f.sb.Requests(sandbox.RouteHubSpotNoteUpsert); n != 1 || reads != 1 || upserts != 1 {
-		t.Fatalf("the same reply again, not new: %d notes, %d reads, %d upserts", n, reads, upserts)
+	if reads, upserts, associates := f.sb.Requests(sandbox.RouteHubSpotNoteRead), f.sb.Requests(sandbox.RouteHubSpotNoteUpsert),
+		f.sb.Requests(sandbox.RouteHubSpotNoteAssociate); reads != 1 || upserts != 0 || associates != 1 {
+		t.Fatalf("the same reply again, not new: %d reads, %d upserts, %d associations", reads, upserts, associates)
+	}
+	if n := noteOf(t, f.sb, r.ID); len(n.Associations) != 1 {
+		t.Fatalf("associations after the repeat: %+v", n.Associations)
+	}
+}
+
+// The create's answer is lost after HubSpot committed it: the next attempt (not New)
+// finds the note by its key. A New attempt that finds its key taken all the same (409)
+// goes on as a retry would. One note each, associated once, no error left.
+func TestNewReplyCreateAnswerLost(t *testing.T) {
+	f := setup(t)
+	r := reply(8, "lin@example.com")
+	f.sb.SetFault(sandbox.RouteHubSpotNoteCreate, sandbox.Fault{TimeoutAfterCommit: time.Second, Count: 1})
+	if err := f.h(context.Background(), consumer.Event{Envelope: r, Attempt: 1, New: true}); err == nil {
+		t.Fatal("the attempt whose answer was lost succeeded")
+	}
+	if err := f.h(context.Background(), consumer.Event{Envelope: r, Attempt: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if n := noteOf(t, f.sb, r.ID); len(n.Associations) != 1 {
+		t.Fatalf("associations: %+v", n.Associations)
+	}
+
+	taken := reply(9, "lin@example.com")
+	if err := f.h(context.Background(), consumer.Event{Envelope: taken, Attempt: 1, New: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.h(context.Background(), consumer.Event{Envelope: taken, Attempt: 1, New: true}); err != nil {
+		t.Fatalf("a New attempt whose note is there: %v", err)
+	}
+	if creates, reads := f.sb.Requests(sandbox.RouteHubSpotNoteCreate), f.sb.Requests(sandbox.RouteHubSpotNoteRead); creates != 3 || reads != 2 {
+		t.Fatalf("%d creates, %d reads; want 3 and 2", creates, reads)
+	}
+	if n := noteOf(t, f.sb, taken.ID); len(n.Associations) != 1 {
+		t.Fatalf("associations of the note found by its 409: %+v", n.Associations)
 	}
 }
