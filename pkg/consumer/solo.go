@@ -120,7 +120,7 @@ func (s *solo) acquire(ctx context.Context, key string, wait time.Duration) (rel
 			s.shared++
 			s.mu.Unlock()
 			return func() { s.done(&s.shared) }, false, false
-		case mode == soloAlone && time.Since(s.wrote) < soloValid:
+		case s.aloneNow():
 			if busy, ok := s.held[key]; ok {
 				s.mu.Unlock()
 				select { // the contact's other attempt ends, then try again
@@ -170,7 +170,7 @@ func (s *solo) tryAcquire(key string) (release func(), ok bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mode != soloAlone || time.Since(s.wrote) >= soloValid {
+	if !s.aloneNow() {
 		return nil, false
 	}
 	if _, busy := s.held[key]; busy {
@@ -187,6 +187,11 @@ func (s *solo) isAlone() bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.aloneNow()
+}
+
+// aloneNow: alone, and the claim rewritten lately enough to be sure of it (s.mu held).
+func (s *solo) aloneNow() bool {
 	return s.mode == soloAlone && time.Since(s.wrote) < soloValid
 }
 
