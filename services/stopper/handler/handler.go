@@ -53,6 +53,7 @@ import (
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/platform/instantly"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
@@ -185,7 +186,9 @@ type handler struct {
 	platforms Platforms
 	dir       *contacts.Directory // the e-mail of a contact HubSpot names by id (nil: ask HubSpot)
 	log       *slog.Logger
-	campaigns campaigns // Instantly campaigns' stop settings, read once a while
+	// What is read of Instantly campaigns once a while (instantly.go).
+	campaigns    ofCampaign[instantly.Campaign]
+	subsequences ofCampaign[[]instantly.Subsequence]
 }
 
 // New returns the stopper's handler. The lead id the platform confirmed rides on the
@@ -195,11 +198,11 @@ func New(d *consumer.Deriver, platforms Platforms, dir *contacts.Directory, log 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return (&handler{d: d, platforms: platforms, dir: dir, log: log}).handle
+	return (&handler{d: d, platforms: platforms, dir: dir, log: log,
+		campaigns: ofCampaign[instantly.Campaign]{ttl: campaignTTL}, subsequences: ofCampaign[[]instantly.Subsequence]{ttl: subsequenceTTL}}).handle
 }
 
 func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
-	ctx = reading(ctx)
 	env := ev.Envelope
 	if value, ok := classifiedLabel(env); ok {
 		clients, known := h.platforms(env.Tenant)

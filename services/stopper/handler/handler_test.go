@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -317,6 +318,33 @@ func TestInstantlyReplyStopsOnce(t *testing.T) {
 	if s.Data.Cause != env.ID || s.Data.Status != StatusStopped || s.Provider != Instantly || s.Data.Contact.ExternalID != id ||
 		s.Data.Campaign == nil || s.Data.Campaign.ID != instCampaign {
 		t.Fatalf("sequence.stopped: %+v %+v", s, s.Data)
+	}
+}
+
+// A campaign's subsequences are read once for the replies of its leads within
+// subsequenceTTL, and again after it: a subsequence made meanwhile is watched for.
+func TestSubsequencesReadOnceAWhile(t *testing.T) {
+	defer func(ttl time.Duration) { subsequenceTTL = ttl }(subsequenceTTL)
+	subsequenceTTL = 300 * time.Millisecond
+	r := newRig(t)
+	stop := func(i int) {
+		t.Helper()
+		addr := fmt.Sprintf("lead%d@example.com", i)
+		r.sb.AddInstantlyLead(instCampaign, addr)
+		env := withCampaign(reply(Instantly, fmt.Sprint("r-ttl-", i), addr), instCampaign)
+		if err := r.handle(context.Background(), consumer.Event{Envelope: env, Attempt: 1}); err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+	}
+	stop(1)
+	stop(2)
+	if n, stops := r.sb.Requests(sandbox.RouteInstantlySubsequences), r.sb.Requests(sandbox.RouteInstantlyInterest); n != 1 || stops != 2 {
+		t.Fatalf("two replies of one campaign: %d reads of its subsequences, %d stops; want 1 and 2", n, stops)
+	}
+	time.Sleep(subsequenceTTL)
+	stop(3)
+	if n := r.sb.Requests(sandbox.RouteInstantlySubsequences); n != 2 {
+		t.Fatalf("a reply after the TTL: %d reads of the subsequences, want 2", n)
 	}
 }
 

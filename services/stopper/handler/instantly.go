@@ -66,46 +66,68 @@ func givenUp(ev consumer.Event) bool {
 // runs it as a background job). The next attempt reads again before writing.
 var errNotYetStopped = errors.New("stop accepted but not yet visible")
 
-// campaignTTL is how long a campaign's stop settings are trusted once read.
+// What every reply of a campaign asks the same of Instantly is read once a while:
+//   - campaignTTL: a campaign's stop settings (stop_on_reply).
+//   - subsequenceTTL: its subsequences, read for each interest value given (and again
+//     while the enrolment it may start settles) — in a burst, one request a reply
+//     otherwise, a quarter of a stop's. A subsequence made at Instantly less than this
+//     before a stop is not yet watched for (docs/platforms.md, residual risks).
 const campaignTTL = 5 * time.Minute
 
-// campaigns keeps Instantly campaigns' stop settings for campaignTTL: every reply of a
-// campaign asks the same question.
-type campaigns struct {
+var subsequenceTTL = 30 * time.Second // a variable for tests only
+
+// ofCampaign keeps, for ttl, what was read of each Instantly campaign (by client and
+// campaign id).
+type ofCampaign[V any] struct {
+	ttl  time.Duration
 	mu   sync.Mutex
-	seen map[*instantly.Client]map[string]cachedCampaign
+	seen map[campaignKey]readAt[V]
 }
 
-type cachedCampaign struct {
-	c  instantly.Campaign
+type campaignKey struct {
+	c  *instantly.Client
+	id string
+}
+
+type readAt[V any] struct {
+	v  V
 	at time.Time
 }
 
-func (cs *campaigns) get(ctx context.Context, ev consumer.Event, c *instantly.Client, id string) (instantly.Campaign, error) {
-	cs.mu.Lock()
-	if hit, ok := cs.seen[c][id]; ok && time.Since(hit.at) < campaignTTL {
-		cs.mu.Unlock()
-		return hit.c, nil
+// get is what was read of campaign id at c less than ttl ago, else what read reads now.
+func (o *ofCampaign[V]) get(c *instantly.Client, id string, read func() (V, error)) (V, error) {
+	k := campaignKey{c, id}
+	o.mu.Lock()
+	if hit, ok := o.seen[k]; ok && time.Since(hit.at) < o.ttl {
+		o.mu.Unlock()
+		return hit.v, nil
 	}
-	cs.mu.Unlock()
-	var cp instantly.Campaign
-	err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
-		cp, err = c.GetCampaign(ctx, id)
-		return err
-	})
+	o.mu.Unlock()
+	v, err := read()
 	if err != nil {
-		return cp, fmt.Errorf("read campaign %s: %w", id, err)
+		return v, err
 	}
-	cs.mu.Lock()
-	if cs.seen == nil {
-		cs.seen = map[*instantly.Client]map[string]cachedCampaign{}
+	o.mu.Lock()
+	if o.seen == nil {
+		o.seen = map[campaignKey]readAt[V]{}
 	}
-	if cs.seen[c] == nil {
-		cs.seen[c] = map[string]cachedCampaign{}
-	}
-	cs.seen[c][id] = cachedCampaign{cp, time.Now()}
-	cs.mu.Unlock()
-	return cp, nil
+	o.seen[k] = readAt[V]{v, time.Now()}
+	o.mu.Unlock()
+	return v, nil
+}
+
+// campaign is campaign id's stop settings.
+func (h *handler) campaign(ctx context.Context, ev consumer.Event, c *instantly.Client, id string) (instantly.Campaign, error) {
+	return h.campaigns.get(c, id, func() (cp instantly.Campaign, err error) {
+		err = ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+			cp, err = c.GetCampaign(ctx, id)
+			return err
+		})
+		if err != nil {
+			err = fmt.Errorf("read campaign %s: %w", id, err)
+		}
+		return cp, err
+	})
 }
 
 // instantly stops every lead of the contact at Instantly (in the event's campaign
@@ -161,7 +183,7 @@ func (h *handler) stopLead(ctx context.Context, ev consumer.Event, c *instantly.
 	env := ev.Envelope
 	if cause == causeReply && env.Provider == Instantly && !ev.Last && time.Since(env.ReceivedAt) < OwnStopWait {
 		// Only Instantly's own reply can make Instantly stop the lead itself.
-		cp, err := h.campaigns.get(ctx, ev, c, l.Campaign)
+		cp, err := h.campaign(ctx, ev, c, l.Campaign)
 		if err != nil {
 			return false, err
 		}
@@ -271,10 +293,14 @@ func (h *handler) setInterest(ctx context.Context, ev consumer.Event, c *instant
 }
 
 // startedBy is the subsequence of campaign that a lead given value enters, if any.
-// The subsequences are read once per attempt (before the value is given, and again
-// when its enrolment is awaited, moments later).
 func (h *handler) startedBy(ctx context.Context, ev consumer.Event, c *instantly.Client, campaign string, value int) (instantly.Subsequence, bool, error) {
-	subs, err := subsequencesOf(ctx, ev, c, campaign)
+	subs, err := h.subsequences.get(c, campaign, func() (subs []instantly.Subsequence, err error) {
+		err = ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
+			subs, err = c.Subsequences(ctx, campaign)
+			return err
+		})
+		return subs, err
+	})
 	if err != nil {
 		return instantly.Subsequence{}, false, fmt.Errorf("read campaign %s's subsequences: %w", campaign, err)
 	}
@@ -283,45 +309,6 @@ func (h *handler) startedBy(ctx context.Context, ev consumer.Event, c *instantly
 		return instantly.Subsequence{}, false, nil
 	}
 	return subs[i], true, nil
-}
-
-// read is what one attempt read of its campaigns' subsequences (by campaign).
-type read struct {
-	mu   sync.Mutex
-	subs map[string][]instantly.Subsequence
-}
-
-type readKey struct{}
-
-// reading makes ctx's attempt read each campaign's subsequences once.
-func reading(ctx context.Context) context.Context {
-	return context.WithValue(ctx, readKey{}, &read{subs: map[string][]instantly.Subsequence{}})
-}
-
-// subsequencesOf reads campaign's subsequences, once per attempt (reading).
-func subsequencesOf(ctx context.Context, ev consumer.Event, c *instantly.Client, campaign string) ([]instantly.Subsequence, error) {
-	r, _ := ctx.Value(readKey{}).(*read)
-	if r != nil {
-		r.mu.Lock()
-		subs, ok := r.subs[campaign]
-		r.mu.Unlock()
-		if ok {
-			return subs, nil
-		}
-	}
-	var subs []instantly.Subsequence
-	if err := ev.Call(ctx, Instantly, func(ctx context.Context) (err error) {
-		subs, err = c.Subsequences(ctx, campaign)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	if r != nil {
-		r.mu.Lock()
-		r.subs[campaign] = subs
-		r.mu.Unlock()
-	}
-	return subs, nil
 }
 
 // leaveSubsequence takes lead l out of the subsequence it is in and confirms it left.
