@@ -402,12 +402,11 @@ func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.
 			return Written{}, fmt.Errorf("create note: %w", err)
 		}
 	}
-	if !ev.New || err != nil { // err: the 409 above
-		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-			note, found, err = hs.NoteByExternalID(ctx, n.ExternalID)
-			return err
-		})
-	}
+	// Not New, or New and refused with a 409: read the note by its key.
+	err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+		note, found, err = hs.NoteByExternalID(ctx, n.ExternalID)
+		return err
+	})
 	if err != nil {
 		return Written{}, fmt.Errorf("read note: %w", err)
 	}
