@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
@@ -55,17 +56,54 @@ func settled(t *testing.T, js jetstream.JetStream, consumer string) {
 	settledWithin(t, js, consumer, time.Duration(size(60, 900))*time.Second)
 }
 
-// settledWithin waits up to d until consumer has handled every event stored.
+// settledWithin waits up to d until consumer has handled every event stored. The
+// consumer's count of pending events follows the stream a moment late (the server
+// signals its consumers on another goroutine), so it must also have delivered the last
+// event its filter takes as stored when the wait began.
 func settledWithin(t *testing.T, js jetstream.JetStream, consumer string, d time.Duration) {
 	t.Helper()
+	ctx := context.Background()
+	last := uint64(0)
 	eventually(t, d, consumer+" caught up", func() bool {
-		c, err := js.Consumer(context.Background(), stream.Events, consumer)
+		c, err := js.Consumer(ctx, stream.Events, consumer)
 		if err != nil {
 			return false
 		}
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		if last == 0 {
+			if last, err = lastTaken(ctx, js, c.CachedInfo().Config); err != nil {
+				return false
+			}
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream >= last
 	})
+}
+
+// lastTaken is the sequence of the last event stored that a consumer of cfg takes.
+func lastTaken(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (uint64, error) {
+	s, err := js.Stream(ctx, stream.Events)
+	if err != nil {
+		return 0, err
+	}
+	filters := append([]string{cfg.FilterSubject}, cfg.FilterSubjects...)
+	if cfg.FilterSubject == "" && len(cfg.FilterSubjects) == 0 {
+		filters = []string{">"}
+	}
+	last := uint64(0)
+	for _, f := range filters {
+		if f == "" {
+			continue
+		}
+		m, err := s.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		last = max(last, m.Sequence)
+	}
+	return last, nil
 }
 
 // runExacto runs the exacto binary with args and returns what it printed.
