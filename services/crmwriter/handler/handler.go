@@ -16,8 +16,9 @@
 //     (label "" before classification). A reply written without an owner counts in
 //     exacto_replies_without_owner.
 //   - reply.classified: the reply's own note (exacto_event_id = Data.Cause) is read by
-//     its key and updated in place with the label, confidence, action and evidence,
-//     and gets the owner of a routing rule that matches the label. Still one activity
+//     its key — or, when this process wrote it in the last 30 s, taken as it wrote it
+//     (recent.go) — and updated in place with the label, confidence, action and
+//     evidence, and gets the owner of a routing rule that matches the label. Still one activity
 //     per reply. If that note is not there yet (the classification overtook its
 //     reply), the attempt fails transiently and is retried. The
 //     classification of a reply that names no e-mail (a WhatsApp, Instagram or
@@ -122,7 +123,10 @@ type Options struct {
 	Log     *slog.Logger
 }
 
-type writer struct{ o Options }
+type writer struct {
+	o     Options
+	notes *recentNotes // the notes just written for replies (recent.go)
+}
 
 // New returns the crmwriter's handler.
 func New(o Options) consumer.Handler {
@@ -132,7 +136,7 @@ func New(o Options) consumer.Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return (&writer{o}).handle
+	return (&writer{o: o, notes: newRecentNotes()}).handle
 }
 
 // Run runs the crmwriter's consumer until ctx ends, once every tenant's HubSpot portal
@@ -309,16 +313,18 @@ func (w *writer) classified(ctx context.Context, ev consumer.Event, hs *hubspot.
 		w.o.Log.InfoContext(ctx, "crmwriter: classification of a reply without an e-mail, no note to update", "id", env.ID, "cause", key, "channel", env.Channel)
 		return Written{}, nil
 	}
-	var (
-		note  hubspot.Note
-		found bool
-	)
-	err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
-		note, found, err = hs.NoteByExternalID(ctx, key)
-		return err
-	})
-	if err != nil {
-		return Written{}, fmt.Errorf("read the reply's note: %w", err)
+	// The note this process just wrote for the reply, if it did (recent.go), else
+	// HubSpot's.
+	note, remembered := w.notes.take(env.Tenant, key, time.Now())
+	found := remembered
+	if !remembered {
+		err := ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
+			note, found, err = hs.NoteByExternalID(ctx, key)
+			return err
+		})
+		if err != nil {
+			return Written{}, fmt.Errorf("read the reply's note: %w", err)
+		}
 	}
 	if !found {
 		// Outside Event.Call on purpose: HubSpot answered, so the breaker must not
@@ -339,10 +345,15 @@ func (w *writer) classified(ctx context.Context, ev consumer.Event, hs *hubspot.
 	if len(props) == 0 {
 		return res, nil // already written: a repeat changes nothing
 	}
-	err = ev.Call(ctx, Dependency, func(ctx context.Context) error {
+	err := ev.Call(ctx, Dependency, func(ctx context.Context) error {
 		_, err := hs.UpdateNote(ctx, note.ID, props)
 		return err
 	})
+	if remembered && platform.StatusOf(err) == http.StatusNotFound {
+		// Gone since it was written (archived, merged): what HubSpot holds now decides,
+		// read by the note's key (the memory was taken).
+		return w.classified(ctx, ev, hs)
+	}
 	if err != nil {
 		return Written{}, fmt.Errorf("update note %s: %w", note.ID, err)
 	}
@@ -397,6 +408,7 @@ func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.
 		switch {
 		case err == nil:
 			res.NoteID, res.Created = note.ID, true
+			w.remember(ev, note.ID, n)
 			return res, nil
 		case platform.StatusOf(err) != http.StatusConflict:
 			return Written{}, fmt.Errorf("create note: %w", err)
@@ -410,10 +422,12 @@ func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.
 	if err != nil {
 		return Written{}, fmt.Errorf("read note: %w", err)
 	}
+	inHubSpot := n // the note as it now is in HubSpot: found as it is, or upserted as n
 	if found {
 		// An earlier attempt wrote it (its answer lost, or it died before recording).
 		ev.EffectFound(ctx)
 		res.Owner = note.OwnerID
+		inHubSpot.Body, inHubSpot.OwnerID = note.Body, note.OwnerID
 	} else {
 		err = ev.Call(ctx, Dependency, func(ctx context.Context) (err error) {
 			note, res.Created, err = hs.UpsertNote(ctx, n)
@@ -431,7 +445,17 @@ func (w *writer) ensureNote(ctx context.Context, ev consumer.Event, hs *hubspot.
 	if err != nil {
 		return Written{}, fmt.Errorf("associate note %s with contact %s: %w", note.ID, n.ContactID, err)
 	}
+	w.remember(ev, note.ID, inHubSpot)
 	return res, nil
+}
+
+// remember keeps a reply's note n, written with id, for its classification
+// (recent.go).
+func (w *writer) remember(ev consumer.Event, id string, n hubspot.Note) {
+	if ev.Envelope.Type == envelope.TypeReplyReceived {
+		n.ID = id
+		w.notes.put(ev.Envelope.Tenant, ev.Envelope.ID, n, time.Now())
+	}
 }
 
 // upsertContact finds the contact by e-mail or creates it with want; on a contact that

@@ -885,3 +885,127 @@ func TestNewReplyCreateAnswerLost(t *testing.T) {
 		t.Fatalf("associations of the note found by its 409: %+v", n.Associations)
 	}
 }
+
+// A reply's classification updates the note this process just wrote for the reply
+// without reading it back (one request); remembered too long, or by another replica, or
+// gone from HubSpot since (404), it is read by its key first. Every way the note ends
+// with the classification and the label's owner, once.
+func TestClassifiedUpdatesTheNoteItWrote(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, f *fixture, r envelope.Envelope, reads, updates int) {
+		t.Helper()
+		if got := f.sb.Requests(sandbox.RouteHubSpotNoteRead); got != reads {
+			t.Errorf("%d reads of a note, want %d", got, reads)
+		}
+		if got := f.sb.Requests(sandbox.RouteHubSpotNoteUpdate); got != updates {
+			t.Errorf("%d updates of a note, want %d", got, updates)
+		}
+		n := noteOf(t, f.sb, r.ID)
+		if body := n.Properties["hs_note_body"]; strings.Contains(body, "pending") || strings.Count(body, "Exacto classification:") != 1 ||
+			!strings.Contains(body, "interested (confidence 0.92") || !strings.Contains(body, "Re: hello") {
+			t.Errorf("body: %s", body)
+		}
+		if n.Properties["hubspot_owner_id"] != "88" {
+			t.Errorf("owner %q, want the label's 88", n.Properties["hubspot_owner_id"])
+		}
+	}
+	classify := func(t *testing.T, f *fixture, h consumer.Handler, r envelope.Envelope) {
+		t.Helper()
+		if err := f.h(ctx, consumer.Event{Envelope: r, Attempt: 1, New: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h(ctx, consumer.Event{Envelope: classified(r, "interested"), Attempt: 1, New: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("remembered", func(t *testing.T) {
+		f := setup(t)
+		r := reply(20, "ada@example.com")
+		classify(t, f, f.h, r)
+		check(t, f, r, 0, 1)
+		// Its repeat reads the note (the memory is taken once) and changes nothing.
+		if err := f.h(ctx, consumer.Event{Envelope: classified(r, "interested"), Attempt: 2}); err != nil {
+			t.Fatal(err)
+		}
+		check(t, f, r, 1, 1)
+	})
+	t.Run("another replica", func(t *testing.T) {
+		f := setup(t)
+		r := reply(21, "ada@example.com")
+		other := New(Options{HubSpot: func(string) (*hubspot.Client, bool) { return f.hs, true }, Route: route})
+		classify(t, f, other, r)
+		check(t, f, r, 1, 1)
+	})
+	t.Run("remembered too long", func(t *testing.T) {
+		f := setup(t)
+		was := noteMemoryFor
+		noteMemoryFor = 0
+		t.Cleanup(func() { noteMemoryFor = was })
+		r := reply(22, "ada@example.com")
+		classify(t, f, f.h, r)
+		check(t, f, r, 1, 1)
+	})
+	t.Run("found as a person left it", func(t *testing.T) {
+		// An earlier attempt's note, edited in HubSpot since: the reply's attempt finds
+		// it, and the classification keeps the edit.
+		f := setup(t)
+		r := reply(24, "ada@example.com")
+		f.sb.AddNote(map[string]string{hubspot.ExternalIDProperty: r.ID, "hs_note_body": "<p>Re: hello, edited by Jo</p>" + classMarker + " pending</p>"})
+		if err := f.h(ctx, consumer.Event{Envelope: r, Attempt: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.h(ctx, consumer.Event{Envelope: classified(r, "interested"), Attempt: 1, New: true}); err != nil {
+			t.Fatal(err)
+		}
+		check(t, f, r, 1, 1)
+		if body := noteOf(t, f.sb, r.ID).Properties["hs_note_body"]; !strings.HasPrefix(body, "<p>Re: hello, edited by Jo</p>") {
+			t.Errorf("the edit was lost: %s", body)
+		}
+	})
+	t.Run("gone since", func(t *testing.T) {
+		f := setup(t)
+		r := reply(23, "ada@example.com")
+		f.sb.SetFault(sandbox.RouteHubSpotNoteUpdate, sandbox.Fault{Status: http.StatusNotFound, Count: 1})
+		classify(t, f, f.h, r)
+		check(t, f, r, 1, 2)
+	})
+}
+
+// The memory keeps a note until it is taken or too old, takes it once, and holds at
+// most noteMemoryBytes of bodies, forgetting the oldest first.
+func TestRecentNotesBounded(t *testing.T) {
+	r := newRecentNotes()
+	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	r.put("acme", "a", hubspot.Note{ID: "1", Body: "body a", OwnerID: "7"}, at)
+	if n, ok := r.take("beta", "a", at); ok {
+		t.Fatalf("another tenant's reply took %+v", n)
+	}
+	if n, ok := r.take("acme", "a", at.Add(time.Second)); !ok || n.ID != "1" || n.Body != "body a" || n.OwnerID != "7" {
+		t.Fatalf("took %+v, %v", n, ok)
+	}
+	if _, ok := r.take("acme", "a", at.Add(time.Second)); ok {
+		t.Fatal("taken twice")
+	}
+	r.put("acme", "b", hubspot.Note{ID: "2"}, at)
+	if _, ok := r.take("acme", "b", at.Add(noteMemoryFor)); ok {
+		t.Fatal("a note remembered for noteMemoryFor was taken")
+	}
+	big := strings.Repeat("x", noteMemoryBytes/4+1)
+	for i := range 4 {
+		r.put("acme", fmt.Sprint("big", i), hubspot.Note{ID: fmt.Sprint(i), Body: big}, at)
+	}
+	if r.bytes > noteMemoryBytes || len(r.by) != 3 {
+		t.Fatalf("%d bytes in %d notes, want at most %d in 3", r.bytes, len(r.by), noteMemoryBytes)
+	}
+	if _, ok := r.take("acme", "big0", at); ok {
+		t.Fatal("the oldest note was kept past the bound")
+	}
+	if n, ok := r.take("acme", "big3", at); !ok || n.ID != "3" {
+		t.Fatal("the newest note was not kept")
+	}
+	// Notes put long ago are dropped by the next put.
+	r.put("acme", "c", hubspot.Note{ID: "c"}, at.Add(time.Hour))
+	if len(r.by) != 1 || r.bytes != 0 {
+		t.Fatalf("%d notes, %d bytes after an hour", len(r.by), r.bytes)
+	}
+}
