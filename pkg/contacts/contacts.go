@@ -96,7 +96,8 @@ type Seen struct {
 type Directory struct {
 	store kvstore.Store
 	now   func() time.Time
-	build bool // tests: always build the record anew, to compare with the shortcut
+	build bool         // tests: always build the record anew, to compare with the shortcut
+	index *indexMemory // live: the index entries found and written (remember.go)
 }
 
 // New binds the directory over store.
@@ -108,7 +109,9 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Directory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.ContactIDs, err)
 	}
-	return New(kvstore.KV{KV: kv}), nil
+	d := New(kvstore.KV{KV: kv})
+	d.index = newIndexMemory()
+	return d, nil
 }
 
 // NormalizeEmail is the form e-mails are matched in: the bare address, trimmed and
@@ -293,6 +296,7 @@ func (d *Directory) Record(ctx context.Context, tenant string, s Seen) (Record, 
 		if !errors.Is(err, kvstore.ErrConflict) {
 			return rec, err
 		}
+		d.forget(tenant, keys) // someone wrote first: what was remembered may be what changed
 	}
 	return Record{}, errors.New("contacts: too much contention on one contact")
 }
@@ -332,20 +336,20 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 	of := map[string]string{}      // key -> the contact it belongs to
 	roots := map[string]loaded{}   // contact id an index entry names -> the record it belongs to now
 	for _, k := range keys {
-		data, rev, err := d.store.Get(ctx, indexKey(tenant, k))
+		id, rev, err := d.indexed(ctx, tenant, k)
 		if err != nil {
-			return Record{}, fmt.Errorf("contacts: %w", err)
+			return Record{}, err
 		}
 		if rev == 0 {
 			continue
 		}
-		pointed[k] = loaded{Record{ContactID: string(data)}, rev}
-		g, ok := roots[string(data)]
+		pointed[k] = loaded{Record{ContactID: id}, rev}
+		g, ok := roots[id]
 		if !ok { // the keys of one event mostly name one contact: read it once
-			if g, err = d.root(ctx, tenant, string(data)); err != nil {
+			if g, err = d.root(ctx, tenant, id); err != nil {
 				return Record{}, err
 			}
-			roots[string(data)] = g
+			roots[id] = g
 		}
 		if g.rev != 0 {
 			groups[g.rec.ContactID] = g
@@ -425,9 +429,11 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 	}
 	for _, k := range keys {
 		if p := pointed[k]; p.rec.ContactID != winner {
-			if _, err := d.store.Put(ctx, indexKey(tenant, k), []byte(winner), p.rev); err != nil {
+			rev, err := d.store.Put(ctx, indexKey(tenant, k), []byte(winner), p.rev)
+			if err != nil {
 				return Record{}, err
 			}
+			d.index.put(indexKey(tenant, k), indexEntry{winner, rev})
 		}
 	}
 	return next, nil
@@ -510,6 +516,35 @@ func (d *Directory) put(ctx context.Context, key string, r Record, rev uint64) e
 	}
 	_, err = d.store.Put(ctx, key, data, rev)
 	return err
+}
+
+// indexed is the contact id identity key k was linked to, at revision rev (0: none):
+// as remembered, else read.
+func (d *Directory) indexed(ctx context.Context, tenant, k string) (id string, rev uint64, err error) {
+	key := indexKey(tenant, k)
+	if e, ok := d.index.get(key); ok {
+		return e.id, e.rev, nil
+	}
+	data, rev, err := d.store.Get(ctx, key)
+	if err != nil {
+		return "", 0, fmt.Errorf("contacts: %w", err)
+	}
+	if rev != 0 {
+		d.index.put(key, indexEntry{string(data), rev})
+	}
+	return string(data), rev, nil
+}
+
+// forget drops what is remembered of the index entries of tenant's keys.
+func (d *Directory) forget(tenant string, keys []string) {
+	if d.index == nil {
+		return
+	}
+	idx := make([]string, len(keys))
+	for i, k := range keys {
+		idx[i] = indexKey(tenant, k)
+	}
+	d.index.forget(idx)
 }
 
 // root is the contact id belongs to now: itself, or the one it was merged into (and so
@@ -605,11 +640,11 @@ func (d *Directory) Find(ctx context.Context, tenant, kind, value string) (Recor
 	if key == "" {
 		return Record{}, false, nil
 	}
-	data, rev, err := d.store.Get(ctx, indexKey(tenant, key))
+	id, rev, err := d.indexed(ctx, tenant, key)
 	if err != nil || rev == 0 {
 		return Record{}, false, err
 	}
-	g, err := d.root(ctx, tenant, string(data))
+	g, err := d.root(ctx, tenant, id)
 	return g.rec, err == nil && g.rev != 0, err
 }
 
