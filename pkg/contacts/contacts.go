@@ -389,20 +389,16 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 
 	cur, isCurrent := groups[winner]
 	if !isCurrent {
-		data, rev, err := d.store.Get(ctx, recordKey(tenant, winner))
+		l, err := d.read(ctx, tenant, winner)
 		if err != nil {
-			return Record{}, fmt.Errorf("contacts: %w", err)
+			return Record{}, err
 		}
-		if rev != 0 {
-			var r Record
-			if err := json.Unmarshal(data, &r); err != nil {
-				return Record{}, fmt.Errorf("contacts: record %s: %w", winner, err)
-			}
-			if r.MergedInto != "" { // merged meanwhile: read the keys again
+		if l.rev != 0 {
+			if l.rec.MergedInto != "" { // merged meanwhile: read the keys again
 				return Record{}, kvstore.ErrConflict
 			}
-			cur = loaded{r, rev}
-			mergeInto(&next, r) // written by a Record whose index writes are still to come
+			cur = l
+			mergeInto(&next, l.rec) // written by a Record whose index writes are still to come
 			next.AccountID = accountID(tenant, winner, next.Emails)
 		}
 	}
@@ -418,7 +414,8 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 	if err := d.put(ctx, recordKey(tenant, winner), next, cur.rev); err != nil {
 		return Record{}, err
 	}
-	for id, g := range groups {
+	for _, id := range sortedIDs(groups) { // in one order: a write refused midway leaves the same
+		g := groups[id]
 		if id == winner {
 			continue
 		}
@@ -547,25 +544,35 @@ func (d *Directory) forget(tenant string, keys []string) {
 	d.index.forget(idx)
 }
 
+// read is contact id's record as stored (rev 0: none).
+func (d *Directory) read(ctx context.Context, tenant, id string) (loaded, error) {
+	key := recordKey(tenant, id)
+	data, rev, err := d.store.Get(ctx, key)
+	if err != nil {
+		return loaded{}, fmt.Errorf("contacts: %w", err)
+	}
+	if rev == 0 {
+		return loaded{}, nil
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return loaded{}, fmt.Errorf("contacts: record %s: %w", id, err)
+	}
+	return loaded{r, rev}, nil
+}
+
 // root is the contact id belongs to now: itself, or the one it was merged into (and so
 // on). rev is 0 when there is no such record.
 func (d *Directory) root(ctx context.Context, tenant, id string) (loaded, error) {
 	for range maxHops {
-		data, rev, err := d.store.Get(ctx, recordKey(tenant, id))
-		if err != nil {
-			return loaded{}, fmt.Errorf("contacts: %w", err)
+		l, err := d.read(ctx, tenant, id)
+		if err != nil || l.rev == 0 {
+			return loaded{}, err
 		}
-		if rev == 0 {
-			return loaded{}, nil
+		if l.rec.MergedInto == "" {
+			return l, nil
 		}
-		var r Record
-		if err := json.Unmarshal(data, &r); err != nil {
-			return loaded{}, fmt.Errorf("contacts: record %s: %w", id, err)
-		}
-		if r.MergedInto == "" {
-			return loaded{r, rev}, nil
-		}
-		id = r.MergedInto
+		id = l.rec.MergedInto
 	}
 	return loaded{}, fmt.Errorf("contacts: %s: more than %d merges to follow", id, maxHops)
 }

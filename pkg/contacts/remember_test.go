@@ -62,7 +62,7 @@ func TestRememberedIndexIsReadingIt(t *testing.T) {
 				gv, _, _ := shared.Memory.Get(ctx, k)
 				wv, _, _ := alone.Memory.Get(ctx, k)
 				if string(gv) != string(wv) {
-					t.Fatalf("trial %d step %d: %s = %s, reading %s", trial, step, k, gv, wv)
+					t.Fatalf("trial %d step %d (%+v): %s = %s, reading %s", trial, step, s, k, gv, wv)
 				}
 			}
 			// Find through either directory finds what reading finds.

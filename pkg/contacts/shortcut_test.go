@@ -107,7 +107,7 @@ func (p *puts) Put(ctx context.Context, key string, value []byte, rev uint64) (u
 // given the same random histories, one taking the shortcut and one always building the
 // record, return the same records, write as many times and hold the same values after
 // every step, also after records were spoiled (written as record never writes them).
-// (Revisions may differ: record writes the contacts a merge folds in map order.)
+// (Revisions may differ: one store's revisions are not the other's once a write conflicts.)
 func TestShortcutIsBuildingTheRecord(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
