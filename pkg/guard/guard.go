@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/internal/jsonenc"
 )
 
 // Statuses of an event in one consumer.
@@ -308,12 +310,12 @@ func conflict(err error) bool {
 func mustJSON(r Record) []byte {
 	b := make([]byte, 0, 192)
 	b = append(b, `{"status":`...)
-	b = appendString(b, r.Status)
+	b = jsonenc.String(b, r.Status)
 	b = append(b, `,"attempt_count":`...)
 	b = strconv.AppendInt(b, int64(r.Attempts), 10)
 	if r.LastError != "" {
 		b = append(b, `,"last_error":`...)
-		b = appendString(b, r.LastError)
+		b = jsonenc.String(b, r.LastError)
 	}
 	b = appendTime(b, "first_attempt", r.FirstAttempt, true)
 	b = appendTime(b, "last_attempt", r.LastAttempt, false)
@@ -322,36 +324,13 @@ func mustJSON(r Record) []byte {
 	return append(b, '}')
 }
 
-// appendString appends s as a JSON string, escaped as encoding/json escapes it.
-func appendString(b []byte, s string) []byte {
-	if plain(s) { // a status, most errors: nothing to escape
-		return append(append(append(b, '"'), s...), '"')
-	}
-	q, err := json.Marshal(s)
-	if err != nil {
-		panic(err) // a string always marshals
-	}
-	return append(b, q...)
-}
-
-// plain reports whether encoding/json writes s as it is between quotes: printable
-// ASCII without the characters it escapes (quote, backslash, and <, > and & for HTML).
-func plain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
 // appendTime appends `,"name":"<RFC 3339 time>"`, or nothing for a zero time when
 // omitzero.
 func appendTime(b []byte, name string, t time.Time, omitzero bool) []byte {
 	if omitzero && t.IsZero() {
 		return b
 	}
-	b = append(append(append(b, `,"`...), name...), `":"`...)
-	// As time.Time.MarshalJSON writes it (RFC 3339 with nanoseconds, quoted).
-	return append(t.AppendFormat(b, time.RFC3339Nano), '"')
+	b = append(append(append(b, `,"`...), name...), `":`...)
+	b, _ = jsonenc.Time(b, t) // the clock's time: a year json.Marshal writes too
+	return b
 }

@@ -53,13 +53,13 @@ func foldOne(ctx context.Context, s Stores, tenant string, who identity, loser s
 				return nil, false, fmt.Errorf("contact record: %w", err)
 			}
 		}
-		before, _ := json.Marshal(c)
+		before, _ := encode(c)
 		c.Tenant, c.ContactID = tenant, who.contactID
 		if who.accountID != "" {
 			c.AccountID = who.accountID
 		}
 		joinContact(&c, lc)
-		after, _ := json.Marshal(c)
+		after, _ := encode(c)
 		return after, string(before) != string(after), nil
 	})
 	if err != nil {
@@ -80,7 +80,7 @@ func foldOne(ctx context.Context, s Stores, tenant string, who identity, loser s
 				return old, false, nil
 			}
 			delete(sh.Members, loser)
-			b, err := json.Marshal(sh)
+			b, err := encode(sh)
 			return b, true, err
 		})
 		if err != nil {

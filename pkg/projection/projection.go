@@ -526,7 +526,7 @@ func deriveSuppression(ctx context.Context, s Stores, c Contact, rev uint64) err
 				return old, false, nil
 			}
 		}
-		b, err := json.Marshal(want)
+		b, err := encode(want)
 		return b, true, err
 	})
 	return err
@@ -613,7 +613,7 @@ func Repair(ctx context.Context, s Stores, above uint64) (int, error) {
 			if rewrote == 0 {
 				return old, false, nil
 			}
-			b, err := json.Marshal(sh)
+			b, err := encode(sh)
 			return b, true, err
 		})
 		if err != nil {
@@ -642,7 +642,7 @@ func Repair(ctx context.Context, s Stores, above uint64) (int, error) {
 			return n, err
 		}
 		if want, terminal := suppressedOf(c, rev); ok && terminal {
-			b, err := json.Marshal(want)
+			b, err := encode(want)
 			if err != nil {
 				return n, err
 			}

@@ -404,7 +404,7 @@ func store[T any](s Store, key string, r heldRec[T]) error {
 	if !r.dirty {
 		return nil
 	}
-	b, err := json.Marshal(r.v)
+	b, err := encode(r.v)
 	if err != nil {
 		return err
 	}
@@ -456,7 +456,7 @@ func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], 
 		if err != nil || !changed {
 			return nil, false, err
 		}
-		b, err := json.Marshal(v)
+		b, err := encode(v)
 		return b, true, err
 	})
 	if err != nil {
