@@ -12,7 +12,8 @@ import (
 // encode writes the bytes json.Marshal writes, for random contact records and
 // campaign shards: strings that need escaping (HTML, quotes, control characters,
 // invalid UTF-8, non-ASCII), nil and empty lists and maps, zero times, times in other
-// zones and with nanoseconds, and years json.Marshal refuses (then encode refuses too).
+// zones and with nanoseconds, and years and zones json.Marshal refuses (then encode
+// refuses too).
 func TestEncodeIsMarshal(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 12))
 	strs := []string{"", "a", "email:ana@northwind.example", `q"uote`, `back\slash`, "<b>&amp;</b>", "tab\there", "nl\n", "\x00\x1f",
@@ -32,7 +33,9 @@ func TestEncodeIsMarshal(t *testing.T) {
 		return l
 	}
 	tm := func() time.Time {
-		switch r.IntN(6) {
+		switch r.IntN(7) {
+		case 5:
+			return time.Date(2026, 12, 5, 9, 30, 0, 0, time.FixedZone("far", 24*3600+60)) // refused by json.Marshal
 		case 0:
 			return time.Time{}
 		case 1:

@@ -33,9 +33,13 @@ func plain(s string) bool {
 }
 
 // Time appends t as time.Time.MarshalJSON writes it (RFC 3339 with nanoseconds,
-// quoted); false for a year that method refuses (outside 0 to 9999).
+// quoted); false (b as it was) for a time that method refuses: a year outside 0 to
+// 9999, or a zone 24 hours or more from UTC.
 func Time(b []byte, t time.Time) ([]byte, bool) {
 	if y := t.Year(); y < 0 || y > 9999 {
+		return b, false
+	}
+	if _, offset := t.Zone(); offset <= -24*3600 || offset >= 24*3600 {
 		return b, false
 	}
 	return append(t.AppendFormat(append(b, '"'), time.RFC3339Nano), '"'), true
