@@ -331,6 +331,9 @@ func appendTime(b []byte, name string, t time.Time, omitzero bool) []byte {
 		return b
 	}
 	b = append(append(append(b, `,"`...), name...), `":`...)
-	b, _ = jsonenc.Time(b, t) // the clock's time: a year json.Marshal writes too
+	b, ok := jsonenc.Time(b, t)
+	if !ok { // never a clock's time; still valid JSON, read back as a zero time
+		b = append(b, "null"...)
+	}
 	return b
 }
