@@ -336,7 +336,7 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 	of := map[string]string{}      // key -> the contact it belongs to
 	roots := map[string]loaded{}   // contact id an index entry names -> the record it belongs to now
 	for _, k := range keys {
-		id, rev, err := d.indexed(ctx, tenant, k)
+		id, rev, g, err := d.resolve(ctx, tenant, k, roots)
 		if err != nil {
 			return Record{}, err
 		}
@@ -344,13 +344,6 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 			continue
 		}
 		pointed[k] = loaded{Record{ContactID: id}, rev}
-		g, ok := roots[id]
-		if !ok { // the keys of one event mostly name one contact: read it once
-			if g, err = d.root(ctx, tenant, id); err != nil {
-				return Record{}, err
-			}
-			roots[id] = g
-		}
 		if g.rev != 0 {
 			groups[g.rec.ContactID] = g
 			of[k] = g.rec.ContactID
@@ -515,21 +508,40 @@ func (d *Directory) put(ctx context.Context, key string, r Record, rev uint64) e
 	return err
 }
 
-// indexed is the contact id identity key k was linked to, at revision rev (0: none):
-// as remembered, else read.
-func (d *Directory) indexed(ctx context.Context, tenant, k string) (id string, rev uint64, err error) {
+// resolve is the contact id identity key k is linked to, at revision rev (0: none), and
+// the record it belongs to now (g, rev 0 if none), through roots (the records found
+// already, by the id linked to). A remembered entry is taken only when it leads straight
+// to a current record of its own id; one that leads through a merge, or to no record,
+// is read again, so the answer is reading's (a stale entry would lead to the same
+// contact, but a write at its old revision would fail after its record was rewritten).
+func (d *Directory) resolve(ctx context.Context, tenant, k string, roots map[string]loaded) (id string, rev uint64, g loaded, err error) {
 	key := indexKey(tenant, k)
-	if e, ok := d.index.get(key); ok {
-		return e.id, e.rev, nil
+	e, remembered := d.index.get(key)
+	for {
+		if !remembered {
+			data, r, err := d.store.Get(ctx, key)
+			if err != nil {
+				return "", 0, loaded{}, fmt.Errorf("contacts: %w", err)
+			}
+			if r == 0 {
+				return "", 0, loaded{}, nil
+			}
+			e = indexEntry{string(data), r}
+			d.index.put(key, e)
+		}
+		g, ok := roots[e.id]
+		if !ok { // the keys of one event mostly name one contact: read it once
+			if g, err = d.root(ctx, tenant, e.id); err != nil {
+				return "", 0, loaded{}, err
+			}
+			roots[e.id] = g
+		}
+		if !remembered || (g.rev != 0 && g.rec.ContactID == e.id) {
+			return e.id, e.rev, g, nil
+		}
+		d.index.forget([]string{key})
+		remembered = false
 	}
-	data, rev, err := d.store.Get(ctx, key)
-	if err != nil {
-		return "", 0, fmt.Errorf("contacts: %w", err)
-	}
-	if rev != 0 {
-		d.index.put(key, indexEntry{string(data), rev})
-	}
-	return string(data), rev, nil
 }
 
 // forget drops what is remembered of the index entries of tenant's keys.
@@ -647,12 +659,11 @@ func (d *Directory) Find(ctx context.Context, tenant, kind, value string) (Recor
 	if key == "" {
 		return Record{}, false, nil
 	}
-	id, rev, err := d.indexed(ctx, tenant, key)
+	_, rev, g, err := d.resolve(ctx, tenant, key, map[string]loaded{})
 	if err != nil || rev == 0 {
 		return Record{}, false, err
 	}
-	g, err := d.root(ctx, tenant, id)
-	return g.rec, err == nil && g.rev != 0, err
+	return g.rec, g.rev != 0, nil
 }
 
 // EmailOf is the e-mail of tenant's contact that a CRM names by its id alone (crmID,

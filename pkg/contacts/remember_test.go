@@ -107,3 +107,40 @@ func TestIndexMemoryBounded(t *testing.T) {
 		t.Fatal("a forgotten entry was remembered")
 	}
 }
+
+// A directory that remembers a key's entry from before another merged its contact
+// answers as reading does: it writes nothing where reading writes nothing (no record
+// rewritten at a new revision, its time changed), and a directory that only finds
+// learns the entry as it is now.
+func TestEntryRememberedBeforeAMerge(t *testing.T) {
+	ctx := context.Background()
+	store := &puts{Memory: kvstore.NewMemory()}
+	clock := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	now := func() time.Time { clock = clock.Add(time.Second); return clock }
+	d1 := &Directory{store: store, now: now, index: newIndexMemory()}
+	d2 := &Directory{store: store, now: now, index: newIndexMemory()}
+	finder := &Directory{store: store, now: now, index: newIndexMemory()}
+	crm := Seen{External: map[string]string{CRMContactID: "hubspot:1"}}
+	y, err := d2.Record(ctx, "acme", crm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok, err := finder.Find(ctx, "acme", CRMContactID, "hubspot:1"); err != nil || !ok || f.ContactID != y.ContactID {
+		t.Fatalf("find before the merge: %+v %v %v", f, ok, err)
+	}
+	x, err := d1.Record(ctx, "acme", Seen{Email: "ana@northwind.example", External: crm.External})
+	if err != nil || x.ContactID == y.ContactID {
+		t.Fatalf("the merge: %+v %v", x, err)
+	}
+	store.n = 0
+	again, err := d2.Record(ctx, "acme", crm)
+	if err != nil || again.ContactID != x.ContactID || !again.Updated.Equal(x.Updated) || store.n != 0 {
+		t.Fatalf("recorded again by the directory that remembered the entry: %+v %v, %d writes; want %s as written, no write", again, err, store.n, x.ContactID)
+	}
+	if f, ok, err := finder.Find(ctx, "acme", CRMContactID, "hubspot:1"); err != nil || !ok || f.ContactID != x.ContactID {
+		t.Fatalf("find after the merge: %+v %v %v", f, ok, err)
+	}
+	if e, ok := finder.index.get(indexKey("acme", "crm_contact_id:hubspot:1")); !ok || e.id != x.ContactID {
+		t.Fatalf("the finder remembers %+v %v, want the entry as it is now (%s)", e, ok, x.ContactID)
+	}
+}
