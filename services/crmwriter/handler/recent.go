@@ -12,8 +12,9 @@ import (
 // order), and all it changes is that note's classification paragraph and owner. The
 // crmwriter remembers, for noteMemoryFor, the note it just wrote for a reply (its id,
 // body and owner as written), so the classification updates it without reading it back
-// first: one HubSpot request per classification instead of two. A note a person
-// edited in HubSpot within that window would have its body written over; past it, and
+// first: one HubSpot request per classification instead of two. A note changed in
+// HubSpot within that window by anyone but this process (a person, another
+// integration) would have its body written over; past it, and
 // on any other replica, the note is read first as before. A remembered note HubSpot no
 // longer has (404: archived, merged) is read again at once.
 
