@@ -46,6 +46,9 @@ func set(w float64, words ...string) map[string]float64 {
 	return m
 }
 
+// apostrophes are taken out of a word before it is looked up ("don't" is "dont").
+var apostrophes = strings.NewReplacer("'", "", "’", "")
+
 // DetectLanguage returns "en", "es", "pt" or "und" for the text, by counting
 // language-specific words and letters (ã õ ç → pt, ñ ¿ ¡ → es). Quoted history
 // should be stripped first, or the quoted outbound e-mail will dominate.
@@ -63,7 +66,7 @@ func DetectLanguage(text string) string {
 		return !unicode.IsLetter(r) && r != '\'' && r != '’'
 	}) {
 		raw := w
-		w = fold(strings.NewReplacer("'", "", "’", "").Replace(w))
+		w = fold(apostrophes.Replace(w))
 		for lang, words := range langWords {
 			score[lang] += words[w]
 		}

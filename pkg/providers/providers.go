@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -241,15 +240,11 @@ func Decode(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return fmt.Errorf("%w: invalid UTF-8", ErrMalformed)
 	}
-	if err := checkDuplicateKeys(data); err != nil {
+	if err := checkStrict(data); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: data after the JSON value", ErrMalformed)
 	}
 	return nil
 }
@@ -257,47 +252,6 @@ func Decode(data []byte, v any) error {
 // maxDepth bounds nesting: no provider payload nests this deep, and a hostile one
 // should cost nothing to refuse.
 const maxDepth = 64
-
-func checkDuplicateKeys(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	return checkValue(dec, 0)
-}
-
-func checkValue(dec *json.Decoder, depth int) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil
-	}
-	if depth >= maxDepth {
-		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, maxDepth)
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		if d == '{' {
-			kt, err := dec.Token()
-			if err != nil {
-				return fmt.Errorf("%w: %v", ErrMalformed, err)
-			}
-			key, _ := kt.(string)
-			if seen[key] {
-				return fmt.Errorf("%w: duplicate key %q", ErrMalformed, truncate(key, 40))
-			}
-			seen[key] = true
-		}
-		if err := checkValue(dec, depth+1); err != nil {
-			return err
-		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing delimiter
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	return nil
-}
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
