@@ -146,6 +146,10 @@ func startUp(b *testing.B, env []string, wrap ...string) *upProcess {
 	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = u.out, u.out
+	// Wait also waits for whatever still holds the output pipe: under strace a stopped
+	// run was seen holding it for minutes after both were killed (make bench hung in
+	// BenchmarkUpFsyncs' stop). Bound that wait.
+	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -192,10 +196,29 @@ func (u *upProcess) stop() {
 	select {
 	case <-u.exited:
 	case <-time.After(30 * time.Second):
-		syscall.Kill(u.pid, syscall.SIGKILL)
+		// Every process under the one started, not only u.pid: under strace a run was
+		// seen living on, orphaned and busy, after u.pid and strace were killed.
+		for _, pid := range descendants(u.cmd.Process.Pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 		u.cmd.Process.Kill()
 		<-u.exited
 	}
+}
+
+// descendants are the processes under pid, children first.
+func descendants(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		children, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(children)) {
+			if child, err := strconv.Atoi(f); err == nil {
+				out = append(append(out, child), descendants(child)...)
+			}
+		}
+	}
+	return out
 }
 
 // js connects to the process's NATS port.
