@@ -18,12 +18,17 @@ import (
 // stops; once it is back under urgentCaughtUp, they go on at full speed and work off
 // what waited. Nothing is dropped: the deferred events wait in the stream, durably.
 // The held workers' prefetched events are held less than their ack wait.
+//
+// The thresholds are a few of its 32 workers' worth, read ten times a second: at 500
+// replies/s a stop waited behind 64 events and a quarter second of not knowing it
+// (receipt to sequence.stopped p99 221 to 415 ms in three runs of BenchmarkEndToEnd,
+// 155 to 210 ms in four at these; docs/performance.md).
 const (
-	urgentBehind   = 64
-	urgentCaughtUp = 8
+	urgentBehind   = 16
+	urgentCaughtUp = 4
 	deferredPace   = 5 * time.Second
 	// precedenceEvery is how often an urgent runner reads its consumer's backlog.
-	precedenceEvery = 250 * time.Millisecond
+	precedenceEvery = 100 * time.Millisecond
 )
 
 // Precedence is one process's: its urgent runners report, its other runners defer.
