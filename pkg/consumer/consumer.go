@@ -101,6 +101,12 @@ type Options struct {
 	// Workers is how many events this process handles at once (default 1).
 	Workers int
 	Handle  Handler
+	// Acts, when set, tells the events the handler makes an effect of; for the others
+	// it must do nothing (log at most). Those are taken as an idempotent service's are:
+	// no contact lease, no guard record, no outcome unless they fail — bookkeeping no
+	// effect needs (a classification the suppressor does nothing with costs it three
+	// writes otherwise: the guard's read and record, and its outcome).
+	Acts func(envelope.Envelope) bool
 	// Dependencies, when set, say what the handler calls for an event (through
 	// Event.Call): their Retry-After pauses (Pacer) and circuit breakers (Breakers)
 	// gate the event before an attempt is spent on it.
@@ -458,7 +464,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		}
 	}()
 	var a guard.Attempt
-	if r.o.Sub.Idempotent {
+	if r.o.Sub.Idempotent || (r.o.Acts != nil && !r.o.Acts(env)) {
 		a = r.guard.Assume(env.ID, delivered) // nothing to claim
 	} else {
 		claimed, rel, ok := r.claim(ctx, stopping, m, env)
@@ -605,9 +611,10 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 	}
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
-		// An idempotent consumer's first success is told by its ack alone; after a
-		// failure, or replayed from the DLQ, its record says completed.
-		if !r.o.Sub.Idempotent || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
+		// An attempt that claimed nothing (an idempotent consumer's, or one at an event
+		// its handler does nothing with) is told by its ack alone the first time; after
+		// a failure, or replayed from the DLQ, its record says completed.
+		if !a.Assumed || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
 			if err := r.guard.Complete(ctx, a); err != nil {
 				r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
 			}

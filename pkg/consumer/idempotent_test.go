@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/stream"
@@ -72,5 +73,52 @@ func TestIdempotentSubscriptionRecordsOnlyWhatIsNotPlainSuccess(t *testing.T) {
 	// received (not attempted yet).
 	if _, ok := statusOf("ev_not_yet", 4); ok {
 		t.Fatal("an event past the ack floor is told done")
+	}
+}
+
+// An event the handler makes no effect of (Options.Acts false) is taken as an
+// idempotent subscription's: no guard record and no outcome for its plain success
+// (completed in consumer.Status once the ack floor passes it), its failure recorded,
+// and so the success after it; the events the handler acts on keep their records.
+func TestEventsTheHandlerDoesNotActOnAreNotRecorded(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	ids := publishFor(t, conn, 3, func(int) string { return "lead@example.com" })
+	acted, idle, flaky := ids[0], ids[1], ids[2]
+	var fx effects
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		if n := fx.add(ev.Envelope.ID); ev.Envelope.ID == flaky && n < 2 {
+			return retry.Transiently("hubspot", errors.New("503"))
+		}
+		return nil
+	}, func(o *Options) { o.Acts = func(env envelope.Envelope) bool { return env.ID == acted } })
+	guards, err := conn.JS.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every event settled", func() bool {
+		c, err := conn.JS.Consumer(ctx, stream.Events, sub.Durable)
+		return err == nil && c.CachedInfo().AckFloor.Stream == 3
+	})
+	if rec, ok, _ := guard.Status(ctx, guards, sub.Durable, acted); !ok || rec.Status != guard.Completed {
+		t.Fatalf("the event acted on is recorded as %+v %v", rec, ok)
+	}
+	if len(outcomesOf(t, conn, acted)) != 1 {
+		t.Fatal("the event acted on has no outcome")
+	}
+	if rec, ok, _ := guard.Status(ctx, guards, sub.Durable, idle); ok {
+		t.Fatalf("an event not acted on has a guard record: %+v", rec)
+	}
+	for _, o := range outcomesOf(t, conn, idle) {
+		t.Fatalf("outcome of an event not acted on: %+v", o)
+	}
+	if rec, ok, err := Status(ctx, conn.JS, guards, sub, idle, 2); err != nil || !ok || rec.Status != guard.Completed {
+		t.Fatalf("the event not acted on, past the ack floor: %+v %v %v", rec, ok, err)
+	}
+	if rec, ok, _ := guard.Status(ctx, guards, sub.Durable, flaky); !ok || rec.Status != guard.Completed || rec.Attempts != 2 {
+		t.Fatalf("the success after a failure is recorded as %+v %v", rec, ok)
+	}
+	if n := fx.get(idle); n != 1 {
+		t.Fatalf("the handler was called %d times for the event not acted on", n)
 	}
 }

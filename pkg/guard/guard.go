@@ -78,6 +78,8 @@ type Attempt struct {
 	Wait time.Duration
 	// New: no attempt can have come before this one (BeginNew found no record).
 	New bool
+	// Assumed: made by Assume, nothing read or claimed.
+	Assumed bool
 
 	key  string
 	rev  uint64
@@ -152,7 +154,7 @@ func (g *Guard) decide(ctx context.Context, key string, cur Record, curRev uint6
 func (g *Guard) Assume(eventID string, attempt int) Attempt {
 	now := g.now().UTC()
 	return Attempt{Decision: Proceed, Record: Record{Status: Processing, Attempts: attempt, LastAttempt: now},
-		key: Key(g.consumer, eventID), unclaimed: true}
+		key: Key(g.consumer, eventID), unclaimed: true, Assumed: true}
 }
 
 // BeginNew is Begin for an attempt that nothing else can be making at the same time

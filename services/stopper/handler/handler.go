@@ -340,11 +340,12 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 		return err
 	}
 	h := gate.Wrap(Acts, New(d, env.Platforms.For, dir, env.Log))
-	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: h, Dependencies: Dependencies})
+	return env.Consume(ctx, stream.Stopper, up, consumer.Options{Handle: h, Acts: Acts, Dependencies: Dependencies})
 }
 
 // Acts says which events the stopper acts on (what an unsigned one must first be
-// confirmed for): a stop's cause, or a classification that raises a label.
+// confirmed for, and what its consumer keeps a guard record of): a stop's cause, or a
+// classification that raises a label. The handler does nothing with any other.
 func Acts(env envelope.Envelope) bool {
 	if _, ok := classifiedLabel(env); ok {
 		return true

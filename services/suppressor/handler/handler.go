@@ -158,6 +158,11 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	h := gate.Wrap(func(env envelope.Envelope) bool { return Reason(env) != "" }, New(suppression.New(stream.DurableKV(env.Conn.JS, kv)), env.Platforms.For, dir))
-	return env.Consume(ctx, stream.Suppressor, up, consumer.Options{Handle: h})
+	h := gate.Wrap(Acts, New(suppression.New(stream.DurableKV(env.Conn.JS, kv)), env.Platforms.For, dir))
+	return env.Consume(ctx, stream.Suppressor, up, consumer.Options{Handle: h, Acts: Acts})
 }
+
+// Acts says which events the suppressor acts on (what an unsigned one must first be
+// confirmed for, and what its consumer keeps a guard record of): those with a Reason.
+// The handler does nothing with any other.
+func Acts(env envelope.Envelope) bool { return Reason(env) != "" }
