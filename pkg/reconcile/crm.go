@@ -10,9 +10,7 @@ import (
 
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
-	"exacto.dev/pkg/lifecycle"
 	"exacto.dev/pkg/platform/hubspot"
-	"exacto.dev/pkg/projection"
 )
 
 // DefaultMaxCRMContacts is how many contacts one pass reads at HubSpot for their deals
@@ -57,7 +55,7 @@ func crmOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
 		if err != nil {
 			return out, p.crmAdvance(ctx, ts, start, n, i, err)
 		}
-		opps, held := named(t.c, func(v lifecycle.View) []string { return v.Opportunities }), named(t.c, func(v lifecycle.View) []string { return v.Meetings })
+		opps, held := named(t.c, func(v passView) []string { return v.Opportunities }), named(t.c, func(v passView) []string { return v.Meetings })
 		email := emailOf(t.c)
 		for _, d := range deals {
 			if slices.Contains(opps, d.ID) {
@@ -98,10 +96,10 @@ func propose(p *Pass, f Finding, object, typ string, data envelope.Data, raw any
 }
 
 // named is every id pick gives of the contact's views: its own and each campaign's.
-func named(c projection.Contact, pick func(lifecycle.View) []string) []string {
+func named(c passContact, pick func(passView) []string) []string {
 	out := slices.Clone(pick(c.View()))
-	for id := range c.Campaigns {
-		out = append(out, pick(c.InCampaign(id))...)
+	for _, in := range c.in {
+		out = append(out, pick(in.v)...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -157,7 +155,7 @@ func (p *Pass) crmAdvance(ctx context.Context, ts []hubspotTarget, start, count,
 
 // hubspotTarget is a projection contact and one HubSpot contact id recorded for it.
 type hubspotTarget struct {
-	c  projection.Contact
+	c  passContact
 	id string
 	// key orders the targets and names the cursor's place: the HubSpot id, then the
 	// contact's (one HubSpot contact may be recorded for two projection contacts). Made
@@ -167,7 +165,7 @@ type hubspotTarget struct {
 
 // hubspotTargets are the HubSpot contacts recorded for cs (by the crmwriter), in cs's
 // order.
-func hubspotTargets(cs []projection.Contact) []hubspotTarget {
+func hubspotTargets(cs []passContact) []hubspotTarget {
 	var ts []hubspotTarget
 	for _, c := range cs {
 		for _, ext := range c.External[contacts.CRMContactID] {

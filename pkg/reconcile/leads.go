@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/lifecycle"
 	"exacto.dev/pkg/platform/instantly"
 	"exacto.dev/pkg/platform/smartlead"
 	"exacto.dev/pkg/projection"
@@ -211,8 +214,8 @@ func smartleadLead(campaign string, l smartlead.CampaignLead) lead {
 }
 
 // projectionContacts are the tenant's contact records, with the ids the workers
-// recorded in the directory, once per pass.
-func (p *Pass) projectionContacts(ctx context.Context) ([]projection.Contact, error) {
+// recorded in the directory, once per pass: each summed up as it is read (passContact).
+func (p *Pass) projectionContacts(ctx context.Context) ([]passContact, error) {
 	if p.cLoaded {
 		return p.contacts, nil
 	}
@@ -220,23 +223,88 @@ func (p *Pass) projectionContacts(ctx context.Context) ([]projection.Contact, er
 	if err != nil {
 		return nil, err
 	}
-	var out []projection.Contact
+	var out []passContact
 	for _, k := range keys {
 		c, ok, err := p.Reader.Contact(ctx, p.Tenant, strings.TrimPrefix(k, p.Tenant+"."))
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			out = append(out, c)
+			out = append(out, sumUp(c))
 		}
 	}
 	p.contacts, p.cLoaded = out, true
 	return out, nil
 }
 
+// passContact is what the checks read of a projection contact: its ids and keys, and
+// of the views its lifecycles give what the checks ask, computed once when the record
+// is read. Not the record: its facts are most of its size, and a pass holds every
+// contact of the tenant (BenchmarkPassContactHeld).
+type passContact struct {
+	ContactID string
+	Keys      []string
+	External  map[string][]string
+	view      passView       // the contact-level view
+	in        []campaignView // the effective view in each of its campaigns
+	// outside is the effective view in a campaign it is not in, when that is not view.
+	outside *passView
+}
+
+// passView is what the checks read of a lifecycle.View.
+type passView struct {
+	Status    lifecycle.Status
+	Replied   bool
+	Completed bool // its sequence stopped or completed (Reached holds Completed)
+	// Meetings and Opportunities are the ids the view names.
+	Meetings, Opportunities []string
+	Discrepancies           []lifecycle.Discrepancy
+}
+
+func viewOf(v lifecycle.View) passView {
+	return passView{Status: v.Status, Replied: v.Replied, Completed: slices.Contains(v.Reached, lifecycle.Completed),
+		Meetings: v.Meetings, Opportunities: v.Opportunities, Discrepancies: v.Discrepancies}
+}
+
+// campaignView is a contact's effective view in a campaign, and the discrepancies of
+// the campaign's own lifecycle.
+type campaignView struct {
+	id  string
+	v   passView
+	own []lifecycle.Discrepancy
+}
+
+func sumUp(c projection.Contact) passContact {
+	s := passContact{ContactID: c.ContactID, Keys: c.Keys, External: c.External, view: viewOf(c.View())}
+	if out := viewOf(lifecycle.Effective(lifecycle.State{}, c.Lifecycle).View()); !reflect.DeepEqual(out, s.view) {
+		s.outside = &out
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.Campaigns)) {
+		s.in = append(s.in, campaignView{id: id, v: viewOf(c.InCampaign(id)), own: c.Campaigns[id].View().Discrepancies})
+	}
+	return s
+}
+
+// View is what the checks read of the contact's own view (projection.Contact.View).
+func (c passContact) View() passView { return c.view }
+
+// InCampaign is what the checks read of the contact's effective view in campaign
+// (projection.Contact.InCampaign).
+func (c passContact) InCampaign(campaign string) passView {
+	for _, in := range c.in {
+		if in.id == campaign {
+			return in.v
+		}
+	}
+	if c.outside != nil {
+		return *c.outside
+	}
+	return c.view
+}
+
 // contactsByEmail indexes the pass's projection contacts (their indexes in
 // projectionContacts) by the normalised e-mails of their keys, once per pass.
-func (p *Pass) contactsByEmail(ctx context.Context) ([]projection.Contact, map[string][]int, error) {
+func (p *Pass) contactsByEmail(ctx context.Context) ([]passContact, map[string][]int, error) {
 	cs, err := p.projectionContacts(ctx)
 	if err != nil || p.byEmail != nil {
 		return cs, p.byEmail, err
@@ -255,7 +323,7 @@ func (p *Pass) contactsByEmail(ctx context.Context) ([]projection.Contact, map[s
 }
 
 // emailOf is a contact record's first e-mail.
-func emailOf(c projection.Contact) string {
+func emailOf(c passContact) string {
 	for _, k := range c.Keys {
 		if e, ok := strings.CutPrefix(k, "email:"); ok {
 			return e

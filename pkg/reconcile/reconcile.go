@@ -194,7 +194,7 @@ type Pass struct {
 	sources   []sourceCampaign // the platforms' campaign listings (loaded once)
 	sourceErr error
 	sLoaded   bool
-	contacts  []projection.Contact
+	contacts  []passContact // the projection's contacts, summed up (loaded once)
 	cLoaded   bool
 	byEmail   map[string][]int // contacts' indexes by normalised e-mail (built once)
 	queue     *Queue           // the pass's diff queue (Run), which keeps the HubSpot cursor

@@ -2,8 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"maps"
-	"slices"
 
 	"exacto.dev/pkg/lifecycle"
 )
@@ -31,9 +29,9 @@ func impossibleState(ctx context.Context, p *Pass) ([]Finding, error) {
 				out = append(out, f)
 			}
 		}
-		add("", c.Lifecycle.View().Discrepancies)
-		for _, id := range slices.Sorted(maps.Keys(c.Campaigns)) {
-			add(id, c.Campaigns[id].View().Discrepancies)
+		add("", c.View().Discrepancies)
+		for _, in := range c.in { // in campaign order
+			add(in.id, in.own)
 		}
 	}
 	return out, nil

@@ -2,10 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"slices"
-
-	"exacto.dev/pkg/lifecycle"
-	"exacto.dev/pkg/projection"
 )
 
 // stillActive: an impossible state across systems. The projection shows the contact
@@ -27,7 +23,7 @@ func stillActive(ctx context.Context, p *Pass, l lead) (f Finding, ok bool, err 
 	switch {
 	case v.Replied:
 		why = "replied"
-	case slices.Contains(v.Reached, lifecycle.Completed):
+	case v.Completed:
 		why = "stopped (its sequence stopped or completed)"
 	default:
 		return f, false, nil
@@ -44,17 +40,18 @@ func stillActive(ctx context.Context, p *Pass, l lead) (f Finding, ok bool, err 
 // projection contacts indexed by e-mail (contactsByEmail). An e-mail no contact holds
 // is unknown; one two contacts hold (a duplicate_contact) is left to
 // Reader.ContactByEmail, which picks the one the directory names.
-func (p *Pass) contactByEmail(ctx context.Context, email string) (projection.Contact, bool, error) {
+func (p *Pass) contactByEmail(ctx context.Context, email string) (passContact, bool, error) {
 	cs, byEmail, err := p.contactsByEmail(ctx)
 	if err != nil || email == "" {
-		return projection.Contact{}, false, err
+		return passContact{}, false, err
 	}
 	switch is := byEmail[email]; len(is) {
 	case 0:
-		return projection.Contact{}, false, nil
+		return passContact{}, false, nil
 	case 1:
 		return cs[is[0]], true, nil
 	default:
-		return p.Reader.ContactByEmail(ctx, p.Tenant, email)
+		c, ok, err := p.Reader.ContactByEmail(ctx, p.Tenant, email)
+		return sumUp(c), ok, err
 	}
 }
