@@ -102,10 +102,11 @@ type Options struct {
 	Workers int
 	Handle  Handler
 	// Acts, when set, tells the events the handler makes an effect of; for the others
-	// it must do nothing (log at most). Those are taken as an idempotent service's are:
-	// no contact lease, no guard record, no outcome unless they fail — bookkeeping no
-	// effect needs (a classification the suppressor does nothing with costs it three
-	// writes otherwise: the guard's read and record, and its outcome).
+	// it must do nothing (log at most). Those claim nothing (no contact lease, no guard
+	// read) and their plain success has no outcome; their guard record is still written
+	// once, completed, so that Status and every check of the guards tell them as before
+	// (a classification the suppressor does nothing with cost it three round trips, the
+	// guard's read and record and its outcome; now one).
 	Acts func(envelope.Envelope) bool
 	// Dependencies, when set, say what the handler calls for an event (through
 	// Event.Call): their Retry-After pauses (Pacer) and circuit breakers (Breakers)
@@ -612,12 +613,16 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
 		// An attempt that claimed nothing (an idempotent consumer's, or one at an event
-		// its handler does nothing with) is told by its ack alone the first time; after
-		// a failure, or replayed from the DLQ, its record says completed.
-		if !a.Assumed || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
+		// its handler does nothing with) has no outcome the first time, and an idempotent
+		// consumer's no record either: its ack tells it (Status). After a failure, or
+		// replayed from the DLQ, both say completed.
+		recorded := !a.Assumed || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays
+		if recorded || !r.o.Sub.Idempotent {
 			if err := r.guard.Complete(ctx, a); err != nil {
 				r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
 			}
+		}
+		if recorded {
 			r.outcome(ctx, env, a.Record)
 		}
 		r.ack(ctx, m)

@@ -3,8 +3,13 @@ package consumer
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
+	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
@@ -76,15 +81,16 @@ func TestIdempotentSubscriptionRecordsOnlyWhatIsNotPlainSuccess(t *testing.T) {
 	}
 }
 
-// An event the handler makes no effect of (Options.Acts false) is taken as an
-// idempotent subscription's: no guard record and no outcome for its plain success
-// (completed in consumer.Status once the ack floor passes it), its failure recorded,
-// and so the success after it; the events the handler acts on keep their records.
-func TestEventsTheHandlerDoesNotActOnAreNotRecorded(t *testing.T) {
+// An event the handler makes no effect of (Options.Acts false) claims nothing: no
+// guard read before it, no outcome of its plain success, and one guard record written
+// when it ends, completed, so that Status tells it as before; its failure is recorded
+// and told, and so is the success after it; the event acted on is as it was.
+func TestEventsTheHandlerDoesNotActOnClaimNothing(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	ctx := context.Background()
 	ids := publishFor(t, conn, 3, func(int) string { return "lead@example.com" })
 	acted, idle, flaky := ids[0], ids[1], ids[2]
+	reads, writes := guardTraffic(t, conn)
 	var fx effects
 	run(t, conn, func(ctx context.Context, ev Event) error {
 		if n := fx.add(ev.Envelope.ID); ev.Envelope.ID == flaky && n < 2 {
@@ -100,25 +106,64 @@ func TestEventsTheHandlerDoesNotActOnAreNotRecorded(t *testing.T) {
 		c, err := conn.JS.Consumer(ctx, stream.Events, sub.Durable)
 		return err == nil && c.CachedInfo().AckFloor.Stream == 3
 	})
-	if rec, ok, _ := guard.Status(ctx, guards, sub.Durable, acted); !ok || rec.Status != guard.Completed {
-		t.Fatalf("the event acted on is recorded as %+v %v", rec, ok)
+	// The event not acted on: its record written once and never read; the one acted on
+	// was claimed (created, then completed).
+	acts, idles := guard.Key(sub.Durable, acted), guard.Key(sub.Durable, idle)
+	if reads(idles) != 0 || writes(idles) != 1 || reads(acts)+writes(acts) < 2 {
+		t.Fatalf("guard reads and writes: %d and %d of the event not acted on, %d and %d of the one acted on",
+			reads(idles), writes(idles), reads(acts), writes(acts))
 	}
-	if len(outcomesOf(t, conn, acted)) != 1 {
-		t.Fatal("the event acted on has no outcome")
-	}
-	if rec, ok, _ := guard.Status(ctx, guards, sub.Durable, idle); ok {
-		t.Fatalf("an event not acted on has a guard record: %+v", rec)
-	}
-	for _, o := range outcomesOf(t, conn, idle) {
-		t.Fatalf("outcome of an event not acted on: %+v", o)
-	}
-	if rec, ok, err := Status(ctx, conn.JS, guards, sub, idle, 2); err != nil || !ok || rec.Status != guard.Completed {
-		t.Fatalf("the event not acted on, past the ack floor: %+v %v %v", rec, ok, err)
+	for _, id := range []string{acted, idle} {
+		if rec, ok, err := Status(ctx, conn.JS, guards, sub, id, 0); err != nil || !ok || rec.Status != guard.Completed || rec.Attempts != 1 {
+			t.Fatalf("%s is recorded as %+v %v %v", id, rec, ok, err)
+		}
 	}
 	if rec, ok, _ := guard.Status(ctx, guards, sub.Durable, flaky); !ok || rec.Status != guard.Completed || rec.Attempts != 2 {
 		t.Fatalf("the success after a failure is recorded as %+v %v", rec, ok)
 	}
+	waitFor(t, "the outcomes", func() bool { return len(outcomesOf(t, conn, acted)) == 1 && len(outcomesOf(t, conn, flaky)) == 2 })
+	for _, o := range outcomesOf(t, conn, idle) {
+		t.Fatalf("outcome of an event not acted on: %+v", o)
+	}
 	if n := fx.get(idle); n != 1 {
 		t.Fatalf("the handler was called %d times for the event not acted on", n)
 	}
+}
+
+// guardTraffic counts, by guard key, the reads (direct gets) and the writes of guard
+// records this test's clients send the server from now on.
+func guardTraffic(t *testing.T, conn *broker.Conn) (reads, writes func(key string) int) {
+	t.Helper()
+	var mu sync.Mutex
+	got, put := map[string]int{}, map[string]int{}
+	record := "$KV." + stream.Guards + "."
+	count := func(m map[string]int, prefix string) nats.MsgHandler {
+		return func(msg *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			m[strings.TrimPrefix(msg.Subject, prefix)]++
+		}
+	}
+	for subject, h := range map[string]nats.MsgHandler{
+		"$JS.API.DIRECT.GET.KV_" + stream.Guards + ".>": count(got, "$JS.API.DIRECT.GET.KV_"+stream.Guards+"."+record),
+		record + ">": count(put, record),
+	} {
+		s, err := conn.NC.Subscribe(subject, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Unsubscribe() })
+	}
+	if err := conn.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	of := func(m map[string]int) func(string) int {
+		return func(key string) int {
+			conn.NC.Flush()
+			mu.Lock()
+			defer mu.Unlock()
+			return m[key]
+		}
+	}
+	return of(got), of(put)
 }

@@ -12,13 +12,12 @@ import (
 
 // Status is what sub's service has done with event id, stored at stream sequence
 // seq: its guard record, ok false when it has none (received: not attempted yet). An
-// idempotent subscription records only what is not plain success, and so does every
-// subscription for an event its handler does nothing with (Options.Acts): past its
-// consumer's ack floor an event it holds no record of is completed, and so is one of an
-// idempotent subscription whose failure record a success followed.
+// idempotent subscription records only what is not plain success, so past its
+// consumer's ack floor an event it holds no record of — or a failure record since
+// followed by a success — is completed.
 func Status(ctx context.Context, js jetstream.JetStream, guards jetstream.KeyValue, sub stream.Subscription, id string, seq uint64) (guard.Record, bool, error) {
 	rec, ok, err := guard.Status(ctx, guards, sub.Name(), id)
-	if err != nil || (ok && !sub.Idempotent) || rec.Status == guard.Completed || rec.Status == guard.DeadLetter {
+	if err != nil || !sub.Idempotent || rec.Status == guard.Completed || rec.Status == guard.DeadLetter {
 		return rec, ok, err
 	}
 	c, err := js.Consumer(ctx, sub.StreamName(), sub.Durable)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +39,6 @@ type rig struct {
 	sb      *sandbox.Server
 	handle  consumer.Handler
 	clients accounts.Clients
-	seqs    sync.Map // event id -> its stream sequence (publish)
 }
 
 func newRig(t *testing.T) *rig {
@@ -121,25 +119,18 @@ func (r *rig) publish(env envelope.Envelope, msgID string) {
 	if msgID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
-	ack, err := r.conn.JS.PublishMsg(context.Background(), msg)
-	if err != nil {
+	if _, err := r.conn.JS.PublishMsg(context.Background(), msg); err != nil {
 		r.t.Fatal(err)
 	}
-	r.seqs.LoadOrStore(env.ID, ack.Sequence)
 }
 
-// status is what the stopper did with event id, as `exacto events show` tells it (an
-// event it does nothing with has no guard record: completed once acked).
 func (r *rig) status(id string) guard.Record {
 	r.t.Helper()
 	kv, err := r.conn.JS.KeyValue(context.Background(), stream.Guards)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	seq, _ := r.seqs.Load(id)
-	sub, _ := stream.SubscriptionOf(stream.Stopper)
-	n, _ := seq.(uint64)
-	rec, _, err := consumer.Status(context.Background(), r.conn.JS, kv, sub, id, n)
+	rec, _, err := guard.Status(context.Background(), kv, stream.Stopper, id)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -490,18 +481,28 @@ func TestNoStop(t *testing.T) {
 	if n := r.sb.TotalRequests(); n != 0 {
 		t.Fatalf("%d platform calls for events that stop nothing", n)
 	}
-	guards, err := r.conn.JS.KeyValue(context.Background(), stream.Guards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, env := range []envelope.Envelope{auto, soft, chat} { // nothing to guard (Acts)
-		if rec, ok, _ := guard.Status(context.Background(), guards, stream.Stopper, env.ID); ok {
-			t.Fatalf("a guard record of %s, which stops nothing: %+v", env.Type, rec)
-		}
-	}
 	unknown := event("hubspot", envelope.TypeLeadUnsubscribed, "h1", envelope.Data{Contact: &envelope.Contact{Email: "nobody@example.com"}})
 	r.publish(unknown, "")
 	r.waitStatus(unknown.ID, guard.Completed)
+	// The events that stop nothing have no outcome (Acts); the one published after them
+	// has, once its own is stored.
+	told := func() map[string]bool {
+		out := map[string]bool{}
+		for _, m := range r.read(stream.Outcomes, "outcomes.stopper.>") {
+			var o consumer.Outcome
+			if err := json.Unmarshal(m.Data, &o); err != nil {
+				t.Fatal(err)
+			}
+			out[o.EventID] = true
+		}
+		return out
+	}
+	r.waitFor("the outcome of "+unknown.ID, func() bool { return told()[unknown.ID] })
+	for _, env := range []envelope.Envelope{auto, soft, chat} {
+		if told()[env.ID] {
+			t.Fatalf("an outcome of %s, which stops nothing", env.Type)
+		}
+	}
 	writes := r.sb.Requests(sandbox.RouteInstantlyInterest) + r.sb.Requests(sandbox.RouteInstantlyBlocklist) +
 		r.sb.Requests(sandbox.RouteSmartleadPause) + r.sb.Requests(sandbox.RouteSmartleadUnsubscribeAll)
 	if writes != 0 || r.sb.Requests(sandbox.RouteInstantlyLeadList) != 1 || r.sb.Requests(sandbox.RouteSmartleadLeadByEmail) != 1 {
