@@ -22,7 +22,7 @@ import (
 // The thresholds are a few of its 32 workers' worth, read ten times a second: at 500
 // replies/s a stop waited behind 64 events and a quarter second of not knowing it
 // (receipt to sequence.stopped p99 221 to 415 ms in three runs of BenchmarkEndToEnd,
-// 155 to 210 ms in four at these; docs/performance.md).
+// 154 to 210 ms in five at these; docs/performance.md).
 const (
 	urgentBehind   = 16
 	urgentCaughtUp = 4
