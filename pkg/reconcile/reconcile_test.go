@@ -152,11 +152,16 @@ func (f *fixture) run(dryRun bool) Report {
 	return rep
 }
 
+// providerEvent is a provider event of typ for email in campaign, of id.
+func providerEvent(provider, typ, email, campaign, id string, at time.Time) envelope.Envelope {
+	return envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID(tenant, provider, id), Type: typ, Time: at, Tenant: tenant, Provider: provider,
+		Data: envelope.Data{Contact: &envelope.Contact{Email: email}, Campaign: &envelope.Campaign{ID: campaign}, Message: &envelope.Message{ID: id}}}
+}
+
 // project applies a provider event of typ for email in campaign to the projection.
 func (f *fixture) project(provider, typ, email, campaign, id string, at time.Time) {
 	f.t.Helper()
-	env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID(tenant, provider, id), Type: typ, Time: at, Tenant: tenant, Provider: provider,
-		Data: envelope.Data{Contact: &envelope.Contact{Email: email}, Campaign: &envelope.Campaign{ID: campaign}, Message: &envelope.Message{ID: id}}}
+	env := providerEvent(provider, typ, email, campaign, id, at)
 	if _, err := projection.Apply(context.Background(), f.deps.Reader.Stores, f.dir, env); err != nil {
 		f.t.Fatal(err)
 	}

@@ -31,11 +31,10 @@ func TestPassContactIsTheRecordSummedUp(t *testing.T) {
 	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
 	for i := range 400 {
 		email := fmt.Sprintf("p%d@northwind.example", r.IntN(40))
-		env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID(tenant, "instantly", fmt.Sprint("ev-", i)), Type: types[r.IntN(len(types))],
-			Time: at.Add(time.Duration(r.IntN(600)) * time.Minute), Tenant: tenant, Provider: "instantly",
-			Data: envelope.Data{Contact: &envelope.Contact{Email: email}, Message: &envelope.Message{ID: fmt.Sprint("m-", i)}}}
-		if r.IntN(4) > 0 {
-			env.Data.Campaign = &envelope.Campaign{ID: campaigns[r.IntN(len(campaigns))]}
+		env := providerEvent("instantly", types[r.IntN(len(types))], email, campaigns[r.IntN(len(campaigns))], fmt.Sprint("ev-", i),
+			at.Add(time.Duration(r.IntN(600))*time.Minute))
+		if r.IntN(4) == 0 {
+			env.Data.Campaign = nil // a contact-level event
 		}
 		switch env.Type {
 		case envelope.TypeMeetingBooked:
@@ -105,10 +104,8 @@ func BenchmarkPassContactHeld(b *testing.B) {
 	types := []string{envelope.TypeEmailSent, envelope.TypeReplyReceived, envelope.TypeSequenceStopped, envelope.TypeEmailOpened}
 	for i := range 2000 {
 		for j, typ := range types {
-			env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID(tenant, "instantly", fmt.Sprint("ev-", i, "-", j)), Type: typ,
-				Time: at.Add(time.Duration(j) * time.Minute), Tenant: tenant, Provider: "instantly",
-				Data: envelope.Data{Contact: &envelope.Contact{Email: fmt.Sprintf("p%d@northwind.example", i)},
-					Campaign: &envelope.Campaign{ID: camp}, Message: &envelope.Message{ID: fmt.Sprint("m-", i)}}}
+			env := providerEvent("instantly", typ, fmt.Sprintf("p%d@northwind.example", i), camp, fmt.Sprint("ev-", i, "-", j),
+				at.Add(time.Duration(j)*time.Minute))
 			if _, err := projection.Apply(ctx, stores, nil, env); err != nil {
 				b.Fatal(err)
 			}

@@ -158,9 +158,8 @@ func startUp(b *testing.B, env []string, wrap ...string) *upProcess {
 	b.Cleanup(u.stop)
 	for deadline := time.Now().Add(10 * time.Second); len(wrap) > 0; time.Sleep(10 * time.Millisecond) {
 		// exacto is the wrapper's child: signals go to it, and the wrapper ends with it.
-		children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
-		if f := strings.Fields(string(children)); len(f) > 0 {
-			u.pid, _ = strconv.Atoi(f[0])
+		if d := descendants(cmd.Process.Pid); len(d) > 0 {
+			u.pid = d[0]
 			break
 		}
 		if time.Now().After(deadline) {
