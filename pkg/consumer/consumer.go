@@ -252,6 +252,7 @@ func Run(ctx context.Context, o Options) error {
 					}
 					r.taken.Add(1)
 					r.handle(ctx, m)
+					r.handled.Add(1)
 				}
 			}
 		}()
@@ -266,7 +267,10 @@ func Run(ctx context.Context, o Options) error {
 					return *c
 				}
 				return nil
-			}, func() int64 { return r.received.Load() - r.taken.Load() })
+			}, inHand{
+				waiting:  func() int64 { return r.received.Load() - r.taken.Load() },
+				handling: func() int64 { return r.taken.Load() - r.handled.Load() },
+			}, coreShare())
 		}()
 		defer func() { stopWatch(); <-watched }()
 	}
@@ -331,8 +335,9 @@ type runner struct {
 	// their record is written: another copy of the event waits meanwhile.
 	unclaimed sync.Map
 	// received and taken count the deliveries to this process and those a worker took:
-	// the difference waits in the client (Precedence).
-	received, taken atomic.Int64
+	// the difference waits in the client; handled those a worker is done with
+	// (Precedence).
+	received, taken, handled atomic.Int64
 }
 
 // bind creates or updates the service's durable consumer from the topology (each

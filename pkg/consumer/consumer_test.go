@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1125,7 +1127,9 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 
 // An urgent consumer is behind when its events wait, undelivered at the server or
 // delivered to this process and not yet taken by a worker (prefetched): the others then
-// defer to it, and go on once both are low again.
+// defer to it, and go on once both are low again. Events its workers handle count too,
+// but only while the process uses most of its cores: a slow platform, not the cores,
+// is what holds them otherwise.
 func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -1134,17 +1138,68 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var waiting atomic.Int64
+	var waiting, handling atomic.Int64
+	var used atomic.Uint64 // percent of the cores
 	p := &Precedence{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.watch(ctx, sub.Durable, func() jetstream.Consumer { return c }, waiting.Load)
+		p.watch(ctx, sub.Durable, func() jetstream.Consumer { return c }, inHand{waiting.Load, handling.Load},
+			func() (float64, bool) { return float64(used.Load()) / 100, true })
 	}()
 	waiting.Store(urgentBehind + 1) // nothing undelivered: all of it prefetched here
 	waitFor(t, "behind", p.Behind)
 	waiting.Store(0)
 	waitFor(t, "caught up", func() bool { return !p.Behind() })
+
+	// Handled, not waiting, with the cores idle: a slow platform. No one defers.
+	handling.Store(urgentBehind + 1)
+	used.Store(10)
+	time.Sleep(3 * precedenceEvery)
+	if p.Behind() {
+		t.Fatal("behind with its events in its workers' hands while the cores are idle")
+	}
+	// The same with the cores busy: behind.
+	used.Store(90)
+	waitFor(t, "behind while the cores are busy", p.Behind)
+	// Less busy, but not idle, and still holding many: still behind (hysteresis).
+	used.Store(60)
+	time.Sleep(3 * precedenceEvery)
+	if !p.Behind() {
+		t.Fatal("caught up while it still holds many events and the cores are still in use")
+	}
+	// The cores have room: the others go on, what it holds being the platform's wait.
+	used.Store(30)
+	waitFor(t, "caught up once the cores have room", func() bool { return !p.Behind() })
+	// Busy again, then its hands empty: caught up however busy the cores, once that
+	// has lasted caughtUpFor.
+	used.Store(95)
+	waitFor(t, "behind again", p.Behind)
+	handling.Store(urgentCaughtUp - 1)
+	calm := time.Now()
+	waitFor(t, "caught up with little in hand", func() bool { return !p.Behind() })
+	if d := time.Since(calm); d < caughtUpFor-precedenceEvery {
+		t.Fatalf("caught up %v after its hands emptied, want %v of calm first", d, caughtUpFor)
+	}
 	cancel()
 	<-done
+}
+
+// coreShare tells the share of the cores the process used since its last call: its CPU
+// time over the wall time of all its cores.
+func TestCoreShareFollowsTheProcess(t *testing.T) {
+	if _, ok := processCPU(); !ok {
+		t.Skip("the process's CPU time is not known on this system")
+	}
+	share := coreShare()
+	cpu0, _ := processCPU()
+	began := time.Now()
+	for time.Since(began) < 300*time.Millisecond { // a core spinning, as far as the machine lets it
+	}
+	got, ok := share()
+	cpu1, _ := processCPU()
+	want := float64(cpu1-cpu0) / (float64(time.Since(began)) * float64(runtime.GOMAXPROCS(0)))
+	if !ok || got <= 0 || math.Abs(got-want) > 0.1 {
+		t.Fatalf("share %.3f (known %v), want about %.3f", got, ok, want)
+	}
 }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -12,23 +13,40 @@ import (
 // consumers (stream.Subscription.Urgent: the stopper and the suppressor, whose effects
 // keep a person from being e-mailed again) share the process's cores with the others
 // (the classifier, the crmwriter, the projector), and in a campaign's burst the
-// process may not have the cores for all of them at once. While an urgent consumer has
-// events waiting that none of its workers has taken (more than urgentBehind), the
-// others take an event at most every deferredPace per worker, so the cores go to the
-// stops; once it is back under urgentCaughtUp, they go on at full speed and work off
-// what waited. Nothing is dropped: the deferred events wait in the stream, durably.
-// The held workers' prefetched events are held less than their ack wait.
+// process may not have the cores for all of them at once. An urgent consumer is behind
+// while more than urgentBehind of its events wait that none of its workers has taken;
+// or, while the process uses at least busyShare of its cores, while more than that are
+// in its hands (waiting or being handled: with 32 workers a burst seldom leaves an
+// event waiting for a worker; it makes each one slower instead, every step of every
+// worker queueing for the cores the others use). Then the others take an event at
+// most every deferredPace per worker, so the cores go to the stops. They go on at full
+// speed, and work off what waited, once for caughtUpFor it has held fewer than
+// urgentCaughtUp, or fewer than that have waited for a worker while the process had
+// room (under roomShare of its cores): a slow platform holds the stopper's workers
+// without using a core, and must not hold the CRM back. Nothing is dropped: the
+// deferred events wait in the stream, durably. The held workers' prefetched events are
+// held less than their ack wait.
 //
-// The thresholds are a few of its 32 workers' worth, read ten times a second: at 500
-// replies/s a stop waited behind 64 events and a quarter second of not knowing it
-// (receipt to sequence.stopped p99 221 to 415 ms in three runs of BenchmarkEndToEnd,
-// 154 to 210 ms in five at these; docs/performance.md).
+// The thresholds are a few of its 32 workers' worth, read ten times a second. At 500
+// replies/s (BenchmarkEndToEnd, 7,500 replies; docs/performance.md "Precedence by the
+// cores") receipt to sequence.stopped had a p99 of 160 to 477 ms and a p50 of 62 to 78
+// ms when only the events waiting for a worker counted (the others seldom deferred);
+// 119 to 162 and 32 to 46 ms counting those in hand on busy cores; 75 and 78 ms, p50 5
+// ms, with the others going on after a second of calm (94 to 111 and 6 to 10 ms after
+// 300 ms).
 const (
 	urgentBehind   = 16
 	urgentCaughtUp = 4
 	deferredPace   = 5 * time.Second
 	// precedenceEvery is how often an urgent runner reads its consumer's backlog.
 	precedenceEvery = 100 * time.Millisecond
+	// busyShare and roomShare are shares of the process's cores (GOMAXPROCS), used
+	// over the last precedenceEvery.
+	busyShare = 0.75
+	roomShare = 0.5
+	// caughtUpFor is how long an urgent consumer must be found caught up, read after
+	// read, before the others go on: they would take the cores back at once.
+	caughtUpFor = time.Second
 )
 
 // Precedence is one process's: its urgent runners report, its other runners defer.
@@ -58,21 +76,26 @@ func (p *Precedence) set(name string, behind bool) {
 	p.behind[name] = behind
 }
 
+// inHand is what an urgent runner holds in this process: events delivered to it that
+// no worker has taken yet (waiting: the workers' prefetched events, up to a hundred and
+// more, which the server counts as delivered), and those its workers handle now.
+type inHand struct{ waiting, handling func() int64 }
+
 // watch reads c's backlog every precedenceEvery until ctx ends and tells p whether
-// urgent consumer name is behind (with hysteresis): its undelivered events, and those
-// delivered to this process that no worker has taken yet (waiting: the workers'
-// prefetched events, up to a hundred and more, which the server counts as delivered).
-func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.Consumer, waiting func() int64) {
+// urgent consumer name is behind (with hysteresis), share being the process's use of
+// its cores since its last call (ok false when unknown).
+func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.Consumer, held inHand, share func() (float64, bool)) {
 	defer p.set(name, false)
 	t := time.NewTicker(precedenceEvery)
 	defer t.Stop()
-	behind := false
+	behind, low := false, 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		used, known := share()
 		cons := c()
 		if cons == nil {
 			continue
@@ -83,14 +106,34 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 		if err != nil {
 			continue
 		}
-		backlog := info.NumPending + uint64(max(waiting(), 0))
+		waiting := info.NumPending + uint64(max(held.waiting(), 0))
+		all := waiting + uint64(max(held.handling(), 0))
 		switch {
-		case backlog > urgentBehind:
-			behind = true
-		case backlog < urgentCaughtUp:
-			behind = false
+		case waiting > urgentBehind, known && used >= busyShare && all > urgentBehind:
+			behind, low = true, 0
+		case all < urgentCaughtUp, waiting < urgentCaughtUp && (!known || used < roomShare):
+			if low++; time.Duration(low)*precedenceEvery >= caughtUpFor {
+				behind = false
+			}
+		default:
+			low = 0
 		}
 		p.set(name, behind)
+	}
+}
+
+// coreShare returns a func that tells the share of the process's cores (GOMAXPROCS)
+// it used since the func's last call, from the process's CPU time (processCPU).
+func coreShare() func() (float64, bool) {
+	lastCPU, known := processCPU()
+	lastAt := time.Now()
+	return func() (float64, bool) {
+		cpu, ok := processCPU()
+		now := time.Now()
+		used := float64(cpu-lastCPU) / (float64(now.Sub(lastAt)) * float64(runtime.GOMAXPROCS(0)))
+		valid := known && ok && now.After(lastAt)
+		lastCPU, lastAt, known = cpu, now, ok
+		return used, valid
 	}
 }
 
