@@ -1127,9 +1127,9 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 
 // An urgent consumer is behind when its events wait, undelivered at the server or
 // delivered to this process and not yet taken by a worker (prefetched): the others then
-// defer to it, and go on once both are low again. Events its workers handle count too,
-// but only while the process uses most of its cores: a slow platform, not the cores,
-// is what holds them otherwise.
+// defer to it, and go on once that has been low for a while. Events its workers handle
+// count too, but only while the process uses most of its cores: a slow platform, not
+// the cores, is what holds them otherwise.
 func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -1147,40 +1147,48 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 		p.watch(ctx, sub.Durable, func() jetstream.Consumer { return c }, inHand{waiting.Load, handling.Load},
 			func() (float64, bool) { return float64(used.Load()) / 100, true })
 	}()
+	stillBehind := func(what string) {
+		t.Helper()
+		time.Sleep(caughtUpFor + 3*precedenceEvery)
+		if !p.Behind() {
+			t.Fatalf("caught up %s", what)
+		}
+	}
+	caughtUp := func(what string) {
+		t.Helper()
+		calm := time.Now()
+		waitFor(t, what, func() bool { return !p.Behind() })
+		if d := time.Since(calm); d < caughtUpFor-2*precedenceEvery {
+			t.Fatalf("%s %v after it calmed, want %v of calm first", what, d, caughtUpFor)
+		}
+	}
+
 	waiting.Store(urgentBehind + 1) // nothing undelivered: all of it prefetched here
 	waitFor(t, "behind", p.Behind)
+	waiting.Store(urgentBehind / 2)
+	stillBehind("with more than a few still waiting for a worker")
 	waiting.Store(0)
-	waitFor(t, "caught up", func() bool { return !p.Behind() })
+	caughtUp("caught up once nothing waits")
 
-	// Handled, not waiting, with the cores idle: a slow platform. No one defers.
+	// In its workers' hands, none waiting, the cores idle: a slow platform. No one defers.
 	handling.Store(urgentBehind + 1)
 	used.Store(10)
 	time.Sleep(3 * precedenceEvery)
 	if p.Behind() {
 		t.Fatal("behind with its events in its workers' hands while the cores are idle")
 	}
-	// The same with the cores busy: behind.
+	// The same with the cores busy: behind, for as long as they are.
 	used.Store(90)
 	waitFor(t, "behind while the cores are busy", p.Behind)
-	// Less busy, but not idle, and still holding many: still behind (hysteresis).
+	stillBehind("while the cores are busy and it holds many")
+	// The cores no longer short (though not idle): what it holds is its platforms' wait.
 	used.Store(60)
-	time.Sleep(3 * precedenceEvery)
-	if !p.Behind() {
-		t.Fatal("caught up while it still holds many events and the cores are still in use")
-	}
-	// The cores have room: the others go on, what it holds being the platform's wait.
-	used.Store(30)
-	waitFor(t, "caught up once the cores have room", func() bool { return !p.Behind() })
-	// Busy again, then its hands empty: caught up however busy the cores, once that
-	// has lasted caughtUpFor.
+	caughtUp("caught up once the cores are no longer short")
+	// Busy again, then its hands empty: caught up however busy the cores.
 	used.Store(95)
 	waitFor(t, "behind again", p.Behind)
 	handling.Store(urgentCaughtUp - 1)
-	calm := time.Now()
-	waitFor(t, "caught up with little in hand", func() bool { return !p.Behind() })
-	if d := time.Since(calm); d < caughtUpFor-precedenceEvery {
-		t.Fatalf("caught up %v after its hands emptied, want %v of calm first", d, caughtUpFor)
-	}
+	caughtUp("caught up with little in hand")
 	cancel()
 	<-done
 }

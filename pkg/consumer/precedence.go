@@ -13,19 +13,19 @@ import (
 // consumers (stream.Subscription.Urgent: the stopper and the suppressor, whose effects
 // keep a person from being e-mailed again) share the process's cores with the others
 // (the classifier, the crmwriter, the projector), and in a campaign's burst the
-// process may not have the cores for all of them at once. An urgent consumer is behind
-// while more than urgentBehind of its events wait that none of its workers has taken;
-// or, while the process uses at least busyShare of its cores, while more than that are
-// in its hands (waiting or being handled: with 32 workers a burst seldom leaves an
-// event waiting for a worker; it makes each one slower instead, every step of every
-// worker queueing for the cores the others use). Then the others take an event at
-// most every deferredPace per worker, so the cores go to the stops. They go on at full
-// speed, and work off what waited, once for caughtUpFor it has held fewer than
-// urgentCaughtUp, or fewer than that have waited for a worker while the process had
-// room (under roomShare of its cores): a slow platform holds the stopper's workers
-// without using a core, and must not hold the CRM back. Nothing is dropped: the
-// deferred events wait in the stream, durably. The held workers' prefetched events are
-// held less than their ack wait.
+// process may not have the cores for all of them at once. An urgent consumer is behind while more than urgentBehind of its
+// events wait that none of its workers has taken; or, while the process uses at least
+// busyShare of its cores, while more than that are in its hands (waiting or being
+// handled: with 32 workers a burst seldom leaves an event waiting for a worker; it
+// makes each one slower instead, every step of every worker queueing for the cores the
+// others use). Then the others take an event at most every deferredPace per worker, so
+// the cores go to the urgent ones. They go on at full speed, and work off what waited,
+// once caughtUpFor of reads in a row have found fewer than urgentCaughtUp waiting for a
+// worker and, while the cores are busy, fewer than that in its hands: events in hand
+// count only while the cores are short, as they did to fall behind (a slow platform
+// holds the stopper's workers without using a core, and must not hold the CRM back).
+// Nothing is dropped: the deferred events wait in the stream, durably. The held
+// workers' prefetched events are held less than their ack wait.
 //
 // The thresholds are a few of its 32 workers' worth, read ten times a second. At 500
 // replies/s (BenchmarkEndToEnd, 7,500 replies; docs/performance.md "Precedence by the
@@ -33,19 +33,22 @@ import (
 // ms when only the events waiting for a worker counted (the others seldom deferred);
 // 119 to 162 and 32 to 46 ms counting those in hand on busy cores; 75 and 78 ms, p50 5
 // ms, with the others going on after a second of calm (94 to 111 and 6 to 10 ms after
-// 300 ms).
+// 300 ms); 92, 113 and 130 ms, p50 9 to 12 ms, once events in hand stopped counting on
+// cores no longer short (the others had stayed deferred while the process used half
+// to three quarters of its cores). The classifier defers too, so a reply asking to be
+// left alone is suppressed after the burst (its sequence is stopped at once): an urgent
+// classifier made the stops' p50 83 and 133 ms, p99 361 and 516 ms.
 const (
 	urgentBehind   = 16
 	urgentCaughtUp = 4
 	deferredPace   = 5 * time.Second
 	// precedenceEvery is how often an urgent runner reads its consumer's backlog.
 	precedenceEvery = 100 * time.Millisecond
-	// busyShare and roomShare are shares of the process's cores (GOMAXPROCS), used
-	// over the last precedenceEvery.
+	// busyShare is the share of the process's cores (GOMAXPROCS), used over the last
+	// precedenceEvery, from which the cores are short.
 	busyShare = 0.75
-	roomShare = 0.5
-	// caughtUpFor is how long an urgent consumer must be found caught up, read after
-	// read, before the others go on: they would take the cores back at once.
+	// caughtUpFor is how long, read after read, an urgent consumer must be found caught
+	// up before the others go on: they would take the cores back at once.
 	caughtUpFor = time.Second
 )
 
@@ -96,22 +99,24 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 		case <-t.C:
 		}
 		used, known := share()
+		busy := known && used >= busyShare
 		cons := c()
 		if cons == nil {
 			continue
 		}
+		waiting, handling := held.waiting(), held.handling() // as the cores were used
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		info, err := cons.Info(rctx)
 		cancel()
 		if err != nil {
 			continue
 		}
-		waiting := info.NumPending + uint64(max(held.waiting(), 0))
-		all := waiting + uint64(max(held.handling(), 0))
+		queued := info.NumPending + uint64(max(waiting, 0))
+		all := queued + uint64(max(handling, 0))
 		switch {
-		case waiting > urgentBehind, known && used >= busyShare && all > urgentBehind:
+		case queued > urgentBehind, busy && all > urgentBehind:
 			behind, low = true, 0
-		case all < urgentCaughtUp, waiting < urgentCaughtUp && (!known || used < roomShare):
+		case queued < urgentCaughtUp && (all < urgentCaughtUp || !busy):
 			if low++; time.Duration(low)*precedenceEvery >= caughtUpFor {
 				behind = false
 			}
