@@ -13,31 +13,27 @@ import (
 // consumers (stream.Subscription.Urgent: the stopper and the suppressor, whose effects
 // keep a person from being e-mailed again) share the process's cores with the others
 // (the classifier, the crmwriter, the projector), and in a campaign's burst the
-// process may not have the cores for all of them at once. An urgent consumer is behind while more than urgentBehind of its
-// events wait that none of its workers has taken; or, while the process uses at least
-// busyShare of its cores, while more than that are in its hands (waiting or being
-// handled: with 32 workers a burst seldom leaves an event waiting for a worker; it
-// makes each one slower instead, every step of every worker queueing for the cores the
-// others use). Then the others take an event at most every deferredPace per worker, so
-// the cores go to the urgent ones. They go on at full speed, and work off what waited,
-// once caughtUpFor of reads in a row have found fewer than urgentCaughtUp waiting for a
-// worker and, while the cores are busy, fewer than that in its hands: events in hand
-// count only while the cores are short, as they did to fall behind (a slow platform
-// holds the stopper's workers without using a core, and must not hold the CRM back).
-// Nothing is dropped: the deferred events wait in the stream, durably. The held
-// workers' prefetched events are held less than their ack wait.
+// process may not have the cores for all of them at once. An urgent consumer is behind
+// while more than urgentBehind of its events wait that none of its workers has taken;
+// or, while the process uses at least busyShare of its cores, while more than that are
+// in its hands (waiting or being handled: with 32 workers a burst seldom leaves an
+// event waiting for a worker; it makes each one slower instead, every step of every
+// worker queueing for the cores the others use). Then the others take an event at most
+// every deferredPace per worker, so the cores go to the urgent ones. They go on at full
+// speed, and work off what waited, once caughtUpFor of reads in a row have found fewer
+// than urgentCaughtUp waiting for a worker and, while the cores are short, fewer than
+// that in its hands: events in hand count only while the cores are short, to fall
+// behind as to catch up (a slow platform holds the stopper's workers without using a
+// core, and must not hold the CRM back). Nothing is dropped: the deferred events wait
+// in the stream, durably. The held workers' prefetched events are held less than their
+// ack wait. The classifier defers too: a reply asking to be left alone is stopped at
+// once and suppressed after the burst (an urgent classifier slowed the stops tenfold).
 //
-// The thresholds are a few of its 32 workers' worth, read ten times a second. At 500
-// replies/s (BenchmarkEndToEnd, 7,500 replies; docs/performance.md "Precedence by the
-// cores") receipt to sequence.stopped had a p99 of 160 to 477 ms and a p50 of 62 to 78
-// ms when only the events waiting for a worker counted (the others seldom deferred);
-// 119 to 162 and 32 to 46 ms counting those in hand on busy cores; 75 and 78 ms, p50 5
-// ms, with the others going on after a second of calm (94 to 111 and 6 to 10 ms after
-// 300 ms); 92, 113 and 130 ms, p50 9 to 12 ms, once events in hand stopped counting on
-// cores no longer short (the others had stayed deferred while the process used half
-// to three quarters of its cores). The classifier defers too, so a reply asking to be
-// left alone is suppressed after the burst (its sequence is stopped at once): an urgent
-// classifier made the stops' p50 83 and 133 ms, p99 361 and 516 ms.
+// At 500 replies/s (BenchmarkEndToEnd; docs/performance.md "Precedence by the cores")
+// receipt to sequence.stopped had a p99 of 160 to 477 ms, p50 62 to 78 ms, when only
+// the events waiting for a worker counted (the others seldom deferred); 92 to 130 ms,
+// p50 9 to 12 ms, as it is now; 119 to 162 ms, p50 32 to 46 ms, with the others going
+// on at the first calm read.
 const (
 	urgentBehind   = 16
 	urgentCaughtUp = 4
