@@ -268,10 +268,17 @@ func TestTransientRetriedThenCompleted(t *testing.T) {
 	}
 }
 
-// A permanent error is dead-lettered after one attempt, with its reason and owner.
-func TestPermanentDeadLetteredAtOnce(t *testing.T) {
+// metricsReader reads the package's metrics: the global meter provider hands the
+// package's instruments to the first provider set, so every test shares one.
+var metricsReader = sync.OnceValue(func() *sdkmetric.ManualReader {
 	reader := sdkmetric.NewManualReader()
 	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	return reader
+})
+
+// A permanent error is dead-lettered after one attempt, with its reason and owner.
+func TestPermanentDeadLetteredAtOnce(t *testing.T) {
+	reader := metricsReader()
 	conn := brokertest.Start(t, "")
 	var fx effects
 	run(t, conn, func(ctx context.Context, ev Event) error {
@@ -1131,6 +1138,25 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 // count too, but only while the process uses most of its cores: a slow platform, not
 // the cores, is what holds them otherwise.
 func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
+	reader := metricsReader()
+	deferredFor := func() float64 { // exacto_consumer_deferred_seconds of the consumer
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if sum, ok := m.Data.(metricdata.Sum[float64]); ok && m.Name == "exacto_consumer_deferred_seconds" {
+					for _, dp := range sum.DataPoints {
+						if v, _ := dp.Attributes.Value("consumer"); v.AsString() == sub.Durable {
+							return dp.Value
+						}
+					}
+				}
+			}
+		}
+		return 0
+	}
 	conn := brokertest.Start(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -1169,6 +1195,11 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	stillBehind("with more than a few still waiting for a worker")
 	waiting.Store(0)
 	caughtUp("caught up once nothing waits")
+	// The time the others deferred is told: behind for the wait above and a second of calm.
+	held := deferredFor()
+	if held < caughtUpFor.Seconds()+0.5 {
+		t.Fatalf("exacto_consumer_deferred_seconds %.2f after more than %v behind", held, caughtUpFor+caughtUpFor/2)
+	}
 
 	// In its workers' hands, none waiting, the cores idle: a slow platform. No one defers.
 	handling.Store(urgentBehind + 1)
@@ -1176,6 +1207,9 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	time.Sleep(3 * precedenceEvery)
 	if p.Behind() {
 		t.Fatal("behind with its events in its workers' hands while the cores are idle")
+	}
+	if now := deferredFor(); now != held {
+		t.Fatalf("exacto_consumer_deferred_seconds went from %.2f to %.2f while no one deferred", held, now)
 	}
 	// The same with the cores busy: behind, for as long as they are.
 	used.Store(90)

@@ -33,6 +33,11 @@ var (
 		metric.WithExplicitBucketBoundaries(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600))
 	sloEvents, _ = meter.Int64Counter("exacto_slo_events",
 		metric.WithDescription("events completed by a consumer, by SLO class and whether within the class's target"))
+	// deferred is the time an urgent consumer held the process's others back: its rate
+	// is the share of the time they waited (consumer.Precedence).
+	deferred, _ = meter.Float64Counter("exacto_consumer_deferred_seconds",
+		metric.WithDescription("time the process's other consumers deferred to this urgent consumer, behind (its events waiting for a worker, or in its hands while the cores are short)"),
+		metric.WithUnit("s"))
 )
 
 // eventAttrs are the labels every event metric carries. A runner keeps each set it

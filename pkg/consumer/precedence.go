@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Precedence: safety first when a process cannot keep up with everything. The urgent
@@ -88,12 +90,20 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 	t := time.NewTicker(precedenceEvery)
 	defer t.Stop()
 	behind, low := false, 0
+	at := metric.WithAttributes(attribute.String("consumer", name))
+	deferred.Add(ctx, 0, at) // seen at 0 from the start: an alert on its rate works at once
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		now := time.Now()
+		if behind {
+			deferred.Add(ctx, now.Sub(last).Seconds(), at)
+		}
+		last = now
 		used, known := share()
 		busy := known && used >= busyShare
 		cons := c()
