@@ -33,8 +33,8 @@ import (
 //
 // At 500 replies/s (BenchmarkEndToEnd; docs/performance.md "Precedence by the cores")
 // receipt to sequence.stopped had a p99 of 160 to 477 ms, p50 62 to 78 ms, when only
-// the events waiting for a worker counted (the others seldom deferred); 92 to 130 ms,
-// p50 9 to 12 ms, as it is now; 119 to 162 ms, p50 32 to 46 ms, with the others going
+// the events waiting for a worker counted (the others seldom deferred); 79 to 130 ms,
+// p50 4.5 to 12 ms, as it is now; 119 to 162 ms, p50 32 to 46 ms, with the others going
 // on at the first calm read.
 const (
 	urgentBehind   = 16
