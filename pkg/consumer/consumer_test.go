@@ -276,6 +276,31 @@ var metricsReader = sync.OnceValue(func() *sdkmetric.ManualReader {
 	return reader
 })
 
+// metricSum is the sum of counter name's data points read now, of consumer's alone
+// unless consumer is "".
+func metricSum[N int64 | float64](t *testing.T, reader *sdkmetric.ManualReader, name, consumer string) N {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total N
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[N])
+			if !ok || m.Name != name {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				if v, _ := dp.Attributes.Value("consumer"); consumer == "" || v.AsString() == consumer {
+					total += dp.Value
+				}
+			}
+		}
+	}
+	return total
+}
+
 // A permanent error is dead-lettered after one attempt, with its reason and owner.
 func TestPermanentDeadLetteredAtOnce(t *testing.T) {
 	reader := metricsReader()
@@ -297,21 +322,7 @@ func TestPermanentDeadLetteredAtOnce(t *testing.T) {
 		t.Fatalf("calls %d, status %s", fx.get(id), status(t, conn, id).Status)
 	}
 	// The alert metric counted it.
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var counted int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "exacto_dead_letters" {
-				for _, dp := range sum.DataPoints {
-					counted += dp.Value
-				}
-			}
-		}
-	}
-	if counted != 1 {
+	if counted := metricSum[int64](t, reader, "exacto_dead_letters", ""); counted != 1 {
 		t.Fatalf("exacto_dead_letters counted %d", counted)
 	}
 }
@@ -1139,24 +1150,7 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 // the cores, is what holds them otherwise.
 func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	reader := metricsReader()
-	deferredFor := func() float64 { // exacto_consumer_deferred_seconds of the consumer
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
-		}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if sum, ok := m.Data.(metricdata.Sum[float64]); ok && m.Name == "exacto_consumer_deferred_seconds" {
-					for _, dp := range sum.DataPoints {
-						if v, _ := dp.Attributes.Value("consumer"); v.AsString() == sub.Durable {
-							return dp.Value
-						}
-					}
-				}
-			}
-		}
-		return 0
-	}
+	deferredFor := func() float64 { return metricSum[float64](t, reader, "exacto_consumer_deferred_seconds", sub.Durable) }
 	conn := brokertest.Start(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
