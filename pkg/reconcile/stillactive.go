@@ -52,6 +52,9 @@ func (p *Pass) contactByEmail(ctx context.Context, email string) (passContact, b
 		return cs[is[0]], true, nil
 	default:
 		c, ok, err := p.Reader.ContactByEmail(ctx, p.Tenant, email)
-		return sumUp(c), ok, err
+		if err != nil || !ok {
+			return passContact{}, ok, err
+		}
+		return sumUp(c), true, nil
 	}
 }
