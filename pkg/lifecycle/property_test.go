@@ -227,7 +227,7 @@ func TestPropertyPrefixThenRest(t *testing.T) {
 // and on states no Merge made (facts out of order, an id twice, a group over its bound,
 // a time not in UTC), where it must leave the work to Merge.
 func TestPropertyApplyIsMerge(t *testing.T) {
-	var inserted, merged int
+	var inserted, merged, took, sorted int
 	rapid.Check(t, func(t *rapid.T) {
 		events := genHistory(t)
 		// Opens and property updates enough to fill their groups past the bound.
@@ -272,6 +272,16 @@ func TestPropertyApplyIsMerge(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("Apply(%v, %s) = %v, Merge gives %v", s.Facts, env.ID, got.Facts, want.Facts)
 			}
+			// Effective with one side empty takes s as it is when Merge would leave it so.
+			alone := Merge(s, State{})
+			if a, b := Effective(s, State{}), Effective(State{}, s); !reflect.DeepEqual(a, alone) || !reflect.DeepEqual(b, alone) {
+				t.Fatalf("Effective of %v and nothing = %v and %v, Merge gives %v", s.Facts, a.Facts, b.Facts, alone.Facts)
+			}
+			if isMerged(s.Facts) {
+				took++
+			} else {
+				sorted++
+			}
 			if f, ok := fact(env); ok {
 				if _, ok := insert(s, f); ok {
 					inserted++
@@ -284,7 +294,8 @@ func TestPropertyApplyIsMerge(t *testing.T) {
 			}
 		}
 	})
-	if inserted == 0 || merged == 0 {
-		t.Fatalf("insert took %d events and left %d to Merge: both paths must be checked", inserted, merged)
+	if inserted == 0 || merged == 0 || took == 0 || sorted == 0 {
+		t.Fatalf("insert took %d events and left %d to Merge, Effective took %d states as they were and sorted %d: every path must be checked",
+			inserted, merged, took, sorted)
 	}
 }

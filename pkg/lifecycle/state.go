@@ -63,26 +63,14 @@ const maxInsert = 32
 // of Merge were most of applying one.
 func insert(s State, f Fact) (State, bool) {
 	facts := s.Facts
-	if len(facts) > maxInsert {
+	if !isMerged(facts) {
 		return State{}, false
 	}
 	f.Time, f.Received = norm(f.Time), norm(f.Received)
 	at := len(facts) // where f goes
 	inGroup := 1     // facts of f's group, f included
 	for i, x := range facts {
-		if x.ID == f.ID || x.Time != norm(x.Time) || x.Received != norm(x.Received) || (i > 0 && cmpFact(facts[i-1], x) >= 0) {
-			return State{}, false
-		}
-		n := 0 // facts of x's group up to x
-		for j := range i {
-			if facts[j].ID == x.ID {
-				return State{}, false
-			}
-			if sameGroup(facts[j], x) {
-				n++
-			}
-		}
-		if n >= limit(x) {
+		if x.ID == f.ID {
 			return State{}, false
 		}
 		if at == len(facts) && cmpFact(f, x) < 0 {
@@ -104,6 +92,33 @@ func insert(s State, f Fact) (State, bool) {
 		out = slices.Delete(out, least, least+1)
 	}
 	return State{Facts: slices.Clip(out)}, true
+}
+
+// isMerged reports whether facts are as Merge leaves a state's: each normalised, in
+// cmpFact order, one per id, each group within its bound. Up to maxInsert facts are
+// checked; a longer list is reported as not.
+func isMerged(facts []Fact) bool {
+	if len(facts) > maxInsert {
+		return false
+	}
+	for i, x := range facts {
+		if x.Time != norm(x.Time) || x.Received != norm(x.Received) || (i > 0 && cmpFact(facts[i-1], x) >= 0) {
+			return false
+		}
+		n := 0 // facts of x's group up to x
+		for j := range i {
+			if facts[j].ID == x.ID {
+				return false
+			}
+			if sameGroup(facts[j], x) {
+				n++
+			}
+		}
+		if n >= limit(x) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameGroup reports whether a and b are bounded together (group(a) == group(b)).
@@ -180,7 +195,20 @@ func limit(f Fact) int {
 // Effective is the view of a contact in a campaign that also knows what happened to
 // the contact elsewhere (an opt-out, a bounce, an opportunity, a meeting): the merge of
 // the campaign's state and the contact-level state.
-func Effective(campaign, contact State) State { return Merge(campaign, contact) }
+//
+// Most contacts' facts are all on one side (a campaign's sends and replies, or an
+// opt-out with no campaign): when the other is empty and this one is as Merge leaves a
+// state, it is the merge, returned as it is (its facts shared, not copied) without
+// sorting it again.
+func Effective(campaign, contact State) State {
+	switch {
+	case len(contact.Facts) == 0 && len(campaign.Facts) > 0 && isMerged(campaign.Facts):
+		return campaign
+	case len(campaign.Facts) == 0 && len(contact.Facts) > 0 && isMerged(contact.Facts):
+		return contact
+	}
+	return Merge(campaign, contact)
+}
 
 // Status is s's status by precedence (see View).
 func (s State) Status() Status { return s.View().Status }

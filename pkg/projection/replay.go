@@ -128,34 +128,66 @@ func replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 			o.OnProgress(p)
 		}
 	}
-	var ids Identities
-	if o.Dir != nil {
-		// Loading the directory costs about what reading as many events does; a Get per
-		// contact costs a round trip: load it unless it is much larger than the replay.
-		dir, err := o.Dir.Preload(ctx, 10*p.Total)
-		if err != nil {
-			return p, err
-		}
-		ids = &memo{dir: dir, seen: map[memoKey]contacts.Record{}}
-	}
 	// Pulling and decoding, naming each event's contact, and applying run in three
 	// goroutines, a chunk at a time: two cores, about half the work each. Events are
-	// named in stream order, as applying them would.
+	// named in stream order, as applying them would. The directory is loaded while the
+	// first chunks are pulled (loading an entry costs about what reading an event does,
+	// and there are two per contact): naming holds up to maxEarly chunks until it is in.
 	pctx, stop := context.WithCancel(ctx)
 	decoded, chunks, pulled, namedAll := make(chan chunk, 2), make(chan chunk, 2), make(chan struct{}), make(chan struct{})
-	spent := make(chan []fetched, cap(chunks)+cap(decoded)+2) // applied chunks' lists, for pull to fill again
+	spent := make(chan []fetched, cap(chunks)+cap(decoded)+maxEarly+2) // applied chunks' lists, for pull to fill again
 	go func() {
 		defer close(pulled)
 		pull(pctx, st, c, p.LastSeq, last, decoded, spent)
 	}()
+	// ids is set before naming begins: applying, which uses it too, takes chunks named.
+	var ids Identities
 	go func() { // names each event's contact, in order
 		defer close(namedAll)
+		var early []chunk
+		if o.Dir != nil {
+			loaded := make(chan error, 1)
+			go func() {
+				// A Get per contact costs a round trip: load the directory unless it is
+				// much larger than the replay.
+				dir, err := o.Dir.Preload(pctx, 10*p.Total)
+				if err == nil {
+					ids = &memo{dir: dir, seen: map[memoKey]contacts.Record{}}
+				}
+				loaded <- err
+			}()
+			var err error
+		wait:
+			for {
+				in := decoded
+				if len(early) == maxEarly {
+					in = nil
+				}
+				select {
+				case err = <-loaded:
+					break wait
+				case ck := <-in:
+					early = append(early, ck)
+				}
+			}
+			if err != nil {
+				select {
+				case chunks <- chunk{err: err}:
+				case <-pctx.Done():
+				}
+				return
+			}
+		}
 		for {
 			var ck chunk
-			select {
-			case ck = <-decoded:
-			case <-pctx.Done():
-				return
+			if len(early) > 0 {
+				ck, early = early[0], early[1:]
+			} else {
+				select {
+				case ck = <-decoded:
+				case <-pctx.Done():
+					return
+				}
 			}
 			for i := range ck.events {
 				if e := &ck.events[i]; e.ok {
@@ -218,6 +250,9 @@ func replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 	report()
 	return p, nil
 }
+
+// maxEarly is how many chunks naming holds while the directory loads.
+const maxEarly = 8
 
 // batchSize is how many events one pull asks for: each pull of an ordered consumer makes
 // a new consumer on the server, so fewer, larger pulls read faster.

@@ -2,6 +2,8 @@ package projection
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,7 +13,9 @@ import (
 
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/stream"
 )
 
@@ -202,5 +206,123 @@ func TestFirstSince(t *testing.T) {
 		if seq, err := FirstSince(ctx, st, c.t); err != nil || seq != c.want {
 			t.Errorf("since %s: %d %v, want %d", c.t.Format(time.RFC3339Nano), seq, err, c.want)
 		}
+	}
+}
+
+// countedPulls is a JetStream whose replay consumers count their pulls.
+type countedPulls struct {
+	jetstream.JetStream
+	pulls *atomic.Int64
+}
+
+func (j countedPulls) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	st, err := j.JetStream.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return emptyPullsStream{Stream: st, j: emptyPulls{JetStream: j.JetStream, empty: 0, pulls: j.pulls}}, nil
+}
+
+// slowWatch is a directory bucket whose load (WatchAll) begins only once ready is
+// closed, or fails when fail is set.
+type slowWatch struct {
+	jetstream.KeyValue
+	ready <-chan struct{}
+	fail  error
+}
+
+func (w slowWatch) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	if w.fail != nil {
+		return nil, w.fail
+	}
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return w.KeyValue.WatchAll(ctx, opts...)
+}
+
+// storeMany stores n events of n/3 leads (sent, delivered, a reply) at once.
+func storeMany(t *testing.T, conn *broker.Conn, n int) []envelope.Envelope {
+	t.Helper()
+	types := []string{envelope.TypeEmailSent, envelope.TypeEmailDelivered, envelope.TypeReplyReceived}
+	var evs []envelope.Envelope
+	for i := range n {
+		env := event(i, types[i%3], fmt.Sprintf("lead%d@northwind.example", i/3), fmt.Sprint("camp-", i%7), time.Duration(i)*time.Second)
+		msg, err := stream.EventMessage(context.Background(), env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.JS.PublishMsgAsync(msg); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, env)
+	}
+	select {
+	case <-conn.JS.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("events not stored")
+	}
+	return evs
+}
+
+// The directory loads while the first chunks are pulled: here its load waits until the
+// replay has pulled four chunks, and the replay still names and applies every event in
+// order, as the live projector does through the same directory.
+func TestReplayPullsWhileTheDirectoryLoads(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	evs := storeMany(t, conn, 4*batchSize+500)
+	kv, err := conn.JS.KeyValue(ctx, stream.ContactIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := contacts.New(kvstore.KV{KV: kv}) // names every contact first, as the live projector did
+	want := Memories()
+	for _, env := range evs {
+		if _, err := Apply(ctx, want, live, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pulls, ready := &atomic.Int64{}, make(chan struct{})
+	var ahead atomic.Int64 // pulls made before the directory began to load
+	go func() {
+		defer close(ready)
+		for deadline := time.Now().Add(10 * time.Second); pulls.Load() < 4 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		ahead.Store(pulls.Load())
+	}()
+	got := Memories()
+	p, err := Replay(ctx, countedPulls{JetStream: conn.JS, pulls: pulls}, got,
+		ReplayOptions{Dir: contacts.New(kvstore.KV{KV: slowWatch{KeyValue: kv, ready: ready}})})
+	if err != nil || p.Done != uint64(len(evs)) {
+		t.Fatalf("replay: %+v %v, want all %d events", p, err, len(evs))
+	}
+	if n := ahead.Load(); n < 4 {
+		t.Fatalf("%d pulls before the directory loaded, want 4: the replay waited for it", n)
+	}
+	if err := sameProjections(ctx, want, got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A directory that cannot be loaded fails the replay with its error, nothing applied.
+func TestReplayFailsWhenTheDirectoryCannotLoad(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	storeMany(t, conn, batchSize+10)
+	kv, err := conn.JS.KeyValue(ctx, stream.ContactIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Memories()
+	p, err := Replay(ctx, conn.JS, got, ReplayOptions{Dir: contacts.New(kvstore.KV{KV: slowWatch{KeyValue: kv, fail: errors.New("bucket unreadable")}})})
+	if err == nil || !strings.Contains(err.Error(), "bucket unreadable") || p.Done != 0 {
+		t.Fatalf("replay: %+v %v, want the directory's error and nothing done", p, err)
+	}
+	if keys, _ := got.Contacts.Keys(ctx, ""); len(keys) != 0 {
+		t.Fatalf("%d contacts stored by a failed replay", len(keys))
 	}
 }
