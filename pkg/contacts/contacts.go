@@ -567,7 +567,7 @@ func (d *Directory) read(ctx context.Context, tenant, id string) (loaded, error)
 		return loaded{}, nil
 	}
 	var r Record
-	if err := json.Unmarshal(data, &r); err != nil {
+	if err := decodeRecord(data, &r); err != nil {
 		return loaded{}, fmt.Errorf("contacts: record %s: %w", id, err)
 	}
 	return loaded{r, rev}, nil

@@ -32,7 +32,7 @@ func duplicateActivity(ctx context.Context, p *Pass) ([]Finding, error) {
 		if err != nil {
 			return out, err
 		}
-		out = append(out, duplicateNotes(p, emailOf(t.c), t.id, notes)...)
+		out = append(out, duplicateNotes(p, emailOf(*t.c), t.id, notes)...)
 	}
 	return out, nil
 }

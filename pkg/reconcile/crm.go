@@ -55,8 +55,8 @@ func crmOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
 		if err != nil {
 			return out, p.crmAdvance(ctx, ts, start, n, i, err)
 		}
-		opps, held := named(t.c, func(v passView) []string { return v.Opportunities }), named(t.c, func(v passView) []string { return v.Meetings })
-		email := emailOf(t.c)
+		opps, held := named(*t.c, func(v passView) []string { return v.Opportunities }), named(*t.c, func(v passView) []string { return v.Meetings })
+		email := emailOf(*t.c)
 		for _, d := range deals {
 			if slices.Contains(opps, d.ID) {
 				continue
@@ -155,7 +155,7 @@ func (p *Pass) crmAdvance(ctx context.Context, ts []hubspotTarget, start, count,
 
 // hubspotTarget is a projection contact and one HubSpot contact id recorded for it.
 type hubspotTarget struct {
-	c  passContact
+	c  *passContact // in the pass's list, not a copy (copies held a second list: 12 MB at 10,000 contacts)
 	id string
 	// key orders the targets and names the cursor's place: the HubSpot id, then the
 	// contact's (one HubSpot contact may be recorded for two projection contacts). Made
@@ -166,8 +166,9 @@ type hubspotTarget struct {
 // hubspotTargets are the HubSpot contacts recorded for cs (by the crmwriter), in cs's
 // order.
 func hubspotTargets(cs []passContact) []hubspotTarget {
-	var ts []hubspotTarget
-	for _, c := range cs {
+	ts := make([]hubspotTarget, 0, len(cs))
+	for i := range cs {
+		c := &cs[i]
 		for _, ext := range c.External[contacts.CRMContactID] {
 			if crm, id, _ := strings.Cut(ext, ":"); crm == "hubspot" && id != "" {
 				ts = append(ts, hubspotTarget{c: c, id: id, key: id + "/" + c.ContactID})
