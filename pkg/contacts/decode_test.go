@@ -111,6 +111,8 @@ func TestDecodeRecordIsUnmarshal(t *testing.T) {
 		strings.Replace(plain, `2026-12-05T10:04:05.123Z`, `yesterday`, 1),                    // not a time
 		strings.Replace(plain, `"ct_1"`, `1`, 1),                                              // a number for a string
 		strings.Replace(plain, `["ct_0"]`, `["ct_0",]`, 1),                                    // a trailing comma
+		strings.Replace(plain, "ct_1", "ct\x011", 1),                                          // a raw control character: json refuses it
+		strings.Replace(plain, `"keys":[`, `"keys":["x"],"keys":[`, 1),                        // a list twice: json keeps the last
 		plain[:len(plain)-1], // cut short
 		`{}`, `null`, `[]`, ``, `{"keys":["a"`,
 	} {

@@ -146,11 +146,11 @@ func replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 		defer close(namedAll)
 		var early []chunk
 		if o.Dir != nil {
-			loaded := make(chan error, 1)
+			loaded, limit := make(chan error, 1), 10*p.Total
 			go func() {
 				// A Get per contact costs a round trip: load the directory unless it is
 				// much larger than the replay.
-				dir, err := o.Dir.Preload(pctx, 10*p.Total)
+				dir, err := o.Dir.Preload(pctx, limit)
 				if err == nil {
 					ids = &memo{dir: dir, seen: map[memoKey]contacts.Record{}}
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -295,8 +296,13 @@ func TestReplayPullsWhileTheDirectoryLoads(t *testing.T) {
 		ahead.Store(pulls.Load())
 	}()
 	got := Memories()
+	var seqs []uint64 // the last applied, as progress tells it: never back
 	p, err := Replay(ctx, countedPulls{JetStream: conn.JS, pulls: pulls}, got,
-		ReplayOptions{Dir: contacts.New(kvstore.KV{KV: slowWatch{KeyValue: kv, ready: ready}})})
+		ReplayOptions{Dir: contacts.New(kvstore.KV{KV: slowWatch{KeyValue: kv, ready: ready}}),
+			Every: time.Nanosecond, OnProgress: func(p Progress) { seqs = append(seqs, p.LastSeq) }})
+	if !slices.IsSorted(seqs) {
+		t.Fatalf("applied out of stream order: progress went %v", seqs)
+	}
 	if err != nil || p.Done != uint64(len(evs)) {
 		t.Fatalf("replay: %+v %v, want all %d events", p, err, len(evs))
 	}
