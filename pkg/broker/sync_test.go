@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,11 +33,11 @@ func TestSyncCoversWhatTheServerStored(t *testing.T) {
 	}
 	var mu sync.Mutex
 	synced := map[string]int64{} // file -> size when last fsynced
-	c.syncer.observe = func(p string, size int64) {
+	c.syncer.setObserve(func(p string, size int64) {
 		mu.Lock()
 		synced[p] = size
 		mu.Unlock()
-	}
+	})
 	// max_bytes under 128 KB gives 32 KB blocks: a dozen 10 KB messages fill four.
 	const name = "SYNCTEST"
 	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"synctest.>"},
@@ -108,5 +109,137 @@ func TestDurableWithoutSelfSync(t *testing.T) {
 			t.Errorf("sync %s: %v", sync, err)
 		}
 		c.Close()
+	}
+}
+
+// setObserve sets the syncer's observe hook while its loops run.
+func (s *syncer) setObserve(f func(path string, size int64)) {
+	s.notes.Lock()
+	s.observe = f
+	s.notes.Unlock()
+}
+
+// testStore opens an embedded server synced by its process, with a stream of 32 KB
+// blocks (max_bytes under 128 KB): a few 10 KB messages fill one.
+func testStore(t *testing.T, ctx context.Context, name string) (*Conn, string) {
+	t.Helper()
+	c, err := Open("", Options{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), Sync: "always"}, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"synctest.>"},
+		Storage: jetstream.FileStorage, MaxBytes: 127_000, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	return c, filepath.Join(c.Embedded.StoreDir(), "$G", "streams", name)
+}
+
+var tenKB = bytes.Repeat([]byte{'x'}, 10_000)
+
+// TestRoundDoesNotWaitForTheSweep: a writer's Durable is answered while the sweep of
+// the durable stores is in the middle of its fsyncs (here held in one of them), not
+// after it.
+func TestRoundDoesNotWaitForTheSweep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const name = "SWEEPTEST"
+	c, dir := testStore(t, ctx, name)
+	if err := c.KeepDurable(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	var once sync.Once
+	c.syncer.setObserve(func(p string, _ int64) {
+		// Only the sweep syncs a consumer's files: the first one holds it.
+		if strings.Contains(p, string(filepath.Separator)+"obs"+string(filepath.Separator)) {
+			once.Do(func() { close(held); <-release })
+		}
+	})
+	if _, err := c.JS.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "reader"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no sweep synced the new consumer's files in 10 s")
+	}
+	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil {
+		t.Fatal(err)
+	}
+	wait, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	if err := c.Durable(wait, name); err != nil {
+		t.Fatalf("Durable while the sweep is held: %v (the round waits for the sweep)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "msgs", "1.blk")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSweepLeavesNoBlockUnsynced: a block added while the sweep walks the store (after
+// it synced the block before, which was written again meanwhile) must not become where
+// the next round starts, or the writes to the block before are never synced by a round.
+func TestSweepLeavesNoBlockUnsynced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const name = "WALKTEST"
+	c, dir := testStore(t, ctx, name)
+	msgs := filepath.Join(dir, "msgs")
+	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil {
+		t.Fatal(err)
+	}
+	// A syncer of the test's own, its loops not started, over the same store.
+	s := &syncer{root: filepath.Dir(dir), seen: map[string]fileState{}, last: map[string]int{}}
+	if err := s.syncLast(name); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	synced := map[string]int64{}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.observe = func(p string, size int64) {
+		mu.Lock()
+		synced[p] = size
+		mu.Unlock()
+		if strings.HasSuffix(p, ".blk") {
+			once.Do(func() { close(held); <-release })
+		}
+	}
+	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil { // 1.blk changed since
+		t.Fatal(err)
+	}
+	swept := make(chan error, 1)
+	go func() { swept <- s.syncAll(name) }()
+	select {
+	case <-held: // the sweep has synced 1.blk and listed the blocks
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sweep synced no block")
+	}
+	for range 2 {
+		if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(msgs, "2.blk")); err != nil {
+		t.Fatalf("four messages of 10 KB did not start a second 32 KB block: %v", err)
+	}
+	close(release)
+	if err := <-swept; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.syncLast(name); err != nil { // the next round
+		t.Fatal(err)
+	}
+	first := filepath.Join(msgs, "1.blk")
+	fi, err := os.Stat(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if synced[first] != fi.Size() {
+		t.Errorf("1.blk holds %d bytes, last synced at %d: the round after the sweep started past it", fi.Size(), synced[first])
 	}
 }
