@@ -283,9 +283,15 @@ func (s *syncer) syncLast(name string) error {
 }
 
 // syncMeta fsyncs store name's own files (meta.inf, meta.sum) when they changed, and
-// then its directory.
+// then its directory, or the directory alone when it changed.
 func (s *syncer) syncMeta(name, dir string) error {
-	changed := false
+	// The directory too, by its own note: nats-server renames a new meta file in, and a
+	// sweep beside this round may have synced and noted the file but not yet the
+	// directory that names it.
+	st, changed, err := s.changedDir(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", name, err)
+	}
 	for _, f := range []string{"meta.inf", "meta.sum"} {
 		c, err := s.syncChanged(filepath.Join(dir, f), false)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -294,7 +300,7 @@ func (s *syncer) syncMeta(name, dir string) error {
 		changed = changed || c
 	}
 	if changed {
-		return fsyncPath(dir)
+		return s.syncedDir(dir, st)
 	}
 	return nil
 }
@@ -347,7 +353,11 @@ func (s *syncer) syncedDir(dir string, st fileState) error {
 	}
 	s.notes.Lock()
 	s.seen[dir] = st
+	observe := s.observe
 	s.notes.Unlock()
+	if observe != nil {
+		observe(dir, st.size)
+	}
 	return nil
 }
 

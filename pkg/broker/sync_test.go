@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,9 +138,66 @@ func testStore(t *testing.T, ctx context.Context, name string) (*Conn, string) {
 
 var tenKB = bytes.Repeat([]byte{'x'}, 10_000)
 
+// holder holds the first fsync its match accepts (the sweep's, in these tests) until
+// released, and records every fsync's size; any other fsync, and any after the first,
+// passes.
+type holder struct {
+	match    func(path string) bool
+	held     chan struct{} // closed once one is held
+	release  chan struct{}
+	taken    atomic.Bool
+	released sync.Once
+	mu       sync.Mutex
+	synced   map[string]int64 // path -> size when last fsynced
+}
+
+func newHolder(match func(string) bool) *holder {
+	return &holder{match: match, held: make(chan struct{}), release: make(chan struct{}), synced: map[string]int64{}}
+}
+
+func (h *holder) observe(p string, size int64) {
+	h.mu.Lock()
+	h.synced[p] = size
+	h.mu.Unlock()
+	if h.match(p) && h.taken.CompareAndSwap(false, true) {
+		close(h.held)
+		<-h.release
+	}
+}
+
+func (h *holder) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no sweep came to the fsync it is to be held in within 10 s")
+	}
+}
+
+func (h *holder) let() { h.released.Do(func() { close(h.release) }) }
+
+// syncedAt is the size path had when it was last fsynced (-1: never).
+func (h *holder) syncedAt(p string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n, ok := h.synced[p]; ok {
+		return n
+	}
+	return -1
+}
+
+func sizeOf(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
 // TestRoundDoesNotWaitForTheSweep: a writer's Durable is answered while the sweep of
 // the durable stores is in the middle of its fsyncs (here held in one of them), not
-// after it.
+// after it, and what it wrote is synced.
 func TestRoundDoesNotWaitForTheSweep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -148,23 +206,16 @@ func TestRoundDoesNotWaitForTheSweep(t *testing.T) {
 	if err := c.KeepDurable(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	held, release := make(chan struct{}), make(chan struct{})
-	defer close(release)
-	var once sync.Once
-	c.syncer.setObserve(func(p string, _ int64) {
-		// Only the sweep syncs a consumer's files: the first one holds it.
-		if strings.Contains(p, string(filepath.Separator)+"obs"+string(filepath.Separator)) {
-			once.Do(func() { close(held); <-release })
-		}
+	// Only the sweep syncs a consumer's files: the first one holds it.
+	h := newHolder(func(p string) bool {
+		return strings.Contains(p, string(filepath.Separator)+"obs"+string(filepath.Separator))
 	})
+	defer h.let()
+	c.syncer.setObserve(h.observe)
 	if _, err := c.JS.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "reader"}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no sweep synced the new consumer's files in 10 s")
-	}
+	h.wait(t)
 	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +224,51 @@ func TestRoundDoesNotWaitForTheSweep(t *testing.T) {
 	if err := c.Durable(wait, name); err != nil {
 		t.Fatalf("Durable while the sweep is held: %v (the round waits for the sweep)", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "msgs", "1.blk")); err != nil {
+	block := filepath.Join(dir, "msgs", "1.blk")
+	if got, want := h.syncedAt(block), sizeOf(t, block); got != want {
+		t.Errorf("1.blk holds %d bytes, synced at %d when Durable returned", want, got)
+	}
+}
+
+// TestRoundSyncsTheDirectoryOfARenamedMetaFile: nats-server writes a stream's new
+// definition to a temporary file and renames it over meta.inf. A sweep that synced the
+// new file but is still walking (held here in a block, before it syncs the directory)
+// must not make a round beside it take the rename as synced.
+func TestRoundSyncsTheDirectoryOfARenamedMetaFile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const name = "METATEST"
+	c, dir := testStore(t, ctx, name)
+	if err := c.KeepDurable(ctx, name); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil { // the sweep has a block to sync
+		t.Fatal(err)
+	}
+	if _, err := c.JS.UpdateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"synctest.>"},
+		Storage: jetstream.FileStorage, MaxBytes: 127_000, Discard: jetstream.DiscardNew, Description: "renamed in"}); err != nil {
+		t.Fatal(err)
+	}
+	// The walk takes meta.inf and meta.sum before msgs/ (lexical order): held in 1.blk,
+	// the sweep has synced and noted both, and not yet their directory.
+	h := newHolder(func(p string) bool { return strings.HasSuffix(p, ".blk") })
+	defer h.let()
+	c.syncer.setObserve(h.observe)
+	h.wait(t)
+	if h.syncedAt(filepath.Join(dir, "meta.inf")) < 0 {
+		t.Fatal("the sweep held in 1.blk had not synced the new meta.inf: the walk's order has changed")
+	}
+	if h.syncedAt(dir) >= 0 {
+		t.Fatal("the sweep synced the stream's directory before its blocks: the walk's order has changed")
+	}
+	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Durable(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if h.syncedAt(dir) < 0 {
+		t.Error("Durable returned with the stream's directory unsynced since meta.inf was renamed into it")
 	}
 }
 
@@ -195,28 +289,15 @@ func TestSweepLeavesNoBlockUnsynced(t *testing.T) {
 	if err := s.syncLast(name); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	synced := map[string]int64{}
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	s.observe = func(p string, size int64) {
-		mu.Lock()
-		synced[p] = size
-		mu.Unlock()
-		if strings.HasSuffix(p, ".blk") {
-			once.Do(func() { close(held); <-release })
-		}
-	}
+	h := newHolder(func(p string) bool { return strings.HasSuffix(p, ".blk") })
+	defer h.let()
+	s.observe = h.observe
 	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil { // 1.blk changed since
 		t.Fatal(err)
 	}
 	swept := make(chan error, 1)
 	go func() { swept <- s.syncAll(name) }()
-	select {
-	case <-held: // the sweep has synced 1.blk and listed the blocks
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sweep synced no block")
-	}
+	h.wait(t) // the sweep has synced 1.blk and listed the blocks
 	for range 2 {
 		if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil {
 			t.Fatal(err)
@@ -225,7 +306,7 @@ func TestSweepLeavesNoBlockUnsynced(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(msgs, "2.blk")); err != nil {
 		t.Fatalf("four messages of 10 KB did not start a second 32 KB block: %v", err)
 	}
-	close(release)
+	h.let()
 	if err := <-swept; err != nil {
 		t.Fatal(err)
 	}
@@ -233,13 +314,7 @@ func TestSweepLeavesNoBlockUnsynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := filepath.Join(msgs, "1.blk")
-	fi, err := os.Stat(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if synced[first] != fi.Size() {
-		t.Errorf("1.blk holds %d bytes, last synced at %d: the round after the sweep started past it", fi.Size(), synced[first])
+	if got, want := h.syncedAt(first), sizeOf(t, first); got != want {
+		t.Errorf("1.blk holds %d bytes, last synced at %d: the round after the sweep started past it", want, got)
 	}
 }
