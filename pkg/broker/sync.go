@@ -288,7 +288,7 @@ func (s *syncer) syncMeta(name, dir string) error {
 	// The directory too, by its own note: nats-server renames a new meta file in, and a
 	// sweep beside this round may have synced and noted the file but not yet the
 	// directory that names it.
-	st, changed, err := s.changedDir(dir)
+	st, changed, err := s.changed(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", name, err)
 	}
@@ -308,7 +308,7 @@ func (s *syncer) syncMeta(name, dir string) error {
 // syncDir fsyncs every file of dir that changed since it was last synced (data only
 // with data), and dir itself when one did or its entries changed.
 func (s *syncer) syncDir(dir string, data bool) error {
-	st, changed, err := s.changedDir(dir) // before listing: the entries listed are in st
+	st, changed, err := s.changed(dir) // before listing: the entries listed are in st
 	if err != nil {
 		return err
 	}
@@ -332,16 +332,15 @@ func (s *syncer) syncDir(dir string, data bool) error {
 	return nil
 }
 
-// changedDir reports whether directory dir changed (an entry added, removed or
-// renamed over) since it was last synced, and what it is now: syncedDir notes that
-// once dir is fsynced (noted before, a round beside the sweep would take it as synced).
-func (s *syncer) changedDir(dir string) (fileState, bool, error) {
-	st, err := stat(dir)
+// changed reports whether file or directory p changed (a directory: an entry added,
+// removed or renamed over) since it was last synced, and what it is now.
+func (s *syncer) changed(p string) (fileState, bool, error) {
+	st, err := stat(p)
 	if err != nil {
 		return fileState{}, false, err
 	}
 	s.notes.Lock()
-	prev, ok := s.seen[dir]
+	prev, ok := s.seen[p]
 	s.notes.Unlock()
 	return st, !ok || prev != st, nil
 }
@@ -351,13 +350,7 @@ func (s *syncer) syncedDir(dir string, st fileState) error {
 	if err := fsyncPath(dir); err != nil {
 		return err
 	}
-	s.notes.Lock()
-	s.seen[dir] = st
-	observe := s.observe
-	s.notes.Unlock()
-	if observe != nil {
-		observe(dir, st.size)
-	}
+	s.noteSynced(dir, st)
 	return nil
 }
 
@@ -379,7 +372,7 @@ func (s *syncer) syncAll(name string) error {
 			return err
 		}
 		if d.IsDir() { // a block removed or renamed over changes its directory alone
-			if st, changed, err := s.changedDir(p); err == nil {
+			if st, changed, err := s.changed(p); err == nil {
 				dirs[p], toSync[p] = st, changed
 			}
 			return nil
@@ -435,15 +428,8 @@ func (s *syncer) noteLast(name string, last int) {
 // synced (or was never seen); it reports whether it did — then its directory holds a
 // new name, perhaps.
 func (s *syncer) syncChanged(p string, data bool) (bool, error) {
-	st, err := stat(p)
-	if err != nil {
+	if _, changed, err := s.changed(p); err != nil || !changed {
 		return false, err
-	}
-	s.notes.Lock()
-	prev, ok := s.seen[p]
-	s.notes.Unlock()
-	if ok && prev == st {
-		return false, nil
 	}
 	if err := s.syncFile(p, data); err != nil {
 		return false, err
@@ -472,6 +458,13 @@ func (s *syncer) syncFile(p string, data bool) error {
 	if err != nil {
 		return err
 	}
+	s.noteSynced(p, st)
+	return nil
+}
+
+// noteSynced notes file or directory p as it was (st) before an fsync of it that has
+// completed, never before that fsync: a round beside the sweep would take it as synced.
+func (s *syncer) noteSynced(p string, st fileState) {
 	s.notes.Lock()
 	s.seen[p] = st
 	observe := s.observe
@@ -479,7 +472,6 @@ func (s *syncer) syncFile(p string, data bool) error {
 	if observe != nil {
 		observe(p, st.size)
 	}
-	return nil
 }
 
 func stat(p string) (fileState, error) {

@@ -24,11 +24,9 @@ import (
 func TestSyncCoversWhatTheServerStored(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := Open("", Options{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), Sync: "always"}, t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	// max_bytes under 128 KB gives 32 KB blocks: a dozen 10 KB messages fill four.
+	const name = "SYNCTEST"
+	c, dir := testStore(t, ctx, name)
 	if !c.SelfSynced() {
 		t.Fatal("an embedded single node with sync always is not synced by its process")
 	}
@@ -39,13 +37,7 @@ func TestSyncCoversWhatTheServerStored(t *testing.T) {
 		synced[p] = size
 		mu.Unlock()
 	})
-	// max_bytes under 128 KB gives 32 KB blocks: a dozen 10 KB messages fill four.
-	const name = "SYNCTEST"
-	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"synctest.>"},
-		Storage: jetstream.FileStorage, MaxBytes: 127_000, Discard: jetstream.DiscardNew}); err != nil {
-		t.Fatal(err)
-	}
-	msgs := filepath.Join(c.Embedded.StoreDir(), "$G", "streams", name, "msgs")
+	msgs := filepath.Join(dir, "msgs")
 	body := func(i int) []byte {
 		return append([]byte(fmt.Sprintf("message-%03d:", i)), bytes.Repeat([]byte{'x'}, 10_000)...)
 	}
@@ -129,11 +121,16 @@ func testStore(t *testing.T, ctx context.Context, name string) (*Conn, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"synctest.>"},
-		Storage: jetstream.FileStorage, MaxBytes: 127_000, Discard: jetstream.DiscardNew}); err != nil {
+	if _, err := c.JS.CreateStream(ctx, testStream(name)); err != nil {
 		t.Fatal(err)
 	}
 	return c, filepath.Join(c.Embedded.StoreDir(), "$G", "streams", name)
+}
+
+// testStream is the test stream's config: max_bytes under 128 KB gives 32 KB blocks.
+func testStream(name string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: name, Subjects: []string{"synctest.>"}, Storage: jetstream.FileStorage,
+		MaxBytes: 127_000, Discard: jetstream.DiscardNew}
 }
 
 var tenKB = bytes.Repeat([]byte{'x'}, 10_000)
@@ -245,8 +242,9 @@ func TestRoundSyncsTheDirectoryOfARenamedMetaFile(t *testing.T) {
 	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil { // the sweep has a block to sync
 		t.Fatal(err)
 	}
-	if _, err := c.JS.UpdateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"synctest.>"},
-		Storage: jetstream.FileStorage, MaxBytes: 127_000, Discard: jetstream.DiscardNew, Description: "renamed in"}); err != nil {
+	cfg := testStream(name)
+	cfg.Description = "renamed in"
+	if _, err := c.JS.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	// The walk takes meta.inf and meta.sum before msgs/ (lexical order): held in 1.blk,
