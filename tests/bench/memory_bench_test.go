@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/stream"
 )
@@ -249,44 +252,51 @@ func drainedWithin(ctx context.Context, js jetstream.JetStream, durables []strin
 	return false
 }
 
-// BenchmarkUpMemory starts `exacto up` (the built-in demo config: every consumer, an
-// embedded server with sync always; the platforms' sandbox in this process, not in
-// exacto's, as the providers would be) as a process on
-// free loopback ports and a temporary data dir, takes its peak RSS (VmHWM) right after
-// /readyz (baseline), tells the sandbox a pool of leads and their replies
-// (EXACTO_BENCH_UP_LEADS, default 1,000 a second), then drives 64 senders of those
-// signed Instantly replies at it for EXACTO_BENCH_UP_SECONDS (default 10), lets its
-// consumers work on them for as long again, until the reconciler's first pass has
-// ended and until every consumer has acked every event (at most
-// EXACTO_BENCH_UP_DRAIN_WAIT seconds, default 300), and takes its peak RSS then.
+// BenchmarkUpMemory measures the peak RSS (VmHWM) of `exacto up` (the built-in demo
+// config: every consumer, an embedded server with sync always; the platforms' sandbox
+// in this process, not in exacto's, as the providers would be), each load on a fresh
+// process on free loopback ports and a temporary data dir: its VmHWM right after
+// /readyz is the baseline. Two loads of signed Instantly replies, each reply a lead the
+// sandbox holds first: issue 15's load, EXACTO_BENCH_UP_RATE replies a second (default
+// 500) offered open-loop for EXACTO_BENCH_UP_STEADY_SECONDS (default 30), the same load
+// as the end-to-end rows; and a burst, 64 senders as fast as the process answers for
+// EXACTO_BENCH_UP_SECONDS (default 10; the pool of EXACTO_BENCH_UP_LEADS, default
+// 1,000 a second, may end it sooner), which leaves the consumers a backlog of
+// thousands. After each, the consumers work on for as long again, until the
+// reconciler's first pass has ended and until every consumer has acked every event (at
+// most EXACTO_BENCH_UP_DRAIN_WAIT seconds, default 300), and the row is the VmHWM then.
 func BenchmarkUpMemory(b *testing.B) {
+	rate, steady := envInt("EXACTO_BENCH_UP_RATE", 500), envInt("EXACTO_BENCH_UP_STEADY_SECONDS", 30)
+	upMemory(b, fmt.Sprintf("at %d replies/s offered", rate), rate*steady,
+		func(url string, bodies [][]byte, header http.Header) upLoad {
+			l := openLoop(url, bodies, header, rate)
+			return upLoad{ok: int64(l.sent) - l.failed, failed: l.failed, took: l.took,
+				note: fmt.Sprintf("open loop for %v", l.took.Round(100*time.Millisecond))}
+		})
 	seconds := envInt("EXACTO_BENCH_UP_SECONDS", 10)
-	sb, err := sandbox.Listen(sandbox.Options{AutoEnroll: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sb.Close()
-	u := startUp(b, []string{"EXACTO_SANDBOX_URL=" + sb.URL})
-	pid, addr := u.pid, u.addr
-	idle := vmKiB(b, pid, "VmHWM")
+	upMemory(b, "at a burst", envInt("EXACTO_BENCH_UP_LEADS", 1000*seconds),
+		func(url string, bodies [][]byte, header http.Header) upLoad {
+			return burst(url, bodies, header, time.Duration(seconds)*time.Second)
+		})
+}
 
-	// Each reply a lead of its own that the sandbox holds first (enrolled, the reply in
-	// its unibox), so every consumer does its real work: confirmed at the source,
-	// classified, stopped, written to HubSpot, projected. The pool is told before the
-	// timed sending; senders stop early if they use it up (the note says so).
-	pool := envInt("EXACTO_BENCH_UP_LEADS", 1000*seconds)
-	bodies := fsyncBodies(b, strings.TrimPrefix(sb.URL, "http://"), 0, pool)
+// upLoad is what a load sent: answered 200, not, for how long, and how it was sent.
+type upLoad struct {
+	ok, failed int64
+	took       time.Duration
+	note       string
+}
 
-	// 64 senders, keep-alive, each reply a lead of its own, until the time is up.
-	url := "http://" + addr(0) + "/hooks/instantly/demo-instantly-token"
+// burst sends bodies from 64 senders, keep-alive, each body once, until d is up or the
+// bodies are.
+func burst(url string, bodies [][]byte, header http.Header, d time.Duration) upLoad {
 	tr := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}
+	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	header := http.Header{"Content-Type": {"application/json"}, "X-Exacto-Secret": {"demo-instantly-secret"}}
 	var next, ok, failed atomic.Int64
 	var wg sync.WaitGroup
-	cpu0 := cpuSeconds(b, pid)
 	at := time.Now()
-	end := at.Add(time.Duration(seconds) * time.Second)
+	end := at.Add(d)
 	for range senders {
 		wg.Go(func() {
 			for time.Now().Before(end) {
@@ -294,12 +304,7 @@ func BenchmarkUpMemory(b *testing.B) {
 				if i >= len(bodies) {
 					return
 				}
-				status, _, err := send(client, url, bodies[i], header)
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				if status == 200 {
+				if status, _, err := send(client, url, bodies[i], header); err == nil && status == 200 {
 					ok.Add(1)
 				} else {
 					failed.Add(1)
@@ -309,13 +314,38 @@ func BenchmarkUpMemory(b *testing.B) {
 	}
 	wg.Wait()
 	took := time.Since(at)
-	exhausted := ""
+	note := fmt.Sprintf("%d senders for %v", senders, took.Round(100*time.Millisecond))
 	if int(next.Load()) > len(bodies) {
-		exhausted = fmt.Sprintf(" (the pool of %d leads used up: raise EXACTO_BENCH_UP_LEADS)", len(bodies))
+		note += fmt.Sprintf(" (the pool of %d leads used up: raise EXACTO_BENCH_UP_LEADS)", len(bodies))
 	}
-	tr.CloseIdleConnections()
+	return upLoad{ok: ok.Load(), failed: failed.Load(), took: took, note: note}
+}
+
+// upMemory is one row of BenchmarkUpMemory: a fresh `exacto up`, n replies told to the
+// sandbox and sent by load, the drain, the peak.
+func upMemory(b *testing.B, what string, n int, load func(url string, bodies [][]byte, header http.Header) upLoad) {
+	sb, err := sandbox.Listen(sandbox.Options{AutoEnroll: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close()
+	u := startUp(b, []string{"EXACTO_SANDBOX_URL=" + sb.URL})
+	defer u.stop()
+	pid, addr := u.pid, u.addr
+	idle := vmKiB(b, pid, "VmHWM")
+
+	// Each reply a lead of its own that the sandbox holds first (enrolled, the reply in
+	// its unibox), so every consumer does its real work: confirmed at the source,
+	// classified, stopped, written to HubSpot, projected. The pool is told before the
+	// timed sending.
+	bodies := fsyncBodies(b, strings.TrimPrefix(sb.URL, "http://"), 0, n)
+	url := "http://" + addr(0) + "/hooks/instantly/demo-instantly-token"
+	header := http.Header{"Content-Type": {"application/json"}, "X-Exacto-Secret": {"demo-instantly-secret"}}
+	cpu0 := cpuSeconds(b, pid)
+	at := time.Now()
+	sent := load(url, bodies, header)
 	atLoad := vmKiB(b, pid, "VmHWM")
-	time.Sleep(took) // the consumers go on with the backlog
+	time.Sleep(sent.took) // the consumers go on with the backlog
 	// The reconciler's first pass (30 s after start) compares every lead of the campaign
 	// at the sandbox with the projections: its memory is part of the pipeline's, so the
 	// row waits for it to end (at most EXACTO_BENCH_UP_RECONCILE_WAIT seconds, default
@@ -323,7 +353,7 @@ func BenchmarkUpMemory(b *testing.B) {
 	wait := time.Duration(envInt("EXACTO_BENCH_UP_RECONCILE_WAIT", 180)) * time.Second
 	for deadline := time.Now().Add(wait); u.out.reconciled() == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 	}
-	waited := time.Since(at) - took
+	waited := time.Since(at) - sent.took
 	pass := "the reconciler's first pass done"
 	if u.out.reconciled() == 0 {
 		pass = "the reconciler's first pass still running"
@@ -334,7 +364,7 @@ func BenchmarkUpMemory(b *testing.B) {
 	js := u.js(b)
 	drainWait := time.Duration(envInt("EXACTO_BENCH_UP_DRAIN_WAIT", 300)) * time.Second
 	drainedAll := drainedWithin(context.Background(), js, consumerServices(), drainWait)
-	drained := time.Since(at) - took
+	drained := time.Since(at) - sent.took
 	drainNote := fmt.Sprintf("every consumer drained %v after sending ended", drained.Round(100*time.Millisecond))
 	if !drainedAll {
 		drainNote = fmt.Sprintf("consumers still draining %v after sending ended (EXACTO_BENCH_UP_DRAIN_WAIT)", drained.Round(100*time.Millisecond))
@@ -347,13 +377,61 @@ func BenchmarkUpMemory(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	count := func(typ string) uint64 { return countSubject(ctx, js, stream.EventSubject("demo", "instantly", typ)) }
-	if failed.Load() > 0 {
-		b.Errorf("%d webhooks not answered 200", failed.Load())
+	if sent.failed > 0 {
+		b.Errorf("%s: %d webhooks not answered 200", what, sent.failed)
 	}
-	row("memory", "peak RSS of exacto up at load (VmHWM)", mib(peak), mib(idle), float64(peak)/float64(idle),
-		fmt.Sprintf("%d senders for %v: %d signed Instantly replies (%.0f/s) of leads the sandbox holds%s; VmHWM %s when sending ended, %s %v later (%s); %s, VmRSS then %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on; baseline: VmHWM right after /readyz",
-			senders, took.Round(100*time.Millisecond), ok.Load(), float64(ok.Load())/took.Seconds(), exhausted, mib(atLoad),
+	row("memory", "peak RSS of exacto up "+what+" (VmHWM)", mib(peak), mib(idle), float64(peak)/float64(idle),
+		fmt.Sprintf("%s: %d signed Instantly replies (%.0f/s) of leads the sandbox holds; VmHWM %s when sending ended, %s %v later (%s); %s, VmRSS then %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on; baseline: VmHWM right after /readyz",
+			sent.note, sent.ok, float64(sent.ok)/sent.took.Seconds(), mib(atLoad),
 			mib(atPass), waited.Round(100*time.Millisecond), pass, drainNote, mib(rss), count("reply.classified"), count("sequence.stopped"), cpu))
-	b.ReportMetric(float64(peak)/1024, "peak_MiB")
-	b.ReportMetric(float64(idle)/1024, "idle_MiB")
+}
+
+// BenchmarkGuardHeap measures what a guard kept costs the process's memory: the live
+// heap (once the blocks written have dropped their caches) grows by this much per key while EXACTO_GUARDS holds it,
+// because nats-server keeps every subject of a stream in memory (its per-subject
+// index). Guards are kept as long as the stream holds their event, one per consumer
+// that acts on it, so the heap grows with the history. EXACTO_BENCH_GUARDS (default
+// 100,000) guards are begun and completed through pkg/guard on an embedded server,
+// then as many again; the row is the second batch's growth per guard, against the
+// length of its key (a subject cannot take less memory than that).
+func BenchmarkGuardHeap(b *testing.B) {
+	n := envInt("EXACTO_BENCH_GUARDS", 100000)
+	conn := startBroker(b, "always")
+	ctx := context.Background()
+	kv, err := conn.JS.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := guard.New(kv, "stopper", time.Minute)
+	id := func(i int) string { return envelope.ID("demo", "instantly", strconv.Itoa(i)) }
+	add := func(from, to int) {
+		for i := from; i < to; i++ {
+			a, err := g.Begin(ctx, id(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := g.Complete(ctx, &a); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	// The live heap once the blocks just written have dropped their caches (nats-server
+	// keeps a block's cache 10 s after its last use).
+	live := func() uint64 {
+		time.Sleep(12 * time.Second)
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	add(0, n)
+	before := live()
+	add(n, 2*n)
+	grown := float64(live()) - float64(before)
+	perKey := grown / float64(n)
+	keyLen := len(guard.Key("stopper", id(0)))
+	row("memory", "live heap per guard kept (nats-server's subject index)", fmt.Sprintf("%.0f B", perKey), fmt.Sprintf("%d B", keyLen), perKey/float64(keyLen),
+		fmt.Sprintf("guards %d to %d begun and completed (sync always), the live heap once the blocks dropped their caches; baseline: the key's length; kept as long as the stream holds the event: at 5 guards a reply (the requests row), %.0f MB of heap per million replies",
+			n, 2*n, perKey*5))
 }
