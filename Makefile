@@ -48,7 +48,7 @@ BENCHLOG ?= $(CURDIR)/.exacto/bench.log
 
 bench:
 	@mkdir -p $(dir $(BENCHLOG)); start=$$(date +%s); \
-	( cd tests && $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 14m ./bench/... ) > $(BENCHLOG) 2>&1; rc=$$?; \
+	( cd tests && $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 25m ./bench/... ) > $(BENCHLOG) 2>&1; rc=$$?; \
 	grep -E '^(--- FAIL|FAIL|ok|panic:)' $(BENCHLOG); \
 	printf '\n%-9s %-52s %12s %12s %7s  %s\n' section what figure baseline ratio note; \
 	for s in gateway commit fsync requests e2e consumers replay memory; do \
