@@ -10,7 +10,8 @@
 // whenever the live heap needs it: the collector has half the live heap to allocate
 // into before it runs again (at least about two fifths while a raise is pending, see
 // Keep), beside the memory the runtime holds outside the heap (goroutine stacks, its
-// own metadata), which the limit counts too; the limit trims the doubling, never the
+// own metadata), which the limit counts too, and never less than a quarter beside the
+// unused part of the heap's spans (Limit); the limit trims the doubling, never the
 // work.
 package memlimit
 
@@ -50,21 +51,29 @@ func Parse(s string) (int64, error) {
 }
 
 // Limit is the soft limit for a process whose configured limit is base, whose live heap
-// (what survived the last collection) is live and whose runtime holds other outside the
-// heap: base, or one and a half times the live heap and other when that is more. Half,
-// not a quarter (2026-12-04 evening, `exacto up` taking a burst of 10,000 replies):
-// 66 s of CPU and 89 ms p99 from receipt to sequence.stopped at 500/s, against 105 s
-// and 403 ms, for a peak RSS of 250 MiB against 168 (docs/performance.md, "Room to
-// allocate").
-func Limit(base, live, other int64) int64 {
-	return max(base, live+live/2+other)
+// (what survived the last collection) is live, whose runtime holds other outside the
+// heap (stacks, its own metadata) and whose heap's spans hold unused bytes beside their
+// objects: base, or one and a half times the live heap and other when that is more.
+// Half, not a quarter (2026-12-04 evening, `exacto up` taking a burst of 10,000
+// replies): 66 s of CPU and 89 ms p99 from receipt to sequence.stopped at 500/s,
+// against 105 s and 403 ms, for a peak RSS of 250 MiB against 168
+// (docs/performance.md, "Room to allocate"). The limit counts the unused part of the
+// spans too, and no collection gives it back (a span stays as long as one object in it
+// lives): a heap that has shrunk holds a lot of it, so the limit always leaves at least
+// a quarter of the live heap beside it. Without that floor, 30 MB of unused spans
+// after a burst's drain made the heap goal the live heap itself: a collection every
+// 90 ms, each marking the whole heap, at idle (4.9 s of CPU in 10 s of idle after the
+// memory row's burst, 0.44 s with it).
+func Limit(base, live, other, unused int64) int64 {
+	return max(base, live+live/2+other, live+live/4+other+unused)
 }
 
-// usage is what the runtime holds: the live heap, and its memory outside the heap.
-type usage struct{ live, other int64 }
+// usage is what the runtime holds: the live heap, its memory outside the heap, and the
+// unused part of the heap's spans.
+type usage struct{ live, other, unused int64 }
 
 // Keep sets base as the process's soft memory limit now and then, every interval until
-// ctx ends, sets it again to Limit(base, live heap, other): raised as the process
+// ctx ends, sets it again to Limit(base, live heap, other, unused): raised as the process
 // grows past two thirds of base, back down to base as it shrinks. Changes of less than
 // a sixteenth are left out (raised a little late, the collector still has about two
 // fifths of the live heap to allocate into). changed, if not nil, is told
@@ -89,7 +98,7 @@ func keep(ctx context.Context, base int64, tick <-chan time.Time, read func() us
 		case <-tick:
 		}
 		u := read()
-		want := Limit(base, u.live, u.other)
+		want := Limit(base, u.live, u.other, u.unused)
 		if want == cur || (want != base && abs(want-cur) < cur/16) {
 			continue
 		}
@@ -108,9 +117,9 @@ func abs(n int64) int64 {
 	return n
 }
 
-// read is the live heap (what the last collection found live) and the memory the
-// runtime holds outside the heap: everything the limit counts (all it has mapped and
-// not given back) but the heap's spans.
+// read is the live heap (what the last collection found live), the memory the runtime
+// holds outside the heap (everything the limit counts, all it has mapped and not given
+// back, but the heap's spans), and the unused part of those spans.
 func read() usage {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
@@ -123,5 +132,5 @@ func read() usage {
 		}
 		v[i] = int64(x.Value.Uint64())
 	}
-	return usage{live: v[0], other: v[1] - v[2] - v[3] - v[4] - v[5]}
+	return usage{live: v[0], other: v[1] - v[2] - v[3] - v[4] - v[5], unused: v[5]}
 }

@@ -3,6 +3,8 @@ package memlimit
 import (
 	"context"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 )
@@ -24,12 +26,14 @@ func TestParse(t *testing.T) {
 
 func TestLimitLeavesHalfTheLiveHeapBesideTheRest(t *testing.T) {
 	const base = 100 << 20
-	for _, tc := range []struct{ live, other, want int64 }{
-		{0, 0, base}, {40 << 20, 8 << 20, base}, {60 << 20, 8 << 20, base}, {80 << 20, 8 << 20, 128 << 20},
-		{80 << 20, 40 << 20, 160 << 20}, {1 << 30, 16 << 20, 3<<29 + 16<<20},
+	for _, tc := range []struct{ live, other, unused, want int64 }{
+		{0, 0, 0, base}, {40 << 20, 8 << 20, 0, base}, {60 << 20, 8 << 20, 0, base}, {80 << 20, 8 << 20, 0, 128 << 20},
+		{80 << 20, 40 << 20, 0, 160 << 20}, {1 << 30, 16 << 20, 0, 3<<29 + 16<<20},
+		{80 << 20, 8 << 20, 10 << 20, 128 << 20}, // a little unused: half the live heap still covers it
+		{80 << 20, 8 << 20, 40 << 20, 148 << 20}, // a lot: a quarter of the live heap beside it
 	} {
-		if got := Limit(base, tc.live, tc.other); got != tc.want {
-			t.Errorf("Limit(100MiB, %d MiB, %d MiB) = %d MiB, want %d MiB", tc.live>>20, tc.other>>20, got>>20, tc.want>>20)
+		if got := Limit(base, tc.live, tc.other, tc.unused); got != tc.want {
+			t.Errorf("Limit(100MiB, %d MiB, %d MiB, %d MiB) = %d MiB, want %d MiB", tc.live>>20, tc.other>>20, tc.unused>>20, got>>20, tc.want>>20)
 		}
 	}
 }
@@ -59,13 +63,13 @@ func TestKeepFollowsTheLiveHeap(t *testing.T) {
 	}()
 	const other = 8 << 20
 	for _, u := range []usage{
-		{50 << 20, other},     // needs 83 MiB: under base, stays
-		{80 << 20, other},     // needs 128 MiB: raised
-		{84 << 20, other},     // needs 134 MiB: less than a sixteenth more, left out
-		{160 << 20, other},    // needs 248 MiB: raised
-		{140 << 20, other},    // needs 218 MiB: more than a sixteenth less, lowered
-		{140 << 20, 40 << 20}, // the stacks grew: needs 250 MiB, raised
-		{20 << 20, other},     // back to base
+		{50 << 20, other, 0},     // needs 83 MiB: under base, stays
+		{80 << 20, other, 0},     // needs 128 MiB: raised
+		{84 << 20, other, 0},     // needs 134 MiB: less than a sixteenth more, left out
+		{160 << 20, other, 0},    // needs 248 MiB: raised
+		{140 << 20, other, 0},    // needs 218 MiB: more than a sixteenth less, lowered
+		{140 << 20, 40 << 20, 0}, // the stacks grew: needs 250 MiB, raised
+		{20 << 20, other, 0},     // back to base
 	} {
 		tick <- time.Time{}
 		reads <- u
@@ -103,4 +107,40 @@ func mibs(b []int64) []int64 {
 		out[i] = v >> 20
 	}
 	return out
+}
+
+// A heap that has shrunk is fragmented: its spans hold few live objects, and the rest of
+// each span is memory the limit counts but no collection gives back. The limit must
+// leave the collector its room beside that too, or it runs without pause at an idle
+// heap (seen after a burst's drain: a collection every 90 ms, each marking the whole
+// heap, the goal equal to the live heap). The runtime's own heap goal under the limit
+// is the check.
+func TestLimitLeavesRoomInAFragmentedHeap(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	// 96 MiB of 64-byte objects, one in four kept: every span stays in use, three
+	// quarters of it unused.
+	all := make([]*[64]byte, 96<<20/64)
+	for i := range all {
+		all[i] = new([64]byte)
+	}
+	kept := make([]*[64]byte, 0, len(all)/4)
+	for i := 0; i < len(all); i += 4 {
+		kept = append(kept, all[i])
+	}
+	all = nil
+	debug.FreeOSMemory() // a collection, and the free pages given back, as the runtime does under a limit
+	u := read()
+	limit := Limit(0, u.live, u.other, u.unused)
+	debug.SetMemoryLimit(limit)
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+	metrics.Read(s)
+	goal, unused := int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
+	if unused < 48<<20 {
+		t.Fatalf("the heap is not fragmented (%d MiB unused): the test shows nothing", unused>>20)
+	}
+	if room := goal - u.live; room < u.live/8 {
+		t.Errorf("heap goal %d MiB for a live heap of %d MiB (%d MiB of spans unused, limit %d MiB): room to allocate %d MiB, want at least an eighth of the live heap (the runtime keeps 3%% of the limit's room for itself)",
+			goal>>20, u.live>>20, unused>>20, limit>>20, room>>20)
+	}
+	runtime.KeepAlive(kept)
 }

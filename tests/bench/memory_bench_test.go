@@ -264,7 +264,8 @@ func drainedWithin(ctx context.Context, js jetstream.JetStream, durables []strin
 // 1,000 a second, may end it sooner), which leaves the consumers a backlog of
 // thousands. After each, the consumers work on for as long again, until the
 // reconciler's first pass has ended and until every consumer has acked every event (at
-// most EXACTO_BENCH_UP_DRAIN_WAIT seconds, default 300), and the row is the VmHWM then.
+// most EXACTO_BENCH_UP_DRAIN_WAIT seconds, default 300), and the row is the VmHWM then,
+// with the CPU the process used from the first webhook on and in 10 s of idle after.
 func BenchmarkUpMemory(b *testing.B) {
 	rate, steady := envInt("EXACTO_BENCH_UP_RATE", 500), envInt("EXACTO_BENCH_UP_STEADY_SECONDS", 30)
 	upMemory(b, fmt.Sprintf("at %d replies/s offered", rate), rate*steady,
@@ -372,6 +373,10 @@ func upMemory(b *testing.B, what string, n int, load func(url string, bodies [][
 	peak := vmKiB(b, pid, "VmHWM")
 	rss := vmKiB(b, pid, "VmRSS")
 	cpu := cpuSeconds(b, pid) - cpu0
+	// Then 10 s with nothing to do: a process whose collector runs without pause at idle
+	// (a memory limit that leaves the heap no room) shows here.
+	time.Sleep(10 * time.Second)
+	idleCPU := cpuSeconds(b, pid) - cpu0 - cpu
 
 	// How far the consumers got, read from the process's own NATS port.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -381,9 +386,9 @@ func upMemory(b *testing.B, what string, n int, load func(url string, bodies [][
 		b.Errorf("%s: %d webhooks not answered 200", what, sent.failed)
 	}
 	row("memory", "peak RSS of exacto up "+what+" (VmHWM)", mib(peak), mib(idle), float64(peak)/float64(idle),
-		fmt.Sprintf("%s: %d signed Instantly replies (%.0f/s) of leads the sandbox holds; VmHWM %s when sending ended, %s %v later (%s); %s, VmRSS then %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on; baseline: VmHWM right after /readyz",
+		fmt.Sprintf("%s: %d signed Instantly replies (%.0f/s) of leads the sandbox holds; VmHWM %s when sending ended, %s %v later (%s); %s, VmRSS then %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on, %.2f s in the 10 s idle after; baseline: VmHWM right after /readyz",
 			sent.note, sent.ok, float64(sent.ok)/sent.took.Seconds(), mib(atLoad),
-			mib(atPass), waited.Round(100*time.Millisecond), pass, drainNote, mib(rss), count("reply.classified"), count("sequence.stopped"), cpu))
+			mib(atPass), waited.Round(100*time.Millisecond), pass, drainNote, mib(rss), count("reply.classified"), count("sequence.stopped"), cpu, idleCPU))
 }
 
 // BenchmarkGuardHeap measures what a guard kept costs the process's memory: the live
