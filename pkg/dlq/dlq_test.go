@@ -169,6 +169,11 @@ func TestReplayDiscardFreshness(t *testing.T) {
 		t.Fatalf("replay: %+v %v", a, err)
 	}
 	waitFor(t, "the replayed effect", func() bool { return r.effect(reply) == 1 })
+	// and its guard completed, which comes after the effect (under load, a while after)
+	waitFor(t, "the replay's guard completed", func() bool {
+		rec, _, _ := guard.Status(ctx, r.q.guards, l.Consumer, l.EventID)
+		return rec.Status == guard.Completed
+	})
 	l, _ = r.q.Get(ctx, l.Seq)
 	second, err := r.q.Replay(ctx, l, "ben", "to be sure", false)
 	if err != nil || second.Result != guard.Completed {
