@@ -76,8 +76,9 @@ type usage struct{ live, other, unused int64 }
 // ctx ends, sets it again to Limit(base, live heap, other, unused): raised as the process
 // grows past two thirds of base, back down to base as it shrinks. Changes of less than
 // a sixteenth are left out (raised a little late, the collector still has about two
-// fifths of the live heap to allocate into). changed, if not nil, is told
-// each change.
+// fifths of the live heap to allocate into), unless the limit in force leaves less than
+// a quarter of the live heap beside the unused spans (in a fragmented heap a sixteenth
+// of the limit can be all of that room). changed, if not nil, is told each change.
 func Keep(ctx context.Context, base int64, interval time.Duration, changed func(limit, live int64)) {
 	debug.SetMemoryLimit(base)
 	t := time.NewTicker(interval)
@@ -99,7 +100,8 @@ func keep(ctx context.Context, base int64, tick <-chan time.Time, read func() us
 		}
 		u := read()
 		want := Limit(base, u.live, u.other, u.unused)
-		if want == cur || (want != base && abs(want-cur) < cur/16) {
+		floor := u.live + u.live/4 + u.other + u.unused // Limit's least room, never left out
+		if want == cur || (want != base && abs(want-cur) < cur/16 && cur >= floor) {
 			continue
 		}
 		cur = want

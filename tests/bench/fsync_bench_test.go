@@ -192,22 +192,34 @@ func fsyncBodies(b *testing.B, addr string, from, count int) [][]byte {
 // sendAll posts every body once from senders concurrent senders; it returns how many
 // were answered 200.
 func sendAll(url string, header http.Header, bodies [][]byte, senders int) int64 {
+	ok, _ := sendUntil(url, header, bodies, senders, time.Time{})
+	return ok
+}
+
+// sendUntil is sendAll that takes no body after end (zero: no end); it also returns how
+// many bodies it sent.
+func sendUntil(url string, header http.Header, bodies [][]byte, senders int, end time.Time) (ok int64, sent int) {
 	tr := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	var next, ok atomic.Int64
+	var next, answered, taken atomic.Int64
 	var wg sync.WaitGroup
 	for range senders {
 		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < len(bodies); i = int(next.Add(1)) - 1 {
+			for end.IsZero() || time.Now().Before(end) {
+				i := int(next.Add(1)) - 1
+				if i >= len(bodies) {
+					return
+				}
+				taken.Add(1)
 				if status, _, err := send(client, url, bodies[i], header); err == nil && status == http.StatusOK {
-					ok.Add(1)
+					answered.Add(1)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	return ok.Load()
+	return answered.Load(), int(taken.Load())
 }
 
 // waitIndexed waits until the index writer has acked every stored event.

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -272,7 +271,7 @@ func BenchmarkUpMemory(b *testing.B) {
 		func(url string, bodies [][]byte, header http.Header) upLoad {
 			l := openLoop(url, bodies, header, rate)
 			return upLoad{ok: int64(l.sent) - l.failed, failed: l.failed, took: l.took,
-				note: fmt.Sprintf("open loop for %v", l.took.Round(100*time.Millisecond))}
+				note: fmt.Sprintf("open loop for %v (at most %v late)", l.took.Round(100*time.Millisecond), l.late.Round(time.Millisecond))}
 		})
 	seconds := envInt("EXACTO_BENCH_UP_SECONDS", 10)
 	upMemory(b, "at a burst", envInt("EXACTO_BENCH_UP_LEADS", 1000*seconds),
@@ -291,35 +290,14 @@ type upLoad struct {
 // burst sends bodies from 64 senders, keep-alive, each body once, until d is up or the
 // bodies are.
 func burst(url string, bodies [][]byte, header http.Header, d time.Duration) upLoad {
-	tr := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	var next, ok, failed atomic.Int64
-	var wg sync.WaitGroup
 	at := time.Now()
-	end := at.Add(d)
-	for range senders {
-		wg.Go(func() {
-			for time.Now().Before(end) {
-				i := int(next.Add(1)) - 1
-				if i >= len(bodies) {
-					return
-				}
-				if status, _, err := send(client, url, bodies[i], header); err == nil && status == 200 {
-					ok.Add(1)
-				} else {
-					failed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	ok, sent := sendUntil(url, header, bodies, senders, at.Add(d))
 	took := time.Since(at)
 	note := fmt.Sprintf("%d senders for %v", senders, took.Round(100*time.Millisecond))
-	if int(next.Load()) > len(bodies) {
+	if sent == len(bodies) {
 		note += fmt.Sprintf(" (the pool of %d leads used up: raise EXACTO_BENCH_UP_LEADS)", len(bodies))
 	}
-	return upLoad{ok: ok.Load(), failed: failed.Load(), took: took, note: note}
+	return upLoad{ok: ok, failed: int64(sent) - ok, took: took, note: note}
 }
 
 // upMemory is one row of BenchmarkUpMemory: a fresh `exacto up`, n replies told to the
@@ -363,6 +341,7 @@ func upMemory(b *testing.B, what string, n int, load func(url string, bodies [][
 	// And until every consumer has acked every event (the projector is the last, 70 to 85 s
 	// after sending ended at this load): the load's memory is the memory of all its work.
 	js := u.js(b)
+	defer js.Conn().Close() // before the next load's process, which may take the same port
 	drainWait := time.Duration(envInt("EXACTO_BENCH_UP_DRAIN_WAIT", 300)) * time.Second
 	drainedAll := drainedWithin(context.Background(), js, consumerServices(), drainWait)
 	drained := time.Since(at) - sent.took
@@ -377,6 +356,10 @@ func upMemory(b *testing.B, what string, n int, load func(url string, bodies [][
 	// (a memory limit that leaves the heap no room) shows here.
 	time.Sleep(10 * time.Second)
 	idleCPU := cpuSeconds(b, pid) - cpu0 - cpu
+	after := "idle"
+	if !drainedAll || u.out.reconciled() == 0 {
+		after = "not idle: still working"
+	}
 
 	// How far the consumers got, read from the process's own NATS port.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -386,9 +369,9 @@ func upMemory(b *testing.B, what string, n int, load func(url string, bodies [][
 		b.Errorf("%s: %d webhooks not answered 200", what, sent.failed)
 	}
 	row("memory", "peak RSS of exacto up "+what+" (VmHWM)", mib(peak), mib(idle), float64(peak)/float64(idle),
-		fmt.Sprintf("%s: %d signed Instantly replies (%.0f/s) of leads the sandbox holds; VmHWM %s when sending ended, %s %v later (%s); %s, VmRSS then %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on, %.2f s in the 10 s idle after; baseline: VmHWM right after /readyz",
+		fmt.Sprintf("%s: %d signed Instantly replies (%.0f/s) of leads the sandbox holds; VmHWM %s when sending ended, %s %v later (%s); %s, VmRSS then %s, %d replies classified and %d stopped; %.1f s of CPU from the first webhook on, %.2f s in the 10 s after (%s); baseline: VmHWM right after /readyz",
 			sent.note, sent.ok, float64(sent.ok)/sent.took.Seconds(), mib(atLoad),
-			mib(atPass), waited.Round(100*time.Millisecond), pass, drainNote, mib(rss), count("reply.classified"), count("sequence.stopped"), cpu, idleCPU))
+			mib(atPass), waited.Round(100*time.Millisecond), pass, drainNote, mib(rss), count("reply.classified"), count("sequence.stopped"), cpu, idleCPU, after))
 }
 
 // BenchmarkGuardHeap measures what a guard kept costs the process's memory: the live
