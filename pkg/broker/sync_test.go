@@ -127,6 +127,16 @@ func testStore(t *testing.T, ctx context.Context, name string) (*Conn, string) {
 	return c, filepath.Join(c.Embedded.StoreDir(), "$G", "streams", name)
 }
 
+// durableStore is testStore with the stream kept durable by the process's syncer.
+func durableStore(t *testing.T, ctx context.Context, name string) (*Conn, string) {
+	t.Helper()
+	c, dir := testStore(t, ctx, name)
+	if err := c.KeepDurable(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	return c, dir
+}
+
 // testStream is the test stream's config: max_bytes under 128 KB gives 32 KB blocks.
 func testStream(name string) jetstream.StreamConfig {
 	return jetstream.StreamConfig{Name: name, Subjects: []string{"synctest.>"}, Storage: jetstream.FileStorage,
@@ -199,10 +209,7 @@ func TestRoundDoesNotWaitForTheSweep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const name = "SWEEPTEST"
-	c, dir := testStore(t, ctx, name)
-	if err := c.KeepDurable(ctx, name); err != nil {
-		t.Fatal(err)
-	}
+	c, dir := durableStore(t, ctx, name)
 	// Only the sweep syncs a consumer's files: the first one holds it.
 	h := newHolder(func(p string) bool {
 		return strings.Contains(p, string(filepath.Separator)+"obs"+string(filepath.Separator))
@@ -235,10 +242,7 @@ func TestRoundSyncsTheDirectoryOfARenamedMetaFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const name = "METATEST"
-	c, dir := testStore(t, ctx, name)
-	if err := c.KeepDurable(ctx, name); err != nil {
-		t.Fatal(err)
-	}
+	c, dir := durableStore(t, ctx, name)
 	if _, err := c.JS.Publish(ctx, "synctest.a", tenKB); err != nil { // the sweep has a block to sync
 		t.Fatal(err)
 	}

@@ -65,8 +65,12 @@ func Parse(s string) (int64, error) {
 // 90 ms, each marking the whole heap, at idle (4.9 s of CPU in 10 s of idle after the
 // memory row's burst, 0.44 s with it).
 func Limit(base, live, other, unused int64) int64 {
-	return max(base, live+live/2+other, live+live/4+other+unused)
+	return max(base, live+live/2+other, least(live, other, unused))
 }
+
+// least is the lowest limit that leaves the collector a quarter of the live heap
+// beside everything else the limit counts.
+func least(live, other, unused int64) int64 { return live + live/4 + other + unused }
 
 // usage is what the runtime holds: the live heap, its memory outside the heap, and the
 // unused part of the heap's spans.
@@ -100,8 +104,7 @@ func keep(ctx context.Context, base int64, tick <-chan time.Time, read func() us
 		}
 		u := read()
 		want := Limit(base, u.live, u.other, u.unused)
-		floor := u.live + u.live/4 + u.other + u.unused // Limit's least room, never left out
-		if want == cur || (want != base && abs(want-cur) < cur/16 && cur >= floor) {
+		if want == cur || (want != base && abs(want-cur) < cur/16 && cur >= least(u.live, u.other, u.unused)) {
 			continue
 		}
 		cur = want

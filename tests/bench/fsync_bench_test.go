@@ -202,7 +202,7 @@ func sendUntil(url string, header http.Header, bodies [][]byte, senders int, end
 	tr := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	var next, answered, taken atomic.Int64
+	var next, answered atomic.Int64 // next: bodies taken, and one more per sender that found none
 	var wg sync.WaitGroup
 	for range senders {
 		wg.Go(func() {
@@ -211,7 +211,6 @@ func sendUntil(url string, header http.Header, bodies [][]byte, senders int, end
 				if i >= len(bodies) {
 					return
 				}
-				taken.Add(1)
 				if status, _, err := send(client, url, bodies[i], header); err == nil && status == http.StatusOK {
 					answered.Add(1)
 				}
@@ -219,7 +218,7 @@ func sendUntil(url string, header http.Header, bodies [][]byte, senders int, end
 		})
 	}
 	wg.Wait()
-	return answered.Load(), int(taken.Load())
+	return answered.Load(), min(int(next.Load()), len(bodies))
 }
 
 // waitIndexed waits until the index writer has acked every stored event.
