@@ -109,7 +109,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Directory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.ContactIDs, err)
 	}
-	d := New(kvstore.KV{KV: kv})
+	d := New(kvstore.KV{KV: kv, JS: js})
 	d.index = newIndexMemory()
 	return d, nil
 }

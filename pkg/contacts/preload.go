@@ -6,19 +6,18 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"exacto.dev/pkg/kvstore"
 )
 
-// Preload returns a directory over the same bucket that reads it from a copy loaded
-// at once and writes through to it, when the bucket holds at most max entries (its
-// history counted); else d itself. A replay names thousands of contacts a second: one
+// Preload returns a directory over the same bucket that reads it from a copy of its
+// keys under prefix ("" for all, else a tenant's: "<tenant>.") loaded at once and writes
+// through to it, when the bucket holds at most max entries (its history counted); else
+// d itself. A replay names thousands of contacts a second: one
 // streamed read of the bucket instead of two round trips per contact. The copy is the
 // bucket as it was when loaded, as the replay's memo is: a write that finds a key
 // moved on (another projector wrote it) drops that key from the copy and Record reads
 // it again from the bucket.
-func (d *Directory) Preload(ctx context.Context, max uint64) (*Directory, error) {
+func (d *Directory) Preload(ctx context.Context, prefix string, max uint64) (*Directory, error) {
 	kv, ok := d.store.(kvstore.KV)
 	if !ok {
 		return d, nil // already in memory
@@ -30,23 +29,14 @@ func (d *Directory) Preload(ctx context.Context, max uint64) (*Directory, error)
 	if status.Values() > max {
 		return d, nil
 	}
-	w, err := kv.KV.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("contacts: %w", err)
-	}
-	defer w.Stop()
 	p := &preloaded{under: d.store, vals: map[string]entry{}}
-	for e := range w.Updates() {
-		if e == nil { // every value stored when the watch began is in
-			return &Directory{store: p, now: d.now}, nil
-		}
-		if e.Operation() == jetstream.KeyValuePut {
-			p.vals[e.Key()] = entry{e.Value(), e.Revision()}
-		} else {
-			p.vals[e.Key()] = entry{} // deleted: absent, as KV.Get says
-		}
+	if err := kv.Scan(ctx, prefix, func(key string, value []byte, rev uint64) error {
+		p.vals[key] = entry{value, rev}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("contacts: loading %s: %w", kv.KV.Bucket(), err)
 	}
-	return nil, fmt.Errorf("contacts: loading %s: %w", kv.KV.Bucket(), ctx.Err())
+	return &Directory{store: p, now: d.now}, nil
 }
 
 type entry struct {

@@ -3,6 +3,7 @@ package contacts
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,10 +23,10 @@ func TestPreloadReadsTheCopyAndWritesThrough(t *testing.T) {
 	if _, err := d.Record(ctx, "acme", Seen{Email: "ben@northwind.example"}); err != nil {
 		t.Fatal(err)
 	}
-	if same, err := d.Preload(ctx, 2); err != nil || same != d {
+	if same, err := d.Preload(ctx, "", 2); err != nil || same != d {
 		t.Fatalf("a bucket of 4 entries preloaded with a bound of 2: %v", err)
 	}
-	p, err := d.Preload(ctx, 100)
+	p, err := d.Preload(ctx, "", 100)
 	if err != nil || p == d {
 		t.Fatalf("preload: %v (the same directory: %v)", err, p == d)
 	}
@@ -47,9 +48,28 @@ func TestPreloadReadsTheCopyAndWritesThrough(t *testing.T) {
 	if rec, ok, err := p.Find(ctx, "acme", "email", "ben@northwind.example"); err != nil || !ok || rec.ContactID == "" {
 		t.Fatalf("Ben from the copy: %+v %v %v", rec, ok, err)
 	}
+	// A tenant's copy holds its keys alone, and finds another tenant's in the bucket.
+	if _, err := d.Record(ctx, "globex", Seen{Email: "cy@globex.example"}); err != nil {
+		t.Fatal(err)
+	}
+	acme, err := d.Preload(ctx, "acme.", 100)
+	if err != nil || acme == d {
+		t.Fatalf("preload of acme: %v", err)
+	}
+	for key := range acme.store.(*preloaded).vals {
+		if !strings.HasPrefix(key, "acme.") {
+			t.Errorf("acme's copy holds %s", key)
+		}
+	}
+	if n := len(acme.store.(*preloaded).vals); n != 5 {
+		t.Errorf("acme's copy holds %d keys, want 5 (Ana's record and the index entries of her e-mail and CRM id, Ben's record and e-mail)", n)
+	}
+	if rec, ok, err := acme.Find(ctx, "globex", "email", "cy@globex.example"); err != nil || !ok || rec.ContactID == "" {
+		t.Fatalf("globex's contact through acme's copy: %+v %v %v", rec, ok, err)
+	}
 	// In memory already: nothing to load.
 	m := New(kvstore.NewMemory())
-	if same, err := m.Preload(ctx, 100); err != nil || same != m {
+	if same, err := m.Preload(ctx, "", 100); err != nil || same != m {
 		t.Fatalf("a directory in memory preloaded: %v", err)
 	}
 }

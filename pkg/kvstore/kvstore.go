@@ -6,9 +6,11 @@ package kvstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -30,8 +32,12 @@ type Store interface {
 	Keys(ctx context.Context, prefix string) ([]string, error)
 }
 
-// KV is a Store over a JetStream key-value bucket.
-type KV struct{ KV jetstream.KeyValue }
+// KV is a Store over a JetStream key-value bucket; JS, when set, is the JetStream it is
+// in (Scan's consumer).
+type KV struct {
+	KV jetstream.KeyValue
+	JS jetstream.JetStream
+}
 
 func (s KV) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	e, err := s.KV.Get(ctx, key)
@@ -93,6 +99,128 @@ func (s KV) Keys(ctx context.Context, prefix string) ([]string, error) {
 	}
 	slices.Sort(keys)
 	return keys, nil
+}
+
+// Scanner is a Store that reads every key under a prefix in one go (KV).
+type Scanner interface {
+	Scan(ctx context.Context, prefix string, fn func(key string, value []byte, rev uint64) error) error
+}
+
+// Scan calls fn with every key under prefix (ending in ".", or "" for all) but
+// CheckpointKey, once, with its value and revision, in no order to rely on, until fn
+// fails: one streamed read of a Scanner, else Keys and a Get each.
+func Scan(ctx context.Context, s Store, prefix string, fn func(key string, value []byte, rev uint64) error) error {
+	if sc, ok := s.(Scanner); ok {
+		return sc.Scan(ctx, prefix, fn)
+	}
+	return scanByKeys(ctx, s, prefix, fn)
+}
+
+func scanByKeys(ctx context.Context, s Store, prefix string, fn func(key string, value []byte, rev uint64) error) error {
+	keys, err := s.Keys(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k == CheckpointKey {
+			continue
+		}
+		v, rev, err := s.Get(ctx, k)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			continue // deleted since listed
+		}
+		if err := fn(k, v, rev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanBatch bounds the values a scan holds in the client at a time.
+const scanBatch = 1024
+
+// Scan reads the bucket's last value of every key under prefix through a consumer of
+// its own, a scanBatch at a time; without JS, Keys and a Get each. The server answers
+// the consumer reading the bucket's blocks front to back, each once; a Get of a key
+// whose block is not cached loads that whole block (4 MiB), and Gets of every key held
+// most of a bucket's blocks in memory at once (docs/performance.md, Memory: "The
+// reconciler's reads"). A key written during the scan is given once, with the value
+// it had when the scan began or a later one.
+func (s KV) Scan(ctx context.Context, prefix string, fn func(key string, value []byte, rev uint64) error) error {
+	if s.JS == nil {
+		return scanByKeys(ctx, s, prefix, fn)
+	}
+	bucket := s.KV.Bucket()
+	subjects := "$KV." + bucket + "." + prefix + ">"
+	c, err := s.JS.CreateConsumer(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
+		FilterSubject: subjects, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy,
+		MemoryStorage: true, InactiveThreshold: time.Minute, // gone after a crash of the scan's process too
+	})
+	if err != nil {
+		return fmt.Errorf("scanning %s: %w", bucket, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		s.JS.DeleteConsumer(dctx, "KV_"+bucket, c.CachedInfo().Name)
+	}()
+	left := c.CachedInfo().NumPending // the values when the scan began
+	if left == 0 {
+		return nil
+	}
+	// A callback, not an iterator: its Next sets a timer per message.
+	var mu sync.Mutex // the callback's state: Scan returns only while no fn runs
+	given := map[string]bool{}
+	done := make(chan error, 1)
+	finish := func(err error) { left = 0; done <- err } // once: by the call that ends left, or fails before
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if left == 0 {
+			return // finished
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			finish(fmt.Errorf("scanning %s: %w", bucket, err))
+			return
+		}
+		if left--; md.NumPending == 0 {
+			left = 0
+		}
+		key := strings.TrimPrefix(m.Subject(), "$KV."+bucket+".")
+		if op := m.Headers().Get("KV-Operation"); op == "" && key != CheckpointKey && !given[key] { // not deleted, not given already
+			given[key] = true
+			if err := fn(key, m.Data(), md.Sequence.Stream); err != nil {
+				finish(err)
+				return
+			}
+		}
+		if left == 0 {
+			finish(nil)
+		}
+	}, jetstream.PullMaxMessages(scanBatch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if left > 0 {
+			finish(fmt.Errorf("scanning %s: %w", bucket, err))
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("scanning %s: %w", bucket, err)
+	}
+	defer cc.Stop()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	mu.Lock()
+	left = 0 // no fn after Scan returns
+	mu.Unlock()
+	return err
 }
 
 // Memory is a Store in memory: a replay builds here, then copies it out.

@@ -10,6 +10,7 @@ import (
 
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/lifecycle"
 )
 
@@ -27,11 +28,29 @@ func (r Reader) Contact(ctx context.Context, tenant, contactID string) (Contact,
 	if err != nil || rev == 0 {
 		return Contact{}, false, err
 	}
+	c, err := r.decodeContact(ctx, data)
+	return c, true, err
+}
+
+// EachContact calls fn with every contact record of tenant, as Contact returns it, in
+// no order to rely on: one streamed read of the bucket (kvstore.Scan), for a reader of
+// them all.
+func (r Reader) EachContact(ctx context.Context, tenant string, fn func(Contact) error) error {
+	return kvstore.Scan(ctx, r.Contacts, tenant+".", func(key string, data []byte, _ uint64) error {
+		c, err := r.decodeContact(ctx, data)
+		if err != nil {
+			return fmt.Errorf("contact %s: %w", key, err)
+		}
+		return fn(c)
+	})
+}
+
+func (r Reader) decodeContact(ctx context.Context, data []byte) (Contact, error) {
 	var c Contact
 	if err := json.Unmarshal(data, &c); err != nil {
-		return c, true, err
+		return c, err
 	}
-	return c, true, r.addRecorded(ctx, &c)
+	return c, r.addRecorded(ctx, &c)
 }
 
 // addRecorded adds the directory's ids of c to its external ids.

@@ -150,7 +150,7 @@ func replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 			go func() {
 				// A Get per contact costs a round trip: load the directory unless it is
 				// much larger than the replay.
-				dir, err := o.Dir.Preload(pctx, limit)
+				dir, err := o.Dir.Preload(pctx, "", limit)
 				if err == nil {
 					ids = &memo{dir: dir, seen: map[memoKey]contacts.Record{}}
 				}

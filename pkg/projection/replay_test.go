@@ -224,15 +224,15 @@ func (j countedPulls) Stream(ctx context.Context, name string) (jetstream.Stream
 	return emptyPullsStream{Stream: st, j: emptyPulls{JetStream: j.JetStream, empty: 0, pulls: j.pulls}}, nil
 }
 
-// slowWatch is a directory bucket whose load (WatchAll) begins only once ready is
-// closed, or fails when fail is set.
-type slowWatch struct {
+// slowLoad is a directory bucket (without JS: loaded by listing its keys) whose load
+// begins only once ready is closed, or fails when fail is set.
+type slowLoad struct {
 	jetstream.KeyValue
 	ready <-chan struct{}
 	fail  error
 }
 
-func (w slowWatch) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+func (w slowLoad) ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error) {
 	if w.fail != nil {
 		return nil, w.fail
 	}
@@ -241,7 +241,7 @@ func (w slowWatch) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (je
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return w.KeyValue.WatchAll(ctx, opts...)
+	return w.KeyValue.ListKeysFiltered(ctx, filters...)
 }
 
 // storeMany stores n events of n/3 leads (sent, delivered, a reply) at once.
@@ -298,7 +298,7 @@ func TestReplayPullsWhileTheDirectoryLoads(t *testing.T) {
 	got := Memories()
 	var seqs []uint64 // the last applied, as progress tells it: never back
 	p, err := Replay(ctx, countedPulls{JetStream: conn.JS, pulls: pulls}, got,
-		ReplayOptions{Dir: contacts.New(kvstore.KV{KV: slowWatch{KeyValue: kv, ready: ready}}),
+		ReplayOptions{Dir: contacts.New(kvstore.KV{KV: slowLoad{KeyValue: kv, ready: ready}}),
 			Every: time.Nanosecond, OnProgress: func(p Progress) { seqs = append(seqs, p.LastSeq) }})
 	if !slices.IsSorted(seqs) {
 		t.Fatalf("applied out of stream order: progress went %v", seqs)
@@ -324,7 +324,7 @@ func TestReplayFailsWhenTheDirectoryCannotLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := Memories()
-	p, err := Replay(ctx, conn.JS, got, ReplayOptions{Dir: contacts.New(kvstore.KV{KV: slowWatch{KeyValue: kv, fail: errors.New("bucket unreadable")}})})
+	p, err := Replay(ctx, conn.JS, got, ReplayOptions{Dir: contacts.New(kvstore.KV{KV: slowLoad{KeyValue: kv, fail: errors.New("bucket unreadable")}})})
 	if err == nil || !strings.Contains(err.Error(), "bucket unreadable") || p.Done != 0 {
 		t.Fatalf("replay: %+v %v, want the directory's error and nothing done", p, err)
 	}

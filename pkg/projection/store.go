@@ -229,7 +229,7 @@ func Open(ctx context.Context, js jetstream.JetStream, into string, replicas int
 		if err != nil {
 			return Stores{}, fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 		}
-		st[i] = KV{KV: kv}
+		st[i] = KV{KV: kv, JS: js}
 	}
 	return Stores{Contacts: st[0], Campaigns: st[1], Suppression: st[2]}, nil
 }

@@ -219,20 +219,15 @@ func (p *Pass) projectionContacts(ctx context.Context) ([]passContact, error) {
 	if p.cLoaded {
 		return p.contacts, nil
 	}
-	keys, err := p.Reader.Contacts.Keys(ctx, p.Tenant+".")
-	if err != nil {
+	var out []passContact
+	if err := p.Reader.EachContact(ctx, p.Tenant, func(c projection.Contact) error {
+		out = append(out, sumUp(c))
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	var out []passContact
-	for _, k := range keys {
-		c, ok, err := p.Reader.Contact(ctx, p.Tenant, strings.TrimPrefix(k, p.Tenant+"."))
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out = append(out, sumUp(c))
-		}
-	}
+	// In the order of their ids: the HubSpot window's cursor walks them in it.
+	slices.SortFunc(out, func(a, b passContact) int { return strings.Compare(a.ContactID, b.ContactID) })
 	p.contacts, p.cLoaded = out, true
 	return out, nil
 }
@@ -253,17 +248,18 @@ type passContact struct {
 
 // passView is what the checks read of a lifecycle.View.
 type passView struct {
-	Status    lifecycle.Status
-	Replied   bool
-	Completed bool // its sequence stopped or completed (Reached holds Completed)
+	Status                              lifecycle.Status
+	Replied, MeetingBooked, Opportunity bool
+	Completed                           bool // its sequence stopped or completed (Reached holds Completed)
 	// Meetings and Opportunities are the ids the view names.
 	Meetings, Opportunities []string
 	Discrepancies           []lifecycle.Discrepancy
 }
 
 func viewOf(v lifecycle.View) passView {
-	return passView{Status: v.Status, Replied: v.Replied, Completed: slices.Contains(v.Reached, lifecycle.Completed),
-		Meetings: v.Meetings, Opportunities: v.Opportunities, Discrepancies: v.Discrepancies}
+	return passView{Status: v.Status, Replied: v.Replied, MeetingBooked: v.MeetingBooked, Opportunity: v.Opportunity,
+		Completed: slices.Contains(v.Reached, lifecycle.Completed),
+		Meetings:  v.Meetings, Opportunities: v.Opportunities, Discrepancies: v.Discrepancies}
 }
 
 // campaignView is a contact's effective view in a campaign, and the discrepancies of

@@ -48,7 +48,7 @@ func missedOutcomes(ctx context.Context, p *Pass) ([]Finding, error) {
 		if l.Replies == 0 && !positive || !l.LastReply.IsZero() && p.now().Sub(l.LastReply) < InFlight {
 			continue
 		}
-		c, known, err := p.Reader.ContactByEmail(ctx, p.Tenant, l.Email)
+		c, known, err := p.contactByEmail(ctx, l.Email)
 		if err != nil {
 			return out, err
 		}

@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
@@ -80,6 +83,7 @@ func countedBy(t *testing.T, kind, provider string) int64 {
 // publisher records what it would store (and projects it, as the projector would).
 type fixture struct {
 	t         *testing.T
+	conn      *broker.Conn
 	sb        *sandbox.Server
 	deps      *Deps
 	dir       *contacts.Directory
@@ -108,7 +112,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, sb: sandbox.Start(t), dir: dir}
+	f := &fixture{t: t, conn: conn, sb: sandbox.Start(t), dir: dir}
 	f.deps = &Deps{Reader: projection.Reader{Stores: stores, Dir: dir}, Suppression: suppression.New(skv), Queue: q, Publish: f.publish}
 	q.Publish, q.Fresh = f.publish, func(string) time.Duration { return 72 * time.Hour }
 	return f
@@ -395,6 +399,52 @@ func TestImpossibleState(t *testing.T) {
 	for _, fd := range rep.Findings {
 		if fd.Kind == ImpossibleState && (!strings.Contains(fd.Found, "after unsubscribed") || fd.Contact != email) {
 			t.Fatalf("finding %+v", fd)
+		}
+	}
+}
+
+// A pass reads the contacts projection and the contact directory in one go each (a
+// watch), not a Get or more per contact and per lead: a Get of a key whose block the
+// server has not cached loads the whole block, and a pass of Gets over every contact
+// held most of both buckets' blocks in memory at once (docs/performance.md, Memory).
+func TestPassReadsTheContactsInOneGo(t *testing.T) {
+	f := newFixture(t)
+	const n = 40
+	for i := range n {
+		email := fmt.Sprintf("lead%d@northwind.example", i)
+		id := f.sb.AddInstantlyLead(camp, email)
+		f.sb.UpdateInstantlyLead(id, func(l *sandbox.InstantlyLead) {
+			l.Status, l.EmailReplyCount, l.TimestampLastReply = sandbox.InstantlyCompleted, 1, time.Now().Add(-time.Hour).Format(time.RFC3339)
+		})
+		f.project("instantly", envelope.TypeReplyReceived, email, camp, fmt.Sprint("re-", i), time.Now().Add(-time.Hour))
+	}
+	gets := map[string]int{} // direct gets by stream
+	var mu sync.Mutex
+	sub, err := f.conn.NC.Subscribe("$JS.API.DIRECT.GET.>", func(m *nats.Msg) {
+		mu.Lock()
+		gets[strings.Split(m.Subject, ".")[4]]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.conn.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rep := f.run(true)
+	if len(rep.Findings) != 0 {
+		t.Fatalf("%d findings while the projection agrees with Instantly, the first %+v", len(rep.Findings), rep.Findings[0])
+	}
+	if err := f.conn.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sub.Unsubscribe()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, bucket := range []string{stream.ProjectionBucket("contacts", "", 1).Bucket, stream.ContactIDs} {
+		t.Logf("%s: %d Gets", bucket, gets["KV_"+bucket])
+		if got := gets["KV_"+bucket]; got >= n/4 {
+			t.Errorf("a pass over %d contacts, each with a reply, made %d Gets in %s: want them read in one go", n, got, bucket)
 		}
 	}
 }

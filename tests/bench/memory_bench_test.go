@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -148,6 +149,15 @@ func startUp(b *testing.B, env []string, wrap ...string) *upProcess {
 	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = u.out, u.out
+	if path := os.Getenv("EXACTO_BENCH_UP_LOG"); path != "" { // the whole log, for an investigation
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		cmd.Stdout = io.MultiWriter(u.out, f)
+		cmd.Stderr = cmd.Stdout
+	}
 	// Wait also waits for whatever still holds the output pipe: under strace a stopped
 	// run was seen holding it for minutes after both were killed (make bench hung in
 	// BenchmarkUpFsyncs' stop). Bound that wait.

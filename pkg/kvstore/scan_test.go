@@ -1,0 +1,95 @@
+package kvstore_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/kvstore"
+)
+
+// Scan gives every key under the prefix with its last value, once: over a bucket (one
+// watch) as over a store in memory (Keys and Gets); a deleted key, another prefix's
+// and the checkpoint key are not given, and fn's error ends it.
+func TestScanGivesEveryValueUnderThePrefix(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	kv, err := conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "SCAN_TEST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bucket read by a consumer (JS set), and key by key.
+	stores := map[string]kvstore.Store{"bucket": kvstore.KV{KV: kv, JS: conn.JS}, "bucket by keys": kvstore.KV{KV: kv}, "memory": kvstore.NewMemory()}
+	for _, name := range []string{"bucket", "bucket by keys", "memory"} {
+		s := stores[name]
+		put := func(key, value string) {
+			t.Helper()
+			_, rev, err := s.Get(ctx, key)
+			if err == nil {
+				_, err = s.Put(ctx, key, []byte(value), rev)
+			}
+			if err != nil {
+				t.Fatalf("%s: put %s: %v", name, key, err)
+			}
+		}
+		put("acme.1", "first")
+		put("acme.2", "gone")
+		put("globex.1", "other tenant")
+		put("acme.1", "second")
+		put("acme.3", "third")
+		put(kvstore.CheckpointKey, "42")
+		_, rev, _ := s.Get(ctx, "acme.2")
+		if err := s.Delete(ctx, "acme.2", rev); err != nil {
+			t.Fatal(err)
+		}
+		scan := func(prefix string) map[string]string {
+			t.Helper()
+			got := map[string]string{}
+			err := kvstore.Scan(ctx, s, prefix, func(key string, value []byte, rev uint64) error {
+				if _, twice := got[key]; twice {
+					t.Errorf("%s: %s given twice", name, key)
+				}
+				if _, want, _ := s.Get(ctx, key); rev != want {
+					t.Errorf("%s: %s given at revision %d, stored at %d", name, key, rev, want)
+				}
+				got[key] = string(value)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: scan %q: %v", name, prefix, err)
+			}
+			return got
+		}
+		if got, want := scan("acme."), map[string]string{"acme.1": "second", "acme.3": "third"}; !maps.Equal(got, want) {
+			t.Errorf("%s: acme's values %v, want %v", name, got, want)
+		}
+		if got, want := scan(""), map[string]string{"acme.1": "second", "acme.3": "third", "globex.1": "other tenant"}; !maps.Equal(got, want) {
+			t.Errorf("%s: every value %v, want %v", name, got, want)
+		}
+		if got := scan("initech."); len(got) != 0 {
+			t.Errorf("%s: a prefix with no key gave %v", name, got)
+		}
+		stop := errors.New("enough")
+		n := 0
+		err := kvstore.Scan(ctx, s, "", func(string, []byte, uint64) error { n++; return stop })
+		if !errors.Is(err, stop) || n != 1 {
+			t.Errorf("%s: fn failing at once: %v after %d values, want its error after 1", name, err, n)
+		}
+	}
+	st, err := conn.JS.Stream(ctx, "KV_SCAN_TEST")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Consumers; n != 0 {
+		t.Errorf("%d consumers left on the bucket after the scans", n)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := kvstore.Scan(cancelled, stores["bucket"], "", func(string, []byte, uint64) error { return nil }); err == nil {
+		t.Error("a scan of a bucket with its context cancelled succeeded")
+	}
+}
