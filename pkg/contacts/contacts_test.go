@@ -20,7 +20,7 @@ func directory(t *testing.T) *Directory {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(kvstore.KV{KV: kv})
+	return New(kvstore.KV{KV: kv, JS: conn.JS})
 }
 
 func TestNormalizeEmail(t *testing.T) {

@@ -147,8 +147,8 @@ const scanBatch = 1024
 // the consumer reading the bucket's blocks front to back, each once; a Get of a key
 // whose block is not cached loads that whole block (4 MiB), and Gets of every key held
 // most of a bucket's blocks in memory at once (docs/performance.md, Memory: "The
-// reconciler's reads"). A key written during the scan is given once, with the value
-// it had when the scan began or a later one.
+// reconciler's reads"). Every key is given once; one written during the scan with the
+// value it had when the scan began or a later one, one made during it maybe.
 func (s KV) Scan(ctx context.Context, prefix string, fn func(key string, value []byte, rev uint64) error) error {
 	if s.JS == nil {
 		return scanByKeys(ctx, s, prefix, fn)
@@ -167,29 +167,27 @@ func (s KV) Scan(ctx context.Context, prefix string, fn func(key string, value [
 		defer cancel()
 		s.JS.DeleteConsumer(dctx, "KV_"+bucket, c.CachedInfo().Name)
 	}()
-	left := c.CachedInfo().NumPending // the values when the scan began
-	if left == 0 {
+	if c.CachedInfo().NumPending == 0 {
 		return nil
 	}
 	// A callback, not an iterator: its Next sets a timer per message.
 	var mu sync.Mutex // the callback's state: Scan returns only while no fn runs
 	given := map[string]bool{}
+	finished, handled := false, uint64(0) // handled: the consumer sequence of the last message seen
 	done := make(chan error, 1)
-	finish := func(err error) { left = 0; done <- err } // once: by the call that ends left, or fails before
+	finish := func(err error) { finished = true; done <- err }
 	cc, err := c.Consume(func(m jetstream.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
-		if left == 0 {
-			return // finished
+		if finished {
+			return
 		}
 		md, err := m.Metadata()
 		if err != nil {
 			finish(fmt.Errorf("scanning %s: %w", bucket, err))
 			return
 		}
-		if left--; md.NumPending == 0 {
-			left = 0
-		}
+		handled = md.Sequence.Consumer
 		key := strings.TrimPrefix(m.Subject(), "$KV."+bucket+".")
 		if op := m.Headers().Get("KV-Operation"); op == "" && key != CheckpointKey && !given[key] { // not deleted, not given already
 			given[key] = true
@@ -198,13 +196,18 @@ func (s KV) Scan(ctx context.Context, prefix string, fn func(key string, value [
 				return
 			}
 		}
-		if left == 0 {
+		// Done by the server's count, not by the values pending when the scan began: a
+		// value replaced before it was sent is pending no more, its replacement is.
+		if md.NumPending == 0 {
 			finish(nil)
 		}
 	}, jetstream.PullMaxMessages(scanBatch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerLeadershipChanged) {
+			return // nats.go pulls again; a consumer really gone shows in its info (below)
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if left > 0 {
+		if !finished {
 			finish(fmt.Errorf("scanning %s: %w", bucket, err))
 		}
 	}))
@@ -212,13 +215,35 @@ func (s KV) Scan(ctx context.Context, prefix string, fn func(key string, value [
 		return fmt.Errorf("scanning %s: %w", bucket, err)
 	}
 	defer cc.Stop()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
+	// Values purged after the last message sent leave no message saying nothing is
+	// pending; the consumer's info says so.
+	idle := time.NewTicker(time.Second)
+	defer idle.Stop()
+	for err == nil {
+		select {
+		case err = <-done:
+			if err == nil {
+				return nil
+			}
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-idle.C:
+			info, ierr := c.Info(ctx)
+			if errors.Is(ierr, jetstream.ErrConsumerNotFound) {
+				err = fmt.Errorf("scanning %s: %w", bucket, ierr)
+			} else if ierr == nil && info.NumPending == 0 {
+				mu.Lock()
+				if !finished && handled >= info.Delivered.Consumer {
+					finished = true
+					mu.Unlock()
+					return nil
+				}
+				mu.Unlock()
+			}
+		}
 	}
 	mu.Lock()
-	left = 0 // no fn after Scan returns
+	finished = true // no fn after Scan returns
 	mu.Unlock()
 	return err
 }

@@ -3,8 +3,10 @@ package kvstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -12,8 +14,8 @@ import (
 	"exacto.dev/pkg/kvstore"
 )
 
-// Scan gives every key under the prefix with its last value, once: over a bucket (one
-// watch) as over a store in memory (Keys and Gets); a deleted key, another prefix's
+// Scan gives every key under the prefix with its last value, once: over a bucket (a
+// consumer of its own, or Keys and Gets) as over a store in memory; a deleted key, another prefix's
 // and the checkpoint key are not given, and fn's error ends it.
 func TestScanGivesEveryValueUnderThePrefix(t *testing.T) {
 	ctx := context.Background()
@@ -91,5 +93,82 @@ func TestScanGivesEveryValueUnderThePrefix(t *testing.T) {
 	cancel()
 	if err := kvstore.Scan(cancelled, stores["bucket"], "", func(string, []byte, uint64) error { return nil }); err == nil {
 		t.Error("a scan of a bucket with its context cancelled succeeded")
+	}
+}
+
+// Another writer during a scan: a key rewritten before it was given is given (its old
+// value was removed, the new one appended), though keys given already were rewritten
+// first. Counting the values pending when the scan began left it out (a review's
+// reproduction).
+func TestScanGivesAKeyRewrittenDuringIt(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	kv, err := conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "SCAN_REWRITTEN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	for i := range n {
+		if _, err := kv.Put(ctx, fmt.Sprintf("acme.%04d", i), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]string{}
+	err = kvstore.Scan(ctx, kvstore.KV{KV: kv, JS: conn.JS}, "acme.", func(key string, v []byte, _ uint64) error {
+		if len(got) == 0 { // the key just given, then the last one, not given yet
+			for _, k := range []string{key, fmt.Sprintf("acme.%04d", n-1)} {
+				if _, err := kv.Put(ctx, k, []byte("v2")); err != nil {
+					return err
+				}
+			}
+		}
+		got[key] = string(v)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := got[fmt.Sprintf("acme.%04d", n-1)]; len(got) != n || last != "v2" {
+		t.Errorf("%d keys given of %d, the last one rewritten during the scan as %q (want v2)", len(got), n, last)
+	}
+}
+
+// Values purged after the last message the server sent (an operator's purge of part of
+// a bucket) leave no message saying nothing is pending: the scan ends on the
+// consumer's info instead of waiting for them.
+func TestScanEndsWhenWhatWasPendingIsPurged(t *testing.T) {
+	ctx := context.Background()
+	conn := brokertest.Start(t, "")
+	kv, err := conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "SCAN_PURGED"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As many a's as one pull asks for (scanBatch), so that every message sent before
+	// the purge says b's are pending.
+	for i := range 2024 {
+		key := fmt.Sprintf("a.%04d", i)
+		if i >= 1024 {
+			key = fmt.Sprintf("b.%04d", i)
+		}
+		if _, err := kv.Put(ctx, key, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := conn.JS.Stream(ctx, "KV_SCAN_PURGED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	n := 0
+	err = kvstore.Scan(tctx, kvstore.KV{KV: kv, JS: conn.JS}, "", func(string, []byte, uint64) error {
+		if n++; n == 1 {
+			time.Sleep(200 * time.Millisecond) // the first pull's values are in the client
+			return st.Purge(ctx, jetstream.WithPurgeSubject("$KV.SCAN_PURGED.b.>"))
+		}
+		return nil
+	})
+	if err != nil || n != 1024 {
+		t.Errorf("scan of a bucket half purged during it: %v after %d values, want it done with the 1,024 a's", err, n)
 	}
 }

@@ -251,11 +251,11 @@ func Run(ctx context.Context, p *Pass, q *Queue) (Report, error) {
 	if p.Reader.Dir != nil {
 		// The checks name every contact of the tenant through the directory: from a copy
 		// read in one go, not a Get or two per contact (kvstore.KV.Scan says why).
-		dir, err := p.Reader.Dir.Preload(ctx, p.Tenant+".", maxPreload)
-		if err != nil {
-			return Report{Tenant: p.Tenant, DryRun: p.DryRun}, err
+		if dir, err := p.Reader.Dir.Preload(ctx, p.Tenant+".", maxPreload); err != nil {
+			p.Log.Warn("reconcile: the contact directory is read key by key this pass", "tenant", p.Tenant, "error", err)
+		} else {
+			p.Reader.Dir = dir
 		}
-		p.Reader.Dir = dir
 	}
 	rep := Report{Tenant: p.Tenant, DryRun: p.DryRun, ByKind: map[string]int{}}
 	for _, c := range Checks {

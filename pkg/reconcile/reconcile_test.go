@@ -1,16 +1,19 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -19,6 +22,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/kvstore"
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/hubspot"
 	"exacto.dev/pkg/platform/instantly"
@@ -404,7 +408,7 @@ func TestImpossibleState(t *testing.T) {
 }
 
 // A pass reads the contacts projection and the contact directory in one go each (a
-// watch), not a Get or more per contact and per lead: a Get of a key whose block the
+// consumer of its own), not a Get or more per contact and per lead: a Get of a key whose block the
 // server has not cached loads the whole block, and a pass of Gets over every contact
 // held most of both buckets' blocks in memory at once (docs/performance.md, Memory).
 func TestPassReadsTheContactsInOneGo(t *testing.T) {
@@ -446,5 +450,36 @@ func TestPassReadsTheContactsInOneGo(t *testing.T) {
 		if got := gets["KV_"+bucket]; got >= n/4 {
 			t.Errorf("a pass over %d contacts, each with a reply, made %d Gets in %s: want them read in one go", n, got, bucket)
 		}
+	}
+}
+
+// statusFails is a bucket whose status cannot be read: the directory cannot be copied.
+type statusFails struct{ jetstream.KeyValue }
+
+func (statusFails) Status(context.Context) (jetstream.KeyValueStatus, error) {
+	return nil, errors.New("status unavailable")
+}
+
+// A directory that cannot be copied for the pass is read key by key, with a warning:
+// the pass still finds what it would.
+func TestPassGoesOnWhenTheDirectoryCannotBeCopied(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	kv, err := f.conn.JS.KeyValue(ctx, stream.ContactIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.deps.Reader.Dir = contacts.New(kvstore.KV{KV: statusFails{kv}, JS: f.conn.JS})
+	id := f.sb.AddInstantlyLead(camp, "ana@northwind.example")
+	f.project("instantly", envelope.TypeEmailSent, "ana@northwind.example", camp, "em-1", time.Now().Add(-time.Hour))
+	f.sb.UpdateInstantlyLead(id, func(l *sandbox.InstantlyLead) { l.Status = sandbox.InstantlyUnsubscribed })
+	var logged bytes.Buffer
+	rep, err := f.deps.RunTenant(ctx, tenant, f.clients(), slog.New(slog.NewTextHandler(&logged, nil)), true)
+	if err != nil || rep.Err() != nil {
+		t.Fatalf("pass: %v %v", err, rep.Err())
+	}
+	only(t, rep, MissedUnsubscribe)
+	if !strings.Contains(logged.String(), "read key by key") || !strings.Contains(logged.String(), "status unavailable") {
+		t.Errorf("no warning naming the directory's error: %s", logged.String())
 	}
 }
