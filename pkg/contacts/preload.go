@@ -2,6 +2,7 @@ package contacts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,29 +12,26 @@ import (
 
 // Preload returns a directory over the same bucket that reads it from a copy of its
 // keys under prefix ("" for all, else a tenant's: "<tenant>.") loaded at once and writes
-// through to it, when the bucket holds at most max entries (its history counted); else
-// d itself. A replay names thousands of contacts a second: one
-// streamed read of the bucket instead of two round trips per contact. The copy is the
-// bucket as it was when loaded, as the replay's memo is: a write that finds a key
-// moved on (another projector wrote it) drops that key from the copy and Record reads
-// it again from the bucket.
+// through to it, when they are at most max (deleted ones counted); else d itself. A
+// replay names thousands of contacts a second, a reconciliation pass every contact of
+// its tenant: one streamed read of the bucket instead of two round trips per contact.
+// The copy is the bucket as it was when loaded, as the replay's memo is: a write that
+// finds a key moved on (another projector wrote it) drops that key from the copy and
+// Record reads it again from the bucket.
 func (d *Directory) Preload(ctx context.Context, prefix string, max uint64) (*Directory, error) {
 	kv, ok := d.store.(kvstore.KV)
 	if !ok {
 		return d, nil // already in memory
 	}
-	status, err := kv.KV.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("contacts: %w", err)
-	}
-	if status.Values() > max {
-		return d, nil
-	}
 	p := &preloaded{under: d.store, vals: map[string]entry{}}
-	if err := kv.Scan(ctx, prefix, func(key string, value []byte, rev uint64) error {
+	err := kvstore.ScanAtMost(ctx, kv, prefix, max, func(key string, value []byte, rev uint64) error {
 		p.vals[key] = entry{value, rev}
 		return nil
-	}); err != nil {
+	})
+	switch {
+	case errors.Is(err, kvstore.ErrTooMany):
+		return d, nil
+	case err != nil:
 		return nil, fmt.Errorf("contacts: loading %s: %w", kv.KV.Bucket(), err)
 	}
 	return &Directory{store: p, now: d.now}, nil

@@ -24,7 +24,7 @@ func TestPreloadReadsTheCopyAndWritesThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	if same, err := d.Preload(ctx, "", 2); err != nil || same != d {
-		t.Fatalf("a bucket of 4 entries preloaded with a bound of 2: %v", err)
+		t.Fatalf("4 entries preloaded with a bound of 2: %v", err)
 	}
 	p, err := d.Preload(ctx, "", 100)
 	if err != nil || p == d {
@@ -66,6 +66,14 @@ func TestPreloadReadsTheCopyAndWritesThrough(t *testing.T) {
 	}
 	if rec, ok, err := acme.Find(ctx, "globex", "email", "cy@globex.example"); err != nil || !ok || rec.ContactID == "" {
 		t.Fatalf("globex's contact through acme's copy: %+v %v %v", rec, ok, err)
+	}
+	// The bound is the tenant's: globex's two entries are copied with a bound of 2,
+	// though the bucket holds seven; acme's five are not with a bound of 4.
+	if g, err := d.Preload(ctx, "globex.", 2); err != nil || g == d || len(g.store.(*preloaded).vals) != 2 {
+		t.Errorf("globex's two entries preloaded with a bound of 2: %v (the same directory: %v)", err, g == d)
+	}
+	if same, err := d.Preload(ctx, "acme.", 4); err != nil || same != d {
+		t.Errorf("acme's five entries preloaded with a bound of 4: %v (the same directory: %v)", err, same == d)
 	}
 	// In memory already: nothing to load.
 	m := New(kvstore.NewMemory())

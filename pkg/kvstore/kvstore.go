@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -101,25 +102,38 @@ func (s KV) Keys(ctx context.Context, prefix string) ([]string, error) {
 	return keys, nil
 }
 
-// Scanner is a Store that reads every key under a prefix in one go (KV).
+// Scanner is a Store that reads every key under a prefix in one go (KV), or answers
+// ErrTooMany, before any, when they are more than max.
 type Scanner interface {
-	Scan(ctx context.Context, prefix string, fn func(key string, value []byte, rev uint64) error) error
+	Scan(ctx context.Context, prefix string, max uint64, fn func(key string, value []byte, rev uint64) error) error
 }
+
+// ErrTooMany: a scan found more keys than it was allowed (ScanAtMost).
+var ErrTooMany = errors.New("more keys than the scan allows")
 
 // Scan calls fn with every key under prefix (ending in ".", or "" for all) but
 // CheckpointKey, once, with its value and revision, in no order to rely on, until fn
 // fails: one streamed read of a Scanner, else Keys and a Get each.
 func Scan(ctx context.Context, s Store, prefix string, fn func(key string, value []byte, rev uint64) error) error {
-	if sc, ok := s.(Scanner); ok {
-		return sc.Scan(ctx, prefix, fn)
-	}
-	return scanByKeys(ctx, s, prefix, fn)
+	return ScanAtMost(ctx, s, prefix, math.MaxUint64, fn)
 }
 
-func scanByKeys(ctx context.Context, s Store, prefix string, fn func(key string, value []byte, rev uint64) error) error {
+// ScanAtMost is Scan, or ErrTooMany before fn is called when the keys under prefix
+// (deleted ones counted, over a bucket) are more than max.
+func ScanAtMost(ctx context.Context, s Store, prefix string, max uint64, fn func(key string, value []byte, rev uint64) error) error {
+	if sc, ok := s.(Scanner); ok {
+		return sc.Scan(ctx, prefix, max, fn)
+	}
+	return scanByKeys(ctx, s, prefix, max, fn)
+}
+
+func scanByKeys(ctx context.Context, s Store, prefix string, max uint64, fn func(key string, value []byte, rev uint64) error) error {
 	keys, err := s.Keys(ctx, prefix)
 	if err != nil {
 		return err
+	}
+	if uint64(len(keys)) > max {
+		return ErrTooMany
 	}
 	for _, k := range keys {
 		if k == CheckpointKey {
@@ -149,9 +163,9 @@ const scanBatch = 1024
 // most of a bucket's blocks in memory at once (docs/performance.md, Memory: "The
 // reconciler's reads"). Every key is given once; one written during the scan with the
 // value it had when the scan began or a later one, one made during it maybe.
-func (s KV) Scan(ctx context.Context, prefix string, fn func(key string, value []byte, rev uint64) error) error {
+func (s KV) Scan(ctx context.Context, prefix string, max uint64, fn func(key string, value []byte, rev uint64) error) error {
 	if s.JS == nil {
-		return scanByKeys(ctx, s, prefix, fn)
+		return scanByKeys(ctx, s, prefix, max, fn)
 	}
 	bucket := s.KV.Bucket()
 	subjects := "$KV." + bucket + "." + prefix + ">"
@@ -167,8 +181,11 @@ func (s KV) Scan(ctx context.Context, prefix string, fn func(key string, value [
 		defer cancel()
 		s.JS.DeleteConsumer(dctx, "KV_"+bucket, c.CachedInfo().Name)
 	}()
-	if c.CachedInfo().NumPending == 0 {
+	switch n := c.CachedInfo().NumPending; {
+	case n == 0:
 		return nil
+	case n > max:
+		return ErrTooMany
 	}
 	// A callback, not an iterator: its Next sets a timer per message.
 	var mu sync.Mutex // the callback's state: Scan returns only while no fn runs

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/kvstore"
 )
@@ -19,11 +20,7 @@ import (
 // and the checkpoint key are not given, and fn's error ends it.
 func TestScanGivesEveryValueUnderThePrefix(t *testing.T) {
 	ctx := context.Background()
-	conn := brokertest.Start(t, "")
-	kv, err := conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "SCAN_TEST"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, kv := bucket(t, "SCAN_TEST")
 	// The bucket read by a consumer (JS set), and key by key.
 	stores := map[string]kvstore.Store{"bucket": kvstore.KV{KV: kv, JS: conn.JS}, "bucket by keys": kvstore.KV{KV: kv}, "memory": kvstore.NewMemory()}
 	for _, name := range []string{"bucket", "bucket by keys", "memory"} {
@@ -102,11 +99,7 @@ func TestScanGivesEveryValueUnderThePrefix(t *testing.T) {
 // reproduction).
 func TestScanGivesAKeyRewrittenDuringIt(t *testing.T) {
 	ctx := context.Background()
-	conn := brokertest.Start(t, "")
-	kv, err := conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "SCAN_REWRITTEN"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, kv := bucket(t, "SCAN_REWRITTEN")
 	const n = 3000
 	for i := range n {
 		if _, err := kv.Put(ctx, fmt.Sprintf("acme.%04d", i), []byte("v1")); err != nil {
@@ -114,7 +107,7 @@ func TestScanGivesAKeyRewrittenDuringIt(t *testing.T) {
 		}
 	}
 	got := map[string]string{}
-	err = kvstore.Scan(ctx, kvstore.KV{KV: kv, JS: conn.JS}, "acme.", func(key string, v []byte, _ uint64) error {
+	err := kvstore.Scan(ctx, kvstore.KV{KV: kv, JS: conn.JS}, "acme.", func(key string, v []byte, _ uint64) error {
 		if len(got) == 0 { // the key just given, then the last one, not given yet
 			for _, k := range []string{key, fmt.Sprintf("acme.%04d", n-1)} {
 				if _, err := kv.Put(ctx, k, []byte("v2")); err != nil {
@@ -138,11 +131,7 @@ func TestScanGivesAKeyRewrittenDuringIt(t *testing.T) {
 // consumer's info instead of waiting for them.
 func TestScanEndsWhenWhatWasPendingIsPurged(t *testing.T) {
 	ctx := context.Background()
-	conn := brokertest.Start(t, "")
-	kv, err := conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "SCAN_PURGED"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, kv := bucket(t, "SCAN_PURGED")
 	// As many a's as one pull asks for (scanBatch), so that every message sent before
 	// the purge says b's are pending.
 	for i := range 2024 {
@@ -171,4 +160,40 @@ func TestScanEndsWhenWhatWasPendingIsPurged(t *testing.T) {
 	if err != nil || n != 1024 {
 		t.Errorf("scan of a bucket half purged during it: %v after %d values, want it done with the 1,024 a's", err, n)
 	}
+}
+
+// ScanAtMost answers ErrTooMany, before any value, when the keys under the prefix are
+// more than it allows; as many as it allows are given.
+func TestScanAtMostRefusesMoreKeys(t *testing.T) {
+	ctx := context.Background()
+	conn, kv := bucket(t, "SCAN_AT_MOST")
+	for _, name := range []string{"bucket", "bucket by keys", "memory"} {
+		s := map[string]kvstore.Store{"bucket": kvstore.KV{KV: kv, JS: conn.JS}, "bucket by keys": kvstore.KV{KV: kv}, "memory": kvstore.NewMemory()}[name]
+		for _, k := range []string{"acme.1", "acme.2", "globex.1", "globex.2", "globex.3"} {
+			_, rev, _ := s.Get(ctx, k)
+			if _, err := s.Put(ctx, k, []byte("v"), rev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := 0
+		count := func(string, []byte, uint64) error { n++; return nil }
+		if err := kvstore.ScanAtMost(ctx, s, "acme.", 2, count); err != nil || n != 2 {
+			t.Errorf("%s: acme's 2 keys with a bound of 2: %v, %d given", name, err, n)
+		}
+		n = 0
+		if err := kvstore.ScanAtMost(ctx, s, "globex.", 2, count); !errors.Is(err, kvstore.ErrTooMany) || n != 0 {
+			t.Errorf("%s: globex's 3 keys with a bound of 2: %v, %d given, want ErrTooMany and none", name, err, n)
+		}
+	}
+}
+
+// bucket is a key-value bucket of its own on an embedded server.
+func bucket(t *testing.T, name string) (*broker.Conn, jetstream.KeyValue) {
+	t.Helper()
+	conn := brokertest.Start(t, "")
+	kv, err := conn.JS.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, kv
 }

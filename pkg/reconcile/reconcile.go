@@ -207,8 +207,8 @@ func (p *Pass) now() time.Time {
 	return time.Now().UTC()
 }
 
-// maxPreload bounds the contact directory a pass copies (its entries, every tenant's:
-// about two a contact); a larger one is read a key at a time.
+// maxPreload bounds the tenant's part of the contact directory a pass copies (about
+// two entries a contact); a larger one is read a key at a time.
 const maxPreload = 250_000
 
 // Check is one comparison.

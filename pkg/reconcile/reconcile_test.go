@@ -453,12 +453,11 @@ func TestPassReadsTheContactsInOneGo(t *testing.T) {
 	}
 }
 
-// statusFails is a bucket whose status cannot be read: the directory cannot be copied.
-type statusFails struct{ jetstream.KeyValue }
+// unscannable is a bucket whose name leads to no stream: its Gets work, a scan of it
+// (a consumer on its stream) fails.
+type unscannable struct{ jetstream.KeyValue }
 
-func (statusFails) Status(context.Context) (jetstream.KeyValueStatus, error) {
-	return nil, errors.New("status unavailable")
-}
+func (unscannable) Bucket() string { return "EXACTO_NO_SUCH_BUCKET" }
 
 // A directory that cannot be copied for the pass is read key by key, with a warning:
 // the pass still finds what it would.
@@ -469,7 +468,7 @@ func TestPassGoesOnWhenTheDirectoryCannotBeCopied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.deps.Reader.Dir = contacts.New(kvstore.KV{KV: statusFails{kv}, JS: f.conn.JS})
+	f.deps.Reader.Dir = contacts.New(kvstore.KV{KV: unscannable{kv}, JS: f.conn.JS})
 	id := f.sb.AddInstantlyLead(camp, "ana@northwind.example")
 	f.project("instantly", envelope.TypeEmailSent, "ana@northwind.example", camp, "em-1", time.Now().Add(-time.Hour))
 	f.sb.UpdateInstantlyLead(id, func(l *sandbox.InstantlyLead) { l.Status = sandbox.InstantlyUnsubscribed })
@@ -479,7 +478,7 @@ func TestPassGoesOnWhenTheDirectoryCannotBeCopied(t *testing.T) {
 		t.Fatalf("pass: %v %v", err, rep.Err())
 	}
 	only(t, rep, MissedUnsubscribe)
-	if !strings.Contains(logged.String(), "read key by key") || !strings.Contains(logged.String(), "status unavailable") {
+	if !strings.Contains(logged.String(), "read key by key") || !strings.Contains(logged.String(), "EXACTO_NO_SUCH_BUCKET") {
 		t.Errorf("no warning naming the directory's error: %s", logged.String())
 	}
 }
