@@ -168,9 +168,9 @@ func (s KV) Scan(ctx context.Context, prefix string, max uint64, fn func(key str
 		return scanByKeys(ctx, s, prefix, max, fn)
 	}
 	bucket := s.KV.Bucket()
-	subjects := "$KV." + bucket + "." + prefix + ">"
+	subjectOf := "$KV." + bucket + "." // a key's subject is this and the key
 	c, err := s.JS.CreateConsumer(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
-		FilterSubject: subjects, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy,
+		FilterSubject: subjectOf + prefix + ">", DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy,
 		MemoryStorage: true, InactiveThreshold: time.Minute, // gone after a crash of the scan's process too
 	})
 	if err != nil {
@@ -205,7 +205,7 @@ func (s KV) Scan(ctx context.Context, prefix string, max uint64, fn func(key str
 			return
 		}
 		handled = md.Sequence.Consumer
-		key := strings.TrimPrefix(m.Subject(), "$KV."+bucket+".")
+		key := strings.TrimPrefix(m.Subject(), subjectOf)
 		if op := m.Headers().Get("KV-Operation"); op == "" && key != CheckpointKey && !given[key] { // not deleted, not given already
 			given[key] = true
 			if err := fn(key, m.Data(), md.Sequence.Stream); err != nil {
@@ -236,12 +236,10 @@ func (s KV) Scan(ctx context.Context, prefix string, max uint64, fn func(key str
 	// pending; the consumer's info says so.
 	idle := time.NewTicker(time.Second)
 	defer idle.Stop()
-	for err == nil {
+	for {
 		select {
-		case err = <-done:
-			if err == nil {
-				return nil
-			}
+		case err := <-done: // finished: no fn runs any more
+			return err
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-idle.C:
@@ -251,18 +249,19 @@ func (s KV) Scan(ctx context.Context, prefix string, max uint64, fn func(key str
 			} else if ierr == nil && info.NumPending == 0 {
 				mu.Lock()
 				if !finished && handled >= info.Delivered.Consumer {
-					finished = true
-					mu.Unlock()
-					return nil
+					finish(nil)
 				}
 				mu.Unlock()
 			}
 		}
+		if err != nil {
+			mu.Lock()
+			if !finished {
+				finish(err)
+			}
+			mu.Unlock()
+		}
 	}
-	mu.Lock()
-	finished = true // no fn after Scan returns
-	mu.Unlock()
-	return err
 }
 
 // Memory is a Store in memory: a replay builds here, then copies it out.

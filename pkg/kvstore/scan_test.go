@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,4 +197,40 @@ func bucket(t *testing.T, name string) (*broker.Conn, jetstream.KeyValue) {
 		t.Fatal(err)
 	}
 	return conn, kv
+}
+
+// A scan whose context ends midway answers the context's error, and fn is not called
+// once it has returned.
+func TestScanStopsWhenItsContextEnds(t *testing.T) {
+	conn, kv := bucket(t, "SCAN_CANCELLED")
+	ctx := context.Background()
+	for i := range 3000 {
+		if _, err := kv.Put(ctx, fmt.Sprintf("acme.%04d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	calls, returned, late := 0, false, 0
+	err := kvstore.Scan(sctx, kvstore.KV{KV: kv, JS: conn.JS}, "acme.", func(string, []byte, uint64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if returned {
+			late++
+		}
+		if calls++; calls == 1 {
+			cancel()
+			time.Sleep(50 * time.Millisecond) // the scan sees its context end meanwhile
+		}
+		return nil
+	})
+	mu.Lock()
+	returned = true
+	mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.Is(err, context.Canceled) || calls >= 3000 || late != 0 {
+		t.Errorf("scan cancelled at its first value: %v after %d values, %d after it returned; want context.Canceled, fewer than all, none after", err, calls, late)
+	}
 }
