@@ -99,8 +99,9 @@ type Delivery struct {
 	Endpoint *Endpoint
 	// Request is the delivery as the provider sent it; Request.Now is its receipt time.
 	Request *providers.Request
-	// Size and SHA256 (hex) are of the body as received (the quarantine keeps a copy
-	// with the provider's body secret redacted).
+	// Size is of the body as received, SHA256 (hex) of the body as stored: the
+	// provider's body secret redacted (Spec.RedactBody), as the raw payloads and the
+	// quarantine keep it.
 	Size   int
 	SHA256 string
 }

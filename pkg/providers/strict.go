@@ -4,11 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode"
+	"unicode/utf8"
 )
 
 // checkStrict walks data as one JSON value with only white space around it, refusing
 // an object that holds two equal keys (compared as decoded: "a" and "\u0061" are one
-// key) and nesting deeper than maxDepth. It is the gateway's first look at every body,
+// key) or two keys that differ only in case, and nesting deeper than maxDepth.
+// encoding/json matches a key to a field whatever its case and keeps the last:
+// {"event_type":"email_opened","EVENT_TYPE":"lead_unsubscribed"} would be acted on as
+// an unsubscribe while any case-sensitive reader of the stored payload saw an open.
+// Keys are compared as encoding/json compares them (bytes.EqualFold: Unicode simple
+// folding, so "K", "k" and the Kelvin sign are one key). It is the gateway's first look at every body,
 // so it allocates nothing but for keys written with escapes and objects of many keys
 // (encoding/json's Decoder.Token, which it replaces, boxed every token). Its errors wrap
 // ErrMalformed.
@@ -86,7 +93,7 @@ func (s *strictScan) object(depth int) error {
 	s.i++ // '{'
 	first := len(s.keys)
 	defer func() { s.keys = s.keys[:first] }()
-	var many map[string]struct{} // once the object has more than fewKeys keys
+	var many map[string]string // once the object has more than fewKeys keys: folded key -> key
 	s.space()
 	if s.i < len(s.data) && s.data[s.i] == '}' {
 		s.i++
@@ -109,21 +116,22 @@ func (s *strictScan) object(depth int) error {
 			key = []byte(k)
 		}
 		if many != nil {
-			if _, ok := many[string(key)]; ok {
-				return duplicate(key)
+			folded := string(appendFolded(nil, key))
+			if k, ok := many[folded]; ok {
+				return duplicate([]byte(k), key)
 			}
-			many[string(key)] = struct{}{}
+			many[folded] = string(key)
 		} else {
 			for _, k := range s.keys[first:] {
-				if bytes.Equal(k, key) {
-					return duplicate(key)
+				if bytes.EqualFold(k, key) {
+					return duplicate(k, key)
 				}
 			}
 			s.keys = append(s.keys, key)
 			if len(s.keys)-first > fewKeys {
-				many = make(map[string]struct{}, 2*fewKeys)
+				many = make(map[string]string, 2*fewKeys)
 				for _, k := range s.keys[first:] {
-					many[string(k)] = struct{}{}
+					many[string(appendFolded(nil, k))] = string(k)
 				}
 			}
 		}
@@ -158,8 +166,44 @@ func (s *strictScan) member(depth int, closing byte) (more bool, err error) {
 	return false, s.fail("after a value in an object or array")
 }
 
-func duplicate(key []byte) error {
-	return fmt.Errorf("%w: duplicate key %q", ErrMalformed, truncate(string(key), 40))
+// duplicate is the error for key, found after an earlier key of its object equal to it
+// or differing only in case.
+func duplicate(earlier, key []byte) error {
+	if bytes.Equal(earlier, key) {
+		return fmt.Errorf("%w: duplicate key %q", ErrMalformed, truncate(string(key), 40))
+	}
+	return fmt.Errorf("%w: keys %q and %q differ only in case (a decoder that ignores case would take one for the other)",
+		ErrMalformed, truncate(string(earlier), 40), truncate(string(key), 40))
+}
+
+// appendFolded appends key folded as encoding/json folds a name (fold.go): two keys
+// fold alike exactly when bytes.EqualFold holds of them.
+func appendFolded(out, key []byte) []byte {
+	for i := 0; i < len(key); {
+		if c := key[i]; c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(key[i:])
+		out = utf8.AppendRune(out, foldRune(r))
+		i += n
+	}
+	return out
+}
+
+// foldRune is the least rune of r's fold orbit.
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
 }
 
 func (s *strictScan) array(depth int) error {

@@ -49,7 +49,7 @@ func tokenCheck(dec *json.Decoder, depth int) error {
 	if depth >= maxDepth {
 		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, maxDepth)
 	}
-	seen := map[string]bool{}
+	var seen []string
 	for dec.More() {
 		if d == '{' {
 			kt, err := dec.Token()
@@ -57,10 +57,12 @@ func tokenCheck(dec *json.Decoder, depth int) error {
 				return fmt.Errorf("%w: %v", ErrMalformed, err)
 			}
 			key, _ := kt.(string)
-			if seen[key] {
-				return fmt.Errorf("%w: duplicate key", ErrMalformed)
+			for _, k := range seen { // equal under case folding, as encoding/json matches fields
+				if strings.EqualFold(k, key) {
+					return fmt.Errorf("%w: duplicate key", ErrMalformed)
+				}
 			}
-			seen[key] = true
+			seen = append(seen, key)
 		}
 		if err := tokenCheck(dec, depth+1); err != nil {
 			return err
@@ -103,7 +105,8 @@ var strictCases = []string{
 	`{}`, `[]`, `""`, `0`, `-0`, `1.5e+3`, `true`, `null`, ` {"a" : [1, 2.0, -3e4] } `,
 	`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `{"a":{"b":1,"b":2}}`, `[{"a":1},{"a":1}]`,
 	`{"a":{"a":1},"b":{"a":1}}`, `{"\ud800":1,"\ufffd":2}`, `{"\ud800":1,"\udc00":2}`,
-	`{"é":1,"\u00e9":2}`, `{"a\/b":1,"a/b":2}`, `{"A":1,"a":2}`,
+	`{"é":1,"\u00e9":2}`, `{"a\/b":1,"a/b":2}`, `{"A":1,"a":2}`, `{"É":1,"é":2}`, `{"\u212a":1,"k":2}`,
+	`{"ſ":1,"S":2}`, `{"event_type":"email_opened","EVENT_TYPE":"lead_unsubscribed"}`, `{"a":{"Type":1,"type":2}}`,
 	`{"a":1}x`, `{"a":1}{}`, `[1,]`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `{"a":}`, `[`, `{`,
 	`"abc`, "\"a\x01b\"", "\"a\x1fb\"", `"\x"`, `"\u12g4"`, `01`, `-`, `1.`, `1e`, `.5`, `+1`, `tru`,
 	`nul`, `True`, `[1 2]`, `[] []`, "\t[]\r\n", ``, ` `, `{"a":1}  ,`, `"\uD834\uDD1E"`,
@@ -113,6 +116,12 @@ var strictCases = []string{
 	strings.Repeat(`{"a":`, maxDepth) + "1" + strings.Repeat("}", maxDepth),
 	strings.Repeat(`{"a":`, maxDepth+1) + "1" + strings.Repeat("}", maxDepth+1),
 	manyKeys(200, -1), manyKeys(200, 150), manyKeys(fewKeys+1, fewKeys), manyKeys(fewKeys, fewKeys-1),
+	upperKey(200, 150), upperKey(fewKeys+1, fewKeys), upperKey(fewKeys, 3),
+}
+
+// upperKey is manyKeys(n, -1) with the key of index dup written again upper-cased.
+func upperKey(n, dup int) string {
+	return strings.Replace(manyKeys(n, -1), `"end"`, fmt.Sprintf(`"K%d":0,"end"`, dup), 1)
 }
 
 // manyKeys is an object of n keys k0…, the key of index dup written again at its end
@@ -140,6 +149,10 @@ func TestDecodeIsTheTokenWalk(t *testing.T) {
 		{`{"a":1,"\u0061":2}`, "duplicate key"},
 		{manyKeys(200, 150), "duplicate key"},
 		{manyKeys(fewKeys+1, fewKeys), "duplicate key"},
+		{`{"event_type":"email_opened","EVENT_TYPE":"lead_unsubscribed"}`, `keys "event_type" and "EVENT_TYPE" differ only in case`},
+		{`{"type":"a","\u0054ype":"b"}`, `keys "type" and "Type" differ only in case`},
+		{upperKey(200, 150), `keys "k150" and "K150" differ only in case`},
+		{`{"\u212a":1,"k":2}`, "differ only in case"},
 		{strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1), "nested deeper"},
 		{`{"a":1} x`, "data after the JSON value"},
 		{"\"a\x01b\"", "invalid character"},
@@ -210,7 +223,7 @@ func mutate(rng *rand.Rand, b []byte) []byte {
 
 // randomJSON is a value whose objects often repeat a key, in various spellings.
 func randomJSON(rng *rand.Rand, depth int) []byte {
-	keys := []string{`"a"`, `"\u0061"`, `"b"`, `"A"`, `"é"`, `"\u00e9"`, `""`, `"a\/b"`, `"a/b"`}
+	keys := []string{`"a"`, `"\u0061"`, `"b"`, `"A"`, `"é"`, `"\u00e9"`, `"É"`, `""`, `"a\/b"`, `"a/b"`, `"k"`, `"\u212a"`, `"ſ"`, `"S"`}
 	ws := func() string { return []string{"", " ", "\n\t"}[rng.IntN(3)] }
 	switch k := rng.IntN(8); {
 	case k == 0 && depth < 6:

@@ -330,7 +330,9 @@ func setSecret(body, v []byte) ([]byte, error) {
 	return splice(body, i+1, i+1, field), nil
 }
 
-// secretSpan finds the byte range of the top-level secret_key value.
+// secretSpan finds the byte range of the top-level secret_key value, however its key
+// is spelled in case: Verify's decoder takes "Secret_Key" (or "ſecret_key") for it
+// too. Decode refuses a body with two such keys, so there is at most one.
 func secretSpan(body []byte) (start, end int, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -345,7 +347,7 @@ func secretSpan(body []byte) (start, end int, ok bool) {
 		if err := dec.Decode(&v); err != nil {
 			return 0, 0, false
 		}
-		if k == "secret_key" {
+		if k, _ := k.(string); strings.EqualFold(k, "secret_key") {
 			end := int(dec.InputOffset())
 			return end - len(v), end, true
 		}

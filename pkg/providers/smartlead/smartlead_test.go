@@ -186,10 +186,41 @@ func TestRawRedacted(t *testing.T) {
 		`{"secret_key":12345}`:                 `{"secret_key":"REDACTED"}`,
 		`[{"secret_key":"s"}]`:                 `[{"secret_key":"s"}]`,
 		`{"b":"secret_key","secret_key":"s2"}`: `{"b":"secret_key","secret_key":"REDACTED"}`,
+		// Every spelling Verify's decoder takes for secret_key.
+		`{"Secret_Key":"s3","b":2}`:     `{"Secret_Key":"REDACTED","b":2}`,
+		`{"SECRET_KEY":"s4"}`:           `{"SECRET_KEY":"REDACTED"}`,
+		`{"\u017fecret_\u212aey":"s5"}`: `{"\u017fecret_\u212aey":"REDACTED"}`,
 	} {
 		if got := string(Redact([]byte(in))); got != out {
 			t.Errorf("Redact(%s) = %s, want %s", in, got, out)
 		}
+	}
+}
+
+// A body whose secret_key is spelled in another case is verified by it (encoding/json
+// matches the field whatever its case), so it must be redacted by it too: the secret
+// never reaches the stream.
+func TestSecretKeyInAnotherCaseIsRedacted(t *testing.T) {
+	const secret = "4f7c8d23-a619-58c2-93g6-72936ee16f38"
+	body := bytes.Replace(fixture(t, "email_reply.json"), []byte(`"secret_key"`), []byte(`"Secret_Key"`), 1)
+	if !bytes.Contains(body, []byte(`"Secret_Key":"`+secret+`"`)) && !bytes.Contains(body, []byte(`"Secret_Key": "`+secret+`"`)) {
+		t.Fatalf("the fixture's secret_key is not %s", secret)
+	}
+	p := newProvider(t, secret)
+	if err := p.Verify(request(body)); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	evs, err := p.Events(request(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw := evs[0].Data.Raw; bytes.Contains(raw, []byte(secret)) || !bytes.Contains(raw, []byte(`"Secret_Key": "REDACTED"`)) && !bytes.Contains(raw, []byte(`"Secret_Key":"REDACTED"`)) {
+		t.Fatalf("the raw payload keeps the secret or lost its key:\n%s", raw)
+	}
+	// Two spellings at once are refused before anyone picks one.
+	both := bytes.Replace(body, []byte(`{`), []byte(`{"secret_key":"`+secret+`",`), 1)
+	if err := p.Verify(request(both)); !errors.Is(err, providers.ErrMalformed) {
+		t.Fatalf("Verify of secret_key and Secret_Key = %v, want ErrMalformed", err)
 	}
 }
 

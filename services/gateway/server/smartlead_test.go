@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"maps"
 	"net/http"
@@ -51,7 +53,8 @@ func TestSmartleadSignature(t *testing.T) {
 		auth   string
 		signed bool
 	}{{"smartlead-signed", at, "hmac", true}, {"smartlead", at.Add(time.Minute), "secret_key", false}} {
-		r := h.post(h.delivery(c.ep, "EMAIL_OPEN", c.at))
+		d := h.delivery(c.ep, "EMAIL_OPEN", c.at)
+		r := h.post(d)
 		if r.status != http.StatusOK || r.answer.Stored != 1 {
 			t.Fatalf("%s: %d %s", c.ep, r.status, r.body)
 		}
@@ -61,6 +64,11 @@ func TestSmartleadSignature(t *testing.T) {
 		}
 		if !strings.Contains(string(env.Data.Raw), `"secret_key":"REDACTED"`) || strings.Contains(string(env.Data.Raw), "smartlead-new") {
 			t.Errorf("%s: raw keeps the secret_key: %s", c.ep, env.Data.Raw)
+		}
+		// The payload hash is of the body as stored, its secret redacted: a hash of the
+		// body with the secret would let anyone who reads the event guess it offline.
+		if sum := sha256.Sum256(smartlead.Redact(d.body)); env.PayloadSHA256 != hex.EncodeToString(sum[:]) {
+			t.Errorf("%s: payloadsha256 %s is not the redacted body's %x", c.ep, env.PayloadSHA256, sum)
 		}
 	}
 }

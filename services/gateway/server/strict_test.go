@@ -1,0 +1,61 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"exacto.dev/pkg/quarantine"
+)
+
+// A body holding a key twice in two cases (issue 16): encoding/json would act on the
+// last ({"event_type":"email_opened","EVENT_TYPE":"lead_unsubscribed"} stored and
+// acted on as an unsubscribe) while the stored payload reads as the first to any
+// case-sensitive parser. Refused, whatever the provider and whether it is signed:
+// nothing stored, the delivery quarantined as malformed (or refused with 400 where the
+// verification itself reads the body).
+func TestKeysDifferingOnlyInCaseAreRefused(t *testing.T) {
+	h := newHarness(t)
+	q, err := quarantine.New(context.Background(), h.conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ep, event, key, other string
+		status                int
+	}{
+		{"instantly", "reply_received", `"event_type"`, `"EVENT_TYPE":"lead_unsubscribed",`, http.StatusOK},
+		{"stripe", "customer.updated", `"type"`, `"TYPE":"customer.deleted",`, http.StatusOK},
+		{"smartlead", "EMAIL_OPEN", `"event_type"`, `"Event_Type":"LEAD_UNSUBSCRIBED",`, http.StatusBadRequest},
+	} {
+		e := h.endpoint(c.ep)
+		d := h.delivery(c.ep, c.event, h.clock())
+		if !bytes.Contains(d.body, []byte(c.key)) {
+			t.Fatalf("%s: the sample has no %s", c.ep, c.key)
+		}
+		// The other spelling first, so that the sample's own key is the last one: the
+		// one encoding/json would keep is the harmless one, and still it is refused.
+		body := bytes.Replace(d.body, []byte("{"), []byte("{"+c.other), 1)
+		stored := h.stored()
+		r := h.post(h.sign(c.ep, body, e.Secrets[0].Value, h.clock()))
+		why := r.body
+		if c.status == http.StatusOK {
+			if r.answer.Reason != "malformed_body" || r.answer.Quarantined != 1 || r.answer.Stored != 0 {
+				t.Fatalf("%s: %s, want it quarantined as malformed_body", c.ep, r.body)
+			}
+			kept, err := q.Get(context.Background(), r.answer.QuarantineID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			why = kept.Error
+		}
+		if r.status != c.status || !strings.Contains(why, "differ only in case") {
+			t.Fatalf("%s: %d %s (%s), want %d saying the keys differ only in case", c.ep, r.status, r.body, why, c.status)
+		}
+		if got := h.stored(); got != stored {
+			t.Fatalf("%s: %d events stored", c.ep, got-stored)
+		}
+	}
+}
