@@ -107,7 +107,8 @@ type Delivery struct {
 }
 
 // Envelopes normalises d under the gateway limits lim: its envelopes, or why they
-// cannot be (over body_limit, unparseable, no event, more than max_events).
+// cannot be (over body_limit, unparseable, no event, more than max_events, an event
+// naming someone as no one can be named: envelope.Data.CheckIdentity).
 func (d Delivery) Envelopes(lim config.Gateway) ([]envelope.Envelope, *Refusal) {
 	ep := d.Endpoint
 	if int64(d.Size) > lim.BodyLimit {
@@ -125,6 +126,9 @@ func (d Delivery) Envelopes(lim config.Gateway) ([]envelope.Envelope, *Refusal) 
 	envs := make([]envelope.Envelope, len(evs))
 	for i, ev := range evs {
 		envs[i] = ev.Envelope(ep.Spec, ep.Tenant, ep.ID, ep.AuthMethod, d.Request.Now, d.SHA256)
+		if err := envs[i].Data.CheckIdentity(); err != nil {
+			return nil, &Refusal{Malformed, fmt.Sprintf("event %d of %d: %v", i+1, len(evs), err)}
+		}
 	}
 	return envs, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -57,5 +58,45 @@ func TestKeysDifferingOnlyInCaseAreRefused(t *testing.T) {
 		if got := h.stored(); got != stored {
 			t.Fatalf("%s: %d events stored", c.ep, got-stored)
 		}
+	}
+}
+
+// An address with a NUL, a line break or a right-to-left override in it (issue 16:
+// one was stored and sent on to a platform's block list) names no one: the delivery
+// is quarantined as malformed and nothing is stored; the same delivery with a real
+// address is stored.
+func TestIdentityWithControlCharactersIsRefused(t *testing.T) {
+	h := newHarness(t)
+	q, err := quarantine.New(context.Background(), h.conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := h.delivery("instantly", "reply_received", h.clock())
+	email := regexp.MustCompile(`"lead_email": ?"[^"]*"`).Find(d.body)
+	if email == nil {
+		t.Fatal("the sample has no lead_email")
+	}
+	secret := h.endpoint("instantly").Secrets[0].Value
+	for _, bad := range []string{`ana\u0000@example.com`, `ana@example.com\r\nBcc: eve@example.com`, `ana\u202e@example.com`} {
+		body := bytes.Replace(d.body, email, []byte(`"lead_email":"`+bad+`"`), 1)
+		stored := h.stored()
+		r := h.post(h.sign("instantly", body, secret, h.clock()))
+		if r.status != http.StatusOK || r.answer.Reason != "malformed_body" || r.answer.Quarantined != 1 {
+			t.Fatalf("%s: %d %s, want it quarantined as malformed_body", bad, r.status, r.body)
+		}
+		kept, err := q.Get(context.Background(), r.answer.QuarantineID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(kept.Error, "contact.email:") {
+			t.Fatalf("%s: quarantined because %q, want the address named", bad, kept.Error)
+		}
+		if got := h.stored(); got != stored {
+			t.Fatalf("%s: %d events stored", bad, got-stored)
+		}
+	}
+	body := bytes.Replace(d.body, email, []byte(`"lead_email":"ana@example.com"`), 1)
+	if r := h.post(h.sign("instantly", body, secret, h.clock())); r.status != http.StatusOK || r.answer.Stored != 1 {
+		t.Fatalf("a real address: %d %s", r.status, r.body)
 	}
 }

@@ -1,0 +1,65 @@
+package envelope
+
+import (
+	"fmt"
+	"unicode"
+)
+
+// Bounds of the fields that name a person or a platform's object: an e-mail address
+// is at most 320 bytes (RFC 5321: 64 of local part, @, 255 of domain), a phone number
+// (E.164: 15 digits) leaves room for any way of writing one, and every provider id
+// seen is under 200 bytes.
+const (
+	maxEmail = 320
+	maxPhone = 64
+	maxName  = 512
+	maxID    = 512
+)
+
+// CheckIdentity refuses the fields of d that name someone or something (the contact's
+// e-mail, phone, name and external id; the campaign's and the message's id) when no
+// person or platform could hold them: a control character (NUL, a line break in an
+// address that is sent on to a platform's block list, a header to inject), an
+// invisible format character in an address or id (a right-to-left override or a
+// zero-width space that makes two addresses look alike), or a length past the bounds
+// above. A webhook that
+// names someone so is refused whole: the gateway quarantines it, stores nothing.
+func (d Data) CheckIdentity() error {
+	type field struct {
+		name, v string
+		max     int
+		named   bool // a person's name: its emoji may join with a zero-width joiner (a format character)
+	}
+	var fields []field
+	if c := d.Contact; c != nil {
+		fields = append(fields, field{"contact.email", c.Email, maxEmail, false}, field{"contact.phone", c.Phone, maxPhone, false},
+			field{"contact.name", c.Name, maxName, true}, field{"contact.external_id", c.ExternalID, maxID, false})
+	}
+	if c := d.Campaign; c != nil {
+		fields = append(fields, field{"campaign.id", c.ID, maxID, false})
+	}
+	if m := d.Message; m != nil {
+		fields = append(fields, field{"message.id", m.ID, maxID, false})
+	}
+	for _, f := range fields {
+		if err := checkIdentityField(f.v, f.max, f.named); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+func checkIdentityField(v string, max int, named bool) error {
+	if len(v) > max {
+		return fmt.Errorf("%d bytes, over the %d any real one takes", len(v), max)
+	}
+	for i, r := range v {
+		switch {
+		case unicode.IsControl(r):
+			return fmt.Errorf("control character %U at byte %d", r, i)
+		case unicode.Is(unicode.Cf, r) && !named:
+			return fmt.Errorf("invisible format character %U at byte %d", r, i)
+		}
+	}
+	return nil
+}
