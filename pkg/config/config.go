@@ -294,6 +294,9 @@ type Endpoint struct {
 	// SigningSecrets verify Smartlead's optional X-Smartlead-Signature: when set, a
 	// delivery without a valid one is refused.
 	SigningSecrets []Secret `yaml:"signing_secrets"`
+	// SignatureVersions are the signature versions the endpoint takes, for a provider
+	// with several (HubSpot: v3 alone unless older ones are named).
+	SignatureVersions []string `yaml:"signature_versions"`
 
 	Line int `yaml:"-"`
 }
@@ -750,6 +753,9 @@ func (c *Config) Validate() error {
 			if len(e.SigningSecrets) > 0 && spec.SignOptional == nil {
 				fail(e.Line, "endpoint %s: signing_secrets is only for smartlead (its optional X-Smartlead-Signature); provider %s takes its secrets in secrets", e.ID, e.Provider)
 			}
+			if len(e.SignatureVersions) > 0 && len(spec.SignatureVersions) == 0 {
+				fail(e.Line, "endpoint %s: signature_versions is only for a provider with several (hubspot); provider %s has one", e.ID, e.Provider)
+			}
 			if _, err := spec.New(e.ProviderConfig()); err != nil {
 				fail(e.Line, "endpoint %s: %v", e.ID, err)
 			}
@@ -761,7 +767,7 @@ func (c *Config) Validate() error {
 // ProviderConfig is what the endpoint's provider package is built from.
 func (e *Endpoint) ProviderConfig() providers.Config {
 	return providers.Config{Secrets: values(e.Secrets), SigningSecrets: values(e.SigningSecrets),
-		Tolerance: e.Tolerance, SecretHeader: e.SecretHeader, Generic: e.Generic}
+		Tolerance: e.Tolerance, SecretHeader: e.SecretHeader, Generic: e.Generic, SignatureVersions: e.SignatureVersions}
 }
 
 // values are the resolved values of secrets; nil for none.

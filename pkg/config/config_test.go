@@ -32,6 +32,13 @@ tenants:
         verify_token: env:ACME_META_VERIFY_TOKEN
 `
 
+// hubspotEndpoint follows good's endpoints.
+const hubspotEndpoint = `      - id: hubspot-main
+        provider: hubspot
+        path_token: tok-hubspot-0123456789
+        secrets: [env:ACME_META_APP_SECRET]
+`
+
 var goodEnv = map[string]string{
 	"ACME_INSTANTLY_TOKEN":      "tok-0123456789abcdef",
 	"ACME_INSTANTLY_SECRET":     "s1",
@@ -130,6 +137,10 @@ func TestRefusals(t *testing.T) {
 		{"secret as a map", strings.Replace(good, "path_token: env:ACME_META_TOKEN", "path_token: {a: b}", 1), goodEnv, "line 13: a secret is a string"},
 		{"signing secrets on another provider", strings.Replace(good, "        tolerance: 5m\n", "        signing_secrets: [env:ACME_META_APP_SECRET]\n", 1), goodEnv,
 			"exacto.yaml:5: endpoint instantly-main: signing_secrets is only for smartlead"},
+		{"signature versions on another provider", strings.Replace(good, "        tolerance: 5m\n", "        signature_versions: [v1]\n", 1), goodEnv,
+			"exacto.yaml:5: endpoint instantly-main: signature_versions is only for a provider with several (hubspot)"},
+		{"unknown signature version", good + hubspotEndpoint + "        signature_versions: [v3, v0]\n", goodEnv,
+			`exacto.yaml:16: endpoint hubspot-main: hubspot: signature_versions: unknown "v0" (known: v3, v2, v1)`},
 		{"missing env signing secret", smartleadSigned, without(goodEnv, "ACME_SMARTLEAD_SIGNING"), "exacto.yaml:20: endpoint smartlead-main signing_secrets[0]: environment variable ACME_SMARTLEAD_SIGNING is not set"},
 		{"empty signing secret", strings.Replace(smartleadSigned, "[env:ACME_SMARTLEAD_SIGNING]", `[""]`, 1), goodEnv, "exacto.yaml:16: endpoint smartlead-main: smartlead signing_secrets: secret 1 is empty"},
 		{"signing secret as a map", strings.Replace(smartleadSigned, "[env:ACME_SMARTLEAD_SIGNING]", "[{a: b}]", 1), goodEnv, "line 20: a secret is a string"},

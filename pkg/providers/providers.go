@@ -51,6 +51,9 @@ type Config struct {
 	SigningSecrets []string
 	// Generic configures the generic HMAC verifier; nil for other providers.
 	Generic *Generic
+	// SignatureVersions are the signature versions the endpoint takes, for a provider
+	// with several (HubSpot: v3, v2, v1); empty: the provider's default.
+	SignatureVersions []string
 }
 
 // Generic configures the generic HMAC verifier for providers not listed.
@@ -113,6 +116,9 @@ type Spec struct {
 	SignsTime bool
 	// SignatureHeaders are the headers whose absence means an unsigned delivery.
 	SignatureHeaders []string
+	// SignatureVersions are the versions of the scheme an endpoint may name in its
+	// signature_versions (HubSpot's); nil for a provider with one.
+	SignatureVersions []string
 	// NeedsSecret says whether an endpoint without a secret must refuse to start.
 	NeedsSecret bool
 	New         func(Config) (Provider, error)

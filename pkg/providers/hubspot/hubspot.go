@@ -2,10 +2,11 @@
 // app: batches of CRM object events).
 //
 // Version 3 signatures (X-HubSpot-Signature-v3) sign the method, URL, body and a
-// millisecond timestamp with HMAC-SHA256; they are checked whenever present, against a
-// 5-minute window. Deliveries that carry only the older X-HubSpot-Signature are checked
-// as v1 (SHA-256 of secret + body) or v2 (secret + method + URL + body), for older apps;
-// those sign no time, so a replay of one is caught only by the events' identity keys.
+// millisecond timestamp with HMAC-SHA256, checked against a 5-minute window. HubSpot
+// sends the older X-HubSpot-Signature beside it (v1: SHA-256 of secret + body; v2:
+// secret + method + URL + body), which signs no time: a captured delivery stripped of
+// its v3 headers would verify for ever. So an endpoint takes v3 alone unless its
+// signature_versions name the older ones (an app that sends no v3).
 package hubspot
 
 import (
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,22 +40,31 @@ const defaultTolerance = 5 * time.Minute
 
 // Spec describes HubSpot for the registry.
 var Spec = providers.Spec{
-	Name:             "hubspot",
-	Signed:           true,
-	AuthMethod:       "hmac",
-	SignsTime:        true,
-	SignatureHeaders: []string{HeaderV3, HeaderLegacy},
-	NeedsSecret:      true,
-	New:              New,
-	Events:           sampleEvents,
-	Sample:           Sample,
-	Sign:             Sign,
+	Name:              "hubspot",
+	Signed:            true,
+	AuthMethod:        "hmac",
+	SignsTime:         true,
+	SignatureHeaders:  []string{HeaderV3, HeaderLegacy},
+	SignatureVersions: Versions,
+	NeedsSecret:       true,
+	New:               New,
+	Events:            sampleEvents,
+	Sample:            Sample,
+	Sign:              Sign,
 }
 
 type provider struct {
 	secrets   [][]byte
 	tolerance time.Duration
+	takes     map[string]bool // the signature versions the endpoint takes
 }
+
+// Versions are the signature versions, newest first; DefaultVersions those an endpoint
+// takes when its config names none.
+var (
+	Versions        = []string{"v3", "v2", "v1"}
+	DefaultVersions = []string{"v3"}
+)
 
 // New builds the verifier of one endpoint; its secrets are the app's client secrets.
 func New(cfg providers.Config) (providers.Provider, error) {
@@ -64,18 +75,34 @@ func New(cfg providers.Config) (providers.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &provider{tolerance: cfg.Tolerance, secrets: keys}
+	p := &provider{tolerance: cfg.Tolerance, secrets: keys, takes: map[string]bool{}}
 	if p.tolerance <= 0 {
 		p.tolerance = defaultTolerance
+	}
+	versions := cfg.SignatureVersions
+	if len(versions) == 0 {
+		versions = DefaultVersions
+	}
+	for _, v := range versions {
+		if !slices.Contains(Versions, v) {
+			return nil, fmt.Errorf("hubspot: signature_versions: unknown %q (known: %s)", v, strings.Join(Versions, ", "))
+		}
+		p.takes[v] = true
 	}
 	return p, nil
 }
 
-// Verify checks the v3 signature when there is one. It never falls back to v1/v2 when
-// a v3 signature fails: that would let a replay past the timestamp check.
+// Verify checks the v3 signature when the endpoint takes v3 and there is one. It never
+// falls back to v1/v2 when a v3 signature fails: that would let a replay past the
+// timestamp check. Without a v3 signature, the older one is checked only when the
+// endpoint takes its version.
 func (p *provider) Verify(r *providers.Request) error {
-	if sig := r.Header.Get(HeaderV3); sig != "" {
+	if sig := r.Header.Get(HeaderV3); sig != "" && p.takes["v3"] {
 		return p.verifyV3(r, sig)
+	}
+	if !p.takes["v1"] && !p.takes["v2"] {
+		return fmt.Errorf("%w: no %s header (the endpoint takes v3 alone: signature_versions names older versions to take)",
+			providers.ErrMissingSignature, HeaderV3)
 	}
 	sig := r.Header.Get(HeaderLegacy)
 	if sig == "" {
@@ -88,6 +115,9 @@ func (p *provider) Verify(r *providers.Request) error {
 	version := strings.ToLower(r.Header.Get(HeaderVersion))
 	if version != "" && version != "v1" && version != "v2" {
 		return fmt.Errorf("%w: unknown %s %.10q", providers.ErrBadSignature, HeaderVersion, version)
+	}
+	if !p.takes[providers.FirstOf(version, "v1")] {
+		return fmt.Errorf("%w: a %s signature, which the endpoint does not take (signature_versions)", providers.ErrBadSignature, providers.FirstOf(version, "v1"))
 	}
 	match := 0
 	for _, s := range p.secrets { // every secret is tried: no early exit to time

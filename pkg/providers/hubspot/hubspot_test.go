@@ -66,7 +66,7 @@ func headers(kv ...string) http.Header {
 // (v2 with a body) and hubspot-api-python tests/spec/utils/test_signature.py (v1, v2 and
 // v3 over the body {'example_field':'example_value'}, timestamp 15000000).
 func TestDocumentedSignatures(t *testing.T) {
-	p := newProvider(t, providers.Config{Secrets: []string{otherSecret, docSecret}})
+	p := newProvider(t, providers.Config{Secrets: []string{otherSecret, docSecret}, SignatureVersions: Versions})
 	sdkBody := []byte(`{'example_field':'example_value'}`)
 	sdkTime := time.UnixMilli(15000000).Add(time.Minute)
 	tests := []struct {
@@ -144,7 +144,7 @@ func TestVerifyRejections(t *testing.T) {
 		return h
 	}
 	legacyOnly := with(HeaderV3, "", HeaderTimestamp, "")
-	p := newProvider(t, providers.Config{Secrets: []string{secret}})
+	p := newProvider(t, providers.Config{Secrets: []string{secret}, SignatureVersions: Versions})
 	tests := []struct {
 		name   string
 		h      http.Header
@@ -179,6 +179,43 @@ func TestVerifyRejections(t *testing.T) {
 		if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
 			t.Errorf("%s: got %v, want %v", tt.name, err, tt.want)
 		}
+	}
+	// By default an endpoint takes v3 alone: a captured delivery stripped of its v3
+	// headers (its v1 signs no time) is refused however old, and so is a v2 one.
+	v3 := newProvider(t, providers.Config{Secrets: []string{secret}})
+	for _, tt := range []struct {
+		name string
+		h    http.Header
+		age  time.Duration
+		want error
+	}{
+		{"v3", good, 0, nil},
+		{"v3 stripped, 400 s old", legacyOnly, 400 * time.Second, providers.ErrMissingSignature},
+		{"v3 stripped, at once", legacyOnly, 0, providers.ErrMissingSignature},
+		{"v3 stripped, v2", with(HeaderV3, "", HeaderTimestamp, "", HeaderVersion, "v2"), 0, providers.ErrMissingSignature},
+	} {
+		if err := v3.Verify(request("POST", hookURL, body, tt.h, providertest.Now.Add(tt.age))); !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+			t.Errorf("default versions, %s: got %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	// An endpoint that names v1 alone checks the v1 signature, v3 or not beside it,
+	// and refuses a v2 one.
+	v1 := newProvider(t, providers.Config{Secrets: []string{secret}, SignatureVersions: []string{"v1"}})
+	for _, tt := range []struct {
+		name string
+		h    http.Header
+		want error
+	}{
+		{"v1 beside v3", good, nil},
+		{"v1 alone", legacyOnly, nil},
+		{"v2", with(HeaderV3, "", HeaderVersion, "v2"), providers.ErrBadSignature},
+	} {
+		if err := v1.Verify(request("POST", hookURL, body, tt.h, providertest.Now)); !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+			t.Errorf("versions [v1], %s: got %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if _, err := New(providers.Config{Secrets: []string{secret}, SignatureVersions: []string{"v3", "v4"}}); err == nil || !strings.Contains(err.Error(), `unknown "v4"`) {
+		t.Errorf("signature_versions [v3 v4]: %v, want an error naming v4", err)
 	}
 	// Config.Tolerance widens (or narrows) the window.
 	wide := newProvider(t, providers.Config{Secrets: []string{secret}, Tolerance: 10 * time.Minute})

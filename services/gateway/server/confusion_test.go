@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"exacto.dev/pkg/providers/hubspot"
 	"exacto.dev/pkg/quarantine"
 )
 
@@ -98,5 +100,26 @@ func TestIdentityWithControlCharactersIsRefused(t *testing.T) {
 	body := bytes.Replace(d.body, email, []byte(`"lead_email":"ana@example.com"`), 1)
 	if r := h.post(h.sign("instantly", body, secret, h.clock())); r.status != http.StatusOK || r.answer.Stored != 1 {
 		t.Fatalf("a real address: %d %s", r.status, r.body)
+	}
+}
+
+// A captured HubSpot delivery stripped of its v3 headers (issue 16: the gateway then
+// checked the v1 signature beside it, which signs no time, and stored a delivery 400 s
+// old): an endpoint takes v3 alone unless its signature_versions name older ones.
+func TestHubSpotWithoutV3IsRefused(t *testing.T) {
+	h := newHarness(t)
+	captured := h.delivery("hubspot", "batch", h.clock())
+	h.advance(400 * time.Second)
+	stripped := captured
+	stripped.header = captured.header.Clone()
+	stripped.header.Del(hubspot.HeaderV3)
+	stripped.header.Del(hubspot.HeaderTimestamp)
+	for name, d := range map[string]delivery{"as captured": captured, "v3 stripped": stripped} {
+		if r := h.post(d); r.status != http.StatusUnauthorized || !strings.Contains(r.body, "invalid_signature") {
+			t.Fatalf("%s, 400 s later: %d %s, want 401", name, r.status, r.body)
+		}
+	}
+	if got := h.stored(); got != 0 {
+		t.Fatalf("%d events stored", got)
 	}
 }
