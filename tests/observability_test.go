@@ -31,7 +31,7 @@ func TestObservabilityReplyTraceAndMetrics(t *testing.T) {
 	n.extraEnv = append(n.extraEnv, "EXACTO_TRACE_FILE="+traceFile, "EXACTO_LOG_FORMAT=json")
 	n.start()
 	hook := "http://" + n.http + "/hooks/instantly/demo-instantly-token"
-	body := `{"timestamp":"2026-12-02T10:00:00.000Z","event_type":"reply_received","workspace":"ws_1","campaign_id":"cmp_1","campaign_name":"Q4","lead_email":"ana.lima@example.com","email_account":"sam@outbound.example","step":1,"variant":1,"email_id":"em_obs_1","reply_subject":"Re: quick question","reply_text":"Yes, I'm interested. Can we talk next Tuesday?"}`
+	body := `{"timestamp":"` + time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04:05.000Z") + `","event_type":"reply_received","workspace":"ws_1","campaign_id":"cmp_1","campaign_name":"Q4","lead_email":"ana.lima@example.com","email_account":"sam@outbound.example","step":1,"variant":1,"email_id":"em_obs_1","reply_subject":"Re: quick question","reply_text":"Yes, I'm interested. Can we talk next Tuesday?"}`
 	n.happened("instantly", body)
 	post := func(secret string) int {
 		req, _ := http.NewRequest(http.MethodPost, hook, strings.NewReader(body))

@@ -43,8 +43,8 @@ type pipeline struct {
 	stopParts []func()
 }
 
-// pipelineConfig: one tenant with an Instantly endpoint, owners for dead letters and
-// CRM routing (interested replies to owner 101, the rest to 303).
+// pipelineConfig: one tenant with an endpoint of each provider, owners for dead
+// letters and CRM routing (interested replies to owner 101, the rest to 303).
 const pipelineConfig = `
 tenants:
   - id: acme
@@ -53,7 +53,8 @@ tenants:
       - {label: interested, owner: "101"}
       - {provider: instantly, owner: "303"}
     endpoints:
-      - {id: instantly, provider: instantly, path_token: tok-instantly-0123456789}
+      # max_event_age: the dead-letter tests store replies four and five days old.
+      - {id: instantly, provider: instantly, path_token: tok-instantly-0123456789, max_event_age: 168h}
       - {id: stripe, provider: stripe, path_token: tok-stripe-0123456789, secrets: [whsec_test_secret]}
       - {id: smartlead, provider: smartlead, path_token: tok-smartlead-0123456789, secrets: [smartlead-secret-key]}
       - {id: hubspot, provider: hubspot, path_token: tok-hubspot-0123456789, secrets: [hubspot-client-secret]}

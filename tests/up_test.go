@@ -28,7 +28,9 @@ func TestDemoUpSendStoresOne(t *testing.T) {
 	if !strings.Contains(n.out.String(), "point providers at") {
 		t.Fatalf("banner missing:\n%s", n.out.String())
 	}
-	send := []string{"send", "--provider", "instantly", "--event", "email_opened", "--at", "2026-12-02T10:00:00Z", "--to", "http://" + n.http + "/hooks/instantly/demo-instantly-token"}
+	// An hour ago: the gateway takes no event older than Instantly still retries.
+	at := time.Now().UTC().Add(-time.Hour).Format(time.RFC3339)
+	send := []string{"send", "--provider", "instantly", "--event", "email_opened", "--at", at, "--to", "http://" + n.http + "/hooks/instantly/demo-instantly-token"}
 	out, err := n.run(send...)
 	if err != nil || !strings.HasPrefix(out, "200 ") {
 		t.Fatalf("exacto send: %v\n%s", err, out)
@@ -282,7 +284,8 @@ func TestUpSuppressesAnUnsubscribe(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	id := send("2026-12-02T10:00:00Z")
+	hourAgo := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
+	id := send(hourAgo.Format(time.RFC3339))
 	waitStatus(id, "completed")
 	kv, err := n.js().KeyValue(context.Background(), "EXACTO_SUPPRESSION")
 	if err != nil {
@@ -296,7 +299,7 @@ func TestUpSuppressesAnUnsubscribe(t *testing.T) {
 	if out, err := n.run("worker", "pause", "suppressor", "--nats-url", natsURL); err != nil {
 		t.Fatalf("pause: %v %s", err, out)
 	}
-	held := send("2026-12-02T11:00:00Z")
+	held := send(hourAgo.Add(time.Minute).Format(time.RFC3339))
 	time.Sleep(time.Second)
 	if s := status(held); s != "received" {
 		t.Fatalf("held by a paused suppressor, the event is %q there, want received (stored, not attempted)", s)
@@ -312,7 +315,7 @@ func TestUpSuppressesAnUnsubscribe(t *testing.T) {
 func TestUpClassifiesAReplyAndSuppressesOnRequest(t *testing.T) {
 	n := newNode(t, "")
 	n.start()
-	body := `{"timestamp":"2026-12-02T10:00:00.000Z","event_type":"reply_received","workspace":"ws_1","campaign_id":"cmp_1","campaign_name":"Q4","lead_email":"Rosa.Diaz@example.com","email_account":"sam@outbound.example","step":2,"variant":1,"email_id":"em_77","reply_subject":"Re: quick question","reply_text":"Please remove me from your list. I do not want any more emails.\n\nOn Mon, Dec 1, 2026 Sam wrote:\n> Hi Rosa, quick question"}`
+	body := `{"timestamp":"` + time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04:05.000Z") + `","event_type":"reply_received","workspace":"ws_1","campaign_id":"cmp_1","campaign_name":"Q4","lead_email":"Rosa.Diaz@example.com","email_account":"sam@outbound.example","step":2,"variant":1,"email_id":"em_77","reply_subject":"Re: quick question","reply_text":"Please remove me from your list. I do not want any more emails.\n\nOn Mon, Dec 1, 2026 Sam wrote:\n> Hi Rosa, quick question"}`
 	n.happened("instantly", body)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+n.http+"/hooks/instantly/demo-instantly-token", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

@@ -105,7 +105,9 @@ type Gateway struct {
 	// quarantine; a body over it is refused (413) unread and unverified.
 	QuarantineCap int64 `yaml:"quarantine_cap"`
 	// DedupTTL is how long a stored event id is remembered to answer late
-	// redeliveries, default 7 days: longer than any provider's retry horizon.
+	// redeliveries: at least as long as any endpoint takes events (max_event_age,
+	// providers.Spec.MaxEventAge), so that an id is never forgotten while an event
+	// bearing it would still be taken; default 7 days, or that when longer.
 	DedupTTL       time.Duration `yaml:"dedup_ttl"`
 	PublishTimeout time.Duration `yaml:"publish_timeout"` // default 10s
 	GroupCommit    GroupCommit   `yaml:"group_commit"`
@@ -297,6 +299,9 @@ type Endpoint struct {
 	// SignatureVersions are the signature versions the endpoint takes, for a provider
 	// with several (HubSpot: v3 alone unless older ones are named).
 	SignatureVersions []string `yaml:"signature_versions"`
+	// MaxEventAge is how old an event may be when it arrives (unset: the provider's
+	// retry horizon and a day, providers.Spec.MaxEventAge); an older one is a replay.
+	MaxEventAge time.Duration `yaml:"max_event_age"`
 
 	Line int `yaml:"-"`
 }
@@ -461,6 +466,21 @@ func (c *Config) applyEnv(getenv func(string) string) {
 	set(&c.MemoryLimit, "EXACTO_MEMORY_LIMIT")
 }
 
+// defaultDedupTTL is a week, or longer when an endpoint takes older events (WhatsApp
+// retries for 7 days, so a meta endpoint takes events up to 8 days old): the index
+// must remember every id an endpoint would still take.
+func (c *Config) defaultDedupTTL() time.Duration {
+	ttl := 7 * 24 * time.Hour
+	for _, t := range c.Tenants {
+		for _, e := range t.Endpoints {
+			if spec, ok := registry.Lookup(e.Provider); ok && e.MaxEventAge >= 0 {
+				ttl = max(ttl, spec.MaxEventAge(e.MaxEventAge))
+			}
+		}
+	}
+	return ttl
+}
+
 func (c *Config) applyDefaults() {
 	def := func(dst *string, v string) {
 		if *dst == "" {
@@ -498,7 +518,7 @@ func (c *Config) applyDefaults() {
 		c.Gateway.QuarantineCap = max(8<<20, c.Gateway.BodyLimit)
 	}
 	if c.Gateway.DedupTTL == 0 {
-		c.Gateway.DedupTTL = 7 * 24 * time.Hour
+		c.Gateway.DedupTTL = c.defaultDedupTTL()
 	}
 	if c.Gateway.PublishTimeout == 0 {
 		c.Gateway.PublishTimeout = 10 * time.Second
@@ -752,6 +772,12 @@ func (c *Config) Validate() error {
 			}
 			if len(e.SigningSecrets) > 0 && spec.SignOptional == nil {
 				fail(e.Line, "endpoint %s: signing_secrets is only for smartlead (its optional X-Smartlead-Signature); provider %s takes its secrets in secrets", e.ID, e.Provider)
+			}
+			if e.MaxEventAge < 0 {
+				fail(e.Line, "endpoint %s: max_event_age must be positive", e.ID)
+			} else if age := spec.MaxEventAge(e.MaxEventAge); age > c.Gateway.DedupTTL {
+				fail(e.Line, "endpoint %s: events up to %v old are taken (max_event_age), longer than gateway.dedup_ttl %v remembers their ids: "+
+					"one stored again after its id is forgotten would be acted on twice; raise dedup_ttl or lower max_event_age", e.ID, age, c.Gateway.DedupTTL)
 			}
 			if len(e.SignatureVersions) > 0 && len(spec.SignatureVersions) == 0 {
 				fail(e.Line, "endpoint %s: signature_versions is only for a provider with several (hubspot); provider %s has one", e.ID, e.Provider)

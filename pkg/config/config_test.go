@@ -63,7 +63,8 @@ func TestParseContractExample(t *testing.T) {
 	if ep.Line != 5 || c.Tenants[0].Endpoints[1].Line != 11 {
 		t.Fatalf("endpoint lines %d %d", ep.Line, c.Tenants[0].Endpoints[1].Line)
 	}
-	if c.HTTPAddr != DefaultHTTPAddr || c.NATS.Sync != "always" || c.NATS.DuplicateWindow != 2*time.Minute || c.Gateway.BodyLimit != 1<<20 || c.Gateway.DedupTTL != 7*24*time.Hour {
+	if c.HTTPAddr != DefaultHTTPAddr || c.NATS.Sync != "always" || c.NATS.DuplicateWindow != 2*time.Minute || c.Gateway.BodyLimit != 1<<20 ||
+		c.Gateway.DedupTTL != 8*24*time.Hour { // a week, but meta-main takes events up to 8 days old (WhatsApp retries for 7)
 		t.Fatalf("defaults: %+v", c)
 	}
 	if len(c.Warnings) != 0 {
@@ -141,6 +142,12 @@ func TestRefusals(t *testing.T) {
 			"exacto.yaml:5: endpoint instantly-main: signature_versions is only for a provider with several (hubspot)"},
 		{"unknown signature version", good + hubspotEndpoint + "        signature_versions: [v3, v0]\n", goodEnv,
 			`exacto.yaml:16: endpoint hubspot-main: hubspot: signature_versions: unknown "v0" (known: v3, v2, v1)`},
+		{"negative max event age", strings.Replace(good, "        tolerance: 5m\n", "        max_event_age: -1h\n", 1), goodEnv,
+			"exacto.yaml:5: endpoint instantly-main: max_event_age must be positive"},
+		{"max event age past what the index remembers", "gateway: {dedup_ttl: 200h}\n" + strings.Replace(good, "        tolerance: 5m\n", "        max_event_age: 201h\n", 1), goodEnv,
+			"exacto.yaml:6: endpoint instantly-main: events up to 201h0m0s old are taken (max_event_age), longer than gateway.dedup_ttl 200h0m0s remembers their ids"},
+		{"an index that forgets before the default age", "gateway: {dedup_ttl: 48h}\n" + good, goodEnv,
+			"endpoint instantly-main: events up to 96h0m0s old are taken (max_event_age), longer than gateway.dedup_ttl 48h0m0s"},
 		{"missing env signing secret", smartleadSigned, without(goodEnv, "ACME_SMARTLEAD_SIGNING"), "exacto.yaml:20: endpoint smartlead-main signing_secrets[0]: environment variable ACME_SMARTLEAD_SIGNING is not set"},
 		{"empty signing secret", strings.Replace(smartleadSigned, "[env:ACME_SMARTLEAD_SIGNING]", `[""]`, 1), goodEnv, "exacto.yaml:16: endpoint smartlead-main: smartlead signing_secrets: secret 1 is empty"},
 		{"signing secret as a map", strings.Replace(smartleadSigned, "[env:ACME_SMARTLEAD_SIGNING]", "[{a: b}]", 1), goodEnv, "line 20: a secret is a string"},

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,6 +37,9 @@ type Endpoint struct {
 	// Credentials are the endpoint's path token and secrets: never kept, wherever they
 	// appear (a proxy's X-Forwarded-Uri holds the path token).
 	Credentials []string
+	// MaxEventAge is how old an event may be when it arrives (Spec.MaxEventAge): an
+	// older one is past the provider's retries, a replay of a captured delivery.
+	MaxEventAge time.Duration
 }
 
 // NewEndpoint builds endpoint ec of tenant.
@@ -48,7 +52,8 @@ func NewEndpoint(tenant string, ec *config.Endpoint) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: %w", ec.ID, err)
 	}
-	ep := &Endpoint{Tenant: tenant, ID: ec.ID, Spec: spec, Provider: p, AuthMethod: spec.Auth(ec.ProviderConfig())}
+	ep := &Endpoint{Tenant: tenant, ID: ec.ID, Spec: spec, Provider: p, AuthMethod: spec.Auth(ec.ProviderConfig()),
+		MaxEventAge: spec.MaxEventAge(ec.MaxEventAge)}
 	ep.SecretHeaders = append(ep.SecretHeaders, spec.SignatureHeaders...)
 	if ec.SecretHeader != "" {
 		ep.SecretHeaders = append(ep.SecretHeaders, ec.SecretHeader)
@@ -83,6 +88,10 @@ const (
 	TooManyEvents = "too_many_events"
 	Malformed     = "malformed_body"
 	EmptyBatch    = "empty_batch"
+	// Stale: an event older than the endpoint's MaxEventAge. The provider retries no
+	// longer, so it is a replay: nothing of it is stored or acted on, whatever the id
+	// index remembers (an id it forgot could otherwise be stored again).
+	Stale = "stale_event"
 )
 
 // Refusal says why a verified delivery cannot be turned into events: its content, not
@@ -108,7 +117,8 @@ type Delivery struct {
 
 // Envelopes normalises d under the gateway limits lim: its envelopes, or why they
 // cannot be (over body_limit, unparseable, no event, more than max_events, an event
-// naming someone as no one can be named: envelope.Data.CheckIdentity).
+// naming someone as no one can be named: envelope.Data.CheckIdentity, an event older
+// than the endpoint's MaxEventAge).
 func (d Delivery) Envelopes(lim config.Gateway) ([]envelope.Envelope, *Refusal) {
 	ep := d.Endpoint
 	if int64(d.Size) > lim.BodyLimit {
@@ -128,6 +138,10 @@ func (d Delivery) Envelopes(lim config.Gateway) ([]envelope.Envelope, *Refusal) 
 		envs[i] = ev.Envelope(ep.Spec, ep.Tenant, ep.ID, ep.AuthMethod, d.Request.Now, d.SHA256)
 		if err := envs[i].Data.CheckIdentity(); err != nil {
 			return nil, &Refusal{Malformed, fmt.Sprintf("event %d of %d: %v", i+1, len(evs), err)}
+		}
+		if age := d.Request.Now.Sub(envs[i].Time); age > ep.MaxEventAge {
+			return nil, &Refusal{Stale, fmt.Sprintf("event %d of %d happened %s, %v before it arrived: past the %v a delivery of %s is retried (max_event_age), so a replay",
+				i+1, len(evs), envs[i].Time.Format(time.RFC3339), age.Round(time.Second), ep.MaxEventAge, ep.Spec.Name)}
 		}
 	}
 	return envs, nil

@@ -6,6 +6,7 @@ package providers
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -114,6 +115,10 @@ type Spec struct {
 	AuthMethod string
 	// SignsTime says whether the scheme signs a timestamp checked against a tolerance.
 	SignsTime bool
+	// RetryHorizon is how long the provider retries a delivery that was not answered
+	// 2xx, as its documentation says; 0 when it says nothing (DefaultRetryHorizon is
+	// then assumed). An event older than that (and StaleGrace) is no retry: a replay.
+	RetryHorizon time.Duration
 	// SignatureHeaders are the headers whose absence means an unsigned delivery.
 	SignatureHeaders []string
 	// SignatureVersions are the versions of the scheme an endpoint may name in its
@@ -139,6 +144,22 @@ type Spec struct {
 	// none. Whatever keeps a body (an event's raw payload, the quarantine) keeps it
 	// redacted.
 	Redact func(body []byte) []byte
+}
+
+// DefaultRetryHorizon is assumed of a provider whose documentation gives no retry
+// horizon: longer than any documented one (Stripe's three days).
+const DefaultRetryHorizon = 3 * 24 * time.Hour
+
+// StaleGrace is added to a retry horizon: a provider's queue behind, clocks apart.
+const StaleGrace = 24 * time.Hour
+
+// MaxEventAge is how old an event of the provider may be when it arrives: override
+// when an endpoint sets max_event_age, else the retry horizon and StaleGrace.
+func (s Spec) MaxEventAge(override time.Duration) time.Duration {
+	if override > 0 {
+		return override
+	}
+	return cmp.Or(s.RetryHorizon, DefaultRetryHorizon) + StaleGrace
 }
 
 // RedactBody is body without the secret the provider carries in it, if any.

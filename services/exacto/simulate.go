@@ -273,9 +273,16 @@ func (d *delivery) String() string {
 	return s + ")"
 }
 
-// deliveries builds the run's deliveries, faults applied, in sending order.
-func (sc *scenario) deliveries(r *rand.Rand) []*delivery {
-	base := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+// storyStart is when a run's stories begin: 09:00 UTC the day before now. Recent, as
+// the gateway takes no event older than its provider still retries (max_event_age);
+// the same all day, so that runs of one day send the same deliveries.
+func storyStart(now time.Time) time.Time {
+	return now.UTC().Truncate(24 * time.Hour).Add(-24*time.Hour + 9*time.Hour)
+}
+
+// deliveries builds the run's deliveries, faults applied, in sending order, the first
+// contact's story starting at base.
+func (sc *scenario) deliveries(r *rand.Rand, base time.Time) []*delivery {
 	var out []*delivery
 	for i := range sc.Contacts {
 		start := base.Add(time.Duration(i) * time.Minute)
@@ -332,7 +339,7 @@ type simulation struct {
 func (s *simulation) run(ctx context.Context) error {
 	sc := s.sc
 	r := newRand(sc)
-	ds := sc.deliveries(r)
+	ds := sc.deliveries(r, storyStart(time.Now()))
 	dups := 0
 	for _, d := range ds {
 		if d.dup {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestShippedScenarios(t *testing.T) {
@@ -17,8 +18,9 @@ func TestShippedScenarios(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := sc.deliveries(newRand(sc))
-		b := sc.deliveries(newRand(sc))
+		start := storyStart(time.Now())
+		a := sc.deliveries(newRand(sc), start)
+		b := sc.deliveries(newRand(sc), start)
 		if len(a) != len(b) {
 			t.Fatalf("%s: not reproducible: %d then %d deliveries", f, len(a), len(b))
 		}
@@ -36,7 +38,7 @@ func TestScenarioShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := sc.deliveries(newRand(sc))
+	ds := sc.deliveries(newRand(sc), storyStart(time.Now()))
 	events, dups, replies := 0, 0, 0
 	seen := map[string]int{}
 	for _, d := range ds {

@@ -30,10 +30,12 @@ const DefaultTolerance = 3 * time.Minute
 
 // Spec describes Calendly for the registry.
 var Spec = providers.Spec{
-	Name:             "calendly",
-	Signed:           true,
-	AuthMethod:       "hmac",
-	SignsTime:        true,
+	Name:       "calendly",
+	Signed:     true,
+	AuthMethod: "hmac",
+	SignsTime:  true,
+	// developer.calendly.com/api-docs/overview/webhooks/webhook-errors: "it will continue to try to deliver for 24 hours".
+	RetryHorizon:     24 * time.Hour,
 	SignatureHeaders: []string{Header},
 	NeedsSecret:      true,
 	New:              New,

@@ -49,10 +49,11 @@ var Default = providers.Generic{
 // Spec describes the generic verifier. SignsTime and SignatureHeaders describe Default:
 // an endpoint's own block may sign no timestamp or use another header.
 var Spec = providers.Spec{
-	Name:             "generic",
-	Signed:           true,
-	AuthMethod:       "hmac",
-	SignsTime:        true,
+	Name:       "generic",
+	Signed:     true,
+	AuthMethod: "hmac",
+	SignsTime:  true,
+	// RetryHorizon: a signer of its own: providers.DefaultRetryHorizon assumed (max_event_age sets it per endpoint).
 	SignatureHeaders: []string{Default.Header},
 	NeedsSecret:      true,
 	New:              New,

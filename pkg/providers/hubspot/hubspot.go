@@ -40,10 +40,12 @@ const defaultTolerance = 5 * time.Minute
 
 // Spec describes HubSpot for the registry.
 var Spec = providers.Spec{
-	Name:              "hubspot",
-	Signed:            true,
-	AuthMethod:        "hmac",
-	SignsTime:         true,
+	Name:       "hubspot",
+	Signed:     true,
+	AuthMethod: "hmac",
+	SignsTime:  true,
+	// developers.hubspot.com/docs/api/webhooks: "retried up to 10 times. These retries will be spread out over the next 24 hours".
+	RetryHorizon:      24 * time.Hour,
 	SignatureHeaders:  []string{HeaderV3, HeaderLegacy},
 	SignatureVersions: Versions,
 	NeedsSecret:       true,

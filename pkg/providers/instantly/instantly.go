@@ -22,10 +22,11 @@ const DefaultHeader = "X-Exacto-Secret"
 
 // Spec describes Instantly for the registry.
 var Spec = providers.Spec{
-	Name:             "instantly",
-	Signed:           false,
-	AuthMethod:       "header_secret",
-	SignsTime:        false,
+	Name:       "instantly",
+	Signed:     false,
+	AuthMethod: "header_secret",
+	SignsTime:  false,
+	// RetryHorizon: Instantly documents no retry horizon: providers.DefaultRetryHorizon assumed.
 	SignatureHeaders: []string{DefaultHeader},
 	NeedsSecret:      false,
 	New:              New,

@@ -23,10 +23,12 @@ const SignatureHeader = "X-Hub-Signature-256"
 
 // Spec describes Meta for the registry.
 var Spec = providers.Spec{
-	Name:             "meta",
-	Signed:           true,
-	AuthMethod:       "hmac",
-	SignsTime:        false,
+	Name:       "meta",
+	Signed:     true,
+	AuthMethod: "hmac",
+	SignsTime:  false,
+	// WhatsApp Cloud API webhooks overview: "retried with decreasing frequency until the request succeeds, for up to 7 days" (Graph API webhooks: 36 hours; Messenger disables the subscription after 1 hour): the longest of the products.
+	RetryHorizon:     7 * 24 * time.Hour,
 	SignatureHeaders: []string{SignatureHeader},
 	NeedsSecret:      true,
 	New:              New,

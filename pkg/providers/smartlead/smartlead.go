@@ -32,10 +32,11 @@ const SignatureHeader = "X-Smartlead-Signature"
 // Spec describes Smartlead for the registry. Signed is false: only endpoints with
 // signing_secrets verify a signature (see Spec.Auth).
 var Spec = providers.Spec{
-	Name:             "smartlead",
-	Signed:           false,
-	AuthMethod:       "secret_key",
-	SignsTime:        false,
+	Name:       "smartlead",
+	Signed:     false,
+	AuthMethod: "secret_key",
+	SignsTime:  false,
+	// RetryHorizon: api.smartlead.ai/guides/webhook-integration: "will retry the webhook up to 3 times with exponential backoff", no horizon given: providers.DefaultRetryHorizon assumed.
 	SignatureHeaders: []string{SignatureHeader},
 	NeedsSecret:      false,
 	New:              New,

@@ -34,10 +34,12 @@ const DefaultTolerance = 5 * time.Minute
 
 // Spec describes Standard Webhooks for the registry.
 var Spec = providers.Spec{
-	Name:             "standard",
-	Signed:           true,
-	AuthMethod:       "hmac",
-	SignsTime:        true,
+	Name:       "standard",
+	Signed:     true,
+	AuthMethod: "hmac",
+	SignsTime:  true,
+	// the Standard Webhooks spec's example schedule ends 75 h 35 min after the first attempt (Svix's own, docs.svix.com/retries, at 27 h 35 min).
+	RetryHorizon:     76 * time.Hour,
 	SignatureHeaders: []string{HeaderSignature, svix[HeaderSignature]},
 	NeedsSecret:      true,
 	New:              New,

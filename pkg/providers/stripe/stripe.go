@@ -24,10 +24,12 @@ const DefaultTolerance = 5 * time.Minute
 
 // Spec describes Stripe-style signing for the registry.
 var Spec = providers.Spec{
-	Name:             "stripe",
-	Signed:           true,
-	AuthMethod:       "hmac",
-	SignsTime:        true,
+	Name:       "stripe",
+	Signed:     true,
+	AuthMethod: "hmac",
+	SignsTime:  true,
+	// docs.stripe.com/webhooks: "for up to three days with an exponential back off in live mode".
+	RetryHorizon:     3 * 24 * time.Hour,
 	SignatureHeaders: []string{Header},
 	NeedsSecret:      true,
 	New:              New,

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"exacto.dev/pkg/ingest"
 	"exacto.dev/pkg/providers/hubspot"
 	"exacto.dev/pkg/quarantine"
+	"exacto.dev/pkg/stream"
 )
 
 // A body holding a key twice in two cases (issue 16): encoding/json would act on the
@@ -121,5 +123,42 @@ func TestHubSpotWithoutV3IsRefused(t *testing.T) {
 	}
 	if got := h.stored(); got != 0 {
 		t.Fatalf("%d events stored", got)
+	}
+}
+
+// A captured delivery of a scheme that signs no time (Meta), posted again once the id
+// index has forgotten its events (issue 16: stored as a second event, and once the
+// guards forgot too, acted on again): an event older than the provider retries a
+// delivery is no retry. It is quarantined as stale_event and nothing is stored,
+// whatever the index remembers; the same bytes the next day are still a duplicate.
+func TestReplayPastTheRetryHorizonIsRefused(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	captured := h.delivery("meta", "message", h.clock())
+	first := h.post(captured)
+	if first.status != http.StatusOK || first.answer.Stored < 1 {
+		t.Fatalf("first delivery: %d %s", first.status, first.body)
+	}
+	stored := h.stored()
+	h.advance(24 * time.Hour)
+	if r := h.post(captured); r.status != http.StatusOK || r.answer.Stored != 0 || r.answer.Duplicates != first.answer.Stored {
+		t.Fatalf("a day later: %d %s, want every event a duplicate", r.status, r.body)
+	}
+	// The index forgets (its TTL, dedup_ttl, is 7 days).
+	h.waitIndexed()
+	idx, err := h.conn.JS.Stream(ctx, "KV_"+stream.EventIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.advance(9 * 24 * time.Hour)
+	r := h.post(captured)
+	if r.status != http.StatusOK || r.answer.Reason != ingest.Stale || r.answer.Quarantined != 1 || r.answer.Stored != 0 {
+		t.Fatalf("ten days later: %d %s, want it quarantined as %s", r.status, r.body, ingest.Stale)
+	}
+	if got := h.stored(); got != stored {
+		t.Fatalf("%d events stored again", got-stored)
 	}
 }
