@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,6 +112,7 @@ type Gateway struct {
 	// bearing it would still be taken; default 7 days, or that when longer.
 	DedupTTL       time.Duration `yaml:"dedup_ttl"`
 	PublishTimeout time.Duration `yaml:"publish_timeout"` // default 10s
+	RateLimit      RateLimit     `yaml:"rate_limit"`
 	GroupCommit    GroupCommit   `yaml:"group_commit"`
 }
 
@@ -304,6 +307,37 @@ type Endpoint struct {
 	MaxEventAge time.Duration `yaml:"max_event_age"`
 
 	Line int `yaml:"-"`
+}
+
+// RateLimit is how many deliveries a second the gateway takes of one endpoint and of
+// one tenant, with bursts of Burst's worth; more are answered 429 with Retry-After.
+// The defaults leave room for any campaign's burst (a provider with weak retries
+// loses what it is refused) and bound a flood against one URL; "off" (0) for none.
+type RateLimit struct {
+	Endpoint PerSecond     `yaml:"endpoint"` // default 2,000
+	Tenant   PerSecond     `yaml:"tenant"`   // default 5,000
+	Burst    time.Duration `yaml:"burst"`    // default 10s
+}
+
+// PerSecond is a rate a second: a positive number, or "off" (none, 0 once read).
+type PerSecond struct {
+	Rate float64
+	Set  bool
+}
+
+// UnmarshalYAML reads a positive number or "off".
+func (p *PerSecond) UnmarshalYAML(n *yaml.Node) error {
+	p.Set = true
+	if n.Value == "off" {
+		p.Rate = 0
+		return nil
+	}
+	v, err := strconv.ParseFloat(n.Value, 64)
+	if err != nil || v <= 0 || math.IsInf(v, 0) {
+		return fmt.Errorf("line %d: %q is not a positive rate a second (or off)", n.Line, n.Value)
+	}
+	p.Rate = v
+	return nil
 }
 
 // Secret is a reference (env:NAME, file:PATH) or, with a warning, a literal. Value is
@@ -523,6 +557,15 @@ func (c *Config) applyDefaults() {
 	if c.Gateway.PublishTimeout == 0 {
 		c.Gateway.PublishTimeout = 10 * time.Second
 	}
+	if rl := &c.Gateway.RateLimit; rl.Burst == 0 {
+		rl.Burst = 10 * time.Second
+	}
+	if rl := &c.Gateway.RateLimit; !rl.Endpoint.Set {
+		rl.Endpoint.Rate = 2000
+	}
+	if rl := &c.Gateway.RateLimit; !rl.Tenant.Set {
+		rl.Tenant.Rate = 5000
+	}
 	if gc := &c.Gateway.GroupCommit; gc.MaxEvents == 0 {
 		gc.MaxEvents = 256
 		if c.NATS.Replicas > 1 || c.NATS.Sync != "always" {
@@ -671,6 +714,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.QuarantineCap < c.Gateway.BodyLimit {
 		fail(0, "gateway.quarantine_cap %d: want at least gateway.body_limit (%d): a verified body between the two is kept in the quarantine", c.Gateway.QuarantineCap, c.Gateway.BodyLimit)
+	}
+	if c.Gateway.RateLimit.Burst < 0 {
+		fail(0, "gateway.rate_limit.burst must be positive")
 	}
 	if c.DLQ.SLO < 0 {
 		fail(0, "dlq.slo must be positive")

@@ -142,6 +142,9 @@ func TestRefusals(t *testing.T) {
 			"exacto.yaml:5: endpoint instantly-main: signature_versions is only for a provider with several (hubspot)"},
 		{"unknown signature version", good + hubspotEndpoint + "        signature_versions: [v3, v0]\n", goodEnv,
 			`exacto.yaml:16: endpoint hubspot-main: hubspot: signature_versions: unknown "v0" (known: v3, v2, v1)`},
+		{"a rate of zero", "gateway: {rate_limit: {endpoint: 0}}\n" + good, goodEnv, `line 1: "0" is not a positive rate a second (or off)`},
+		{"a rate that is no number", "gateway: {rate_limit: {tenant: lots}}\n" + good, goodEnv, `line 1: "lots" is not a positive rate a second (or off)`},
+		{"a negative burst", "gateway: {rate_limit: {burst: -1s}}\n" + good, goodEnv, "gateway.rate_limit.burst must be positive"},
 		{"negative max event age", strings.Replace(good, "        tolerance: 5m\n", "        max_event_age: -1h\n", 1), goodEnv,
 			"exacto.yaml:5: endpoint instantly-main: max_event_age must be positive"},
 		{"max event age past what the index remembers", "gateway: {dedup_ttl: 200h}\n" + strings.Replace(good, "        tolerance: 5m\n", "        max_event_age: 201h\n", 1), goodEnv,
@@ -342,6 +345,24 @@ func TestREADMEConfigLoads(t *testing.T) {
 	}
 	if c.CRMOwner("acme", "smartlead", "9181", "") != "23456" || c.Tenants[0].Platforms.HubSpot == nil {
 		t.Fatalf("README config: routing or platforms lost: %+v", c.Tenants[0])
+	}
+}
+
+// The gateway's rate limits: defaults that leave room for any campaign's burst, a
+// number, or off.
+func TestRateLimits(t *testing.T) {
+	for doc, want := range map[string]RateLimit{
+		"": {Endpoint: PerSecond{Rate: 2000}, Tenant: PerSecond{Rate: 5000}, Burst: 10 * time.Second},
+		"gateway: {rate_limit: {endpoint: 12.5, burst: 3s}}\n":  {Endpoint: PerSecond{Rate: 12.5, Set: true}, Tenant: PerSecond{Rate: 5000}, Burst: 3 * time.Second},
+		"gateway: {rate_limit: {endpoint: off, tenant: off}}\n": {Endpoint: PerSecond{Set: true}, Tenant: PerSecond{Set: true}, Burst: 10 * time.Second},
+	} {
+		c, err := Parse([]byte(doc+good), "exacto.yaml", env(goodEnv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Gateway.RateLimit != want {
+			t.Errorf("%q: %+v, want %+v", doc, c.Gateway.RateLimit, want)
+		}
 	}
 }
 

@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +53,7 @@ type Server struct {
 	log            *slog.Logger
 	now            func() time.Time
 	metrics        *metrics
+	admission      *admission
 	// commits coalesces concurrent events into atomic batches (nil: group commit off,
 	// every event its own publish and fsync); ownCommits: made here, closed by Close.
 	commits    *ingest.Committer
@@ -79,6 +82,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		publishTimeout: o.Config.Gateway.PublishTimeout,
 		log:            o.Log,
 		now:            o.Now,
+		admission:      newAdmission(o.Config),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -217,6 +221,13 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		rec.status, rec.reason = http.StatusMethodNotAllowed, "method_not_allowed"
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, rec.status, rec.reason, "use POST")
+		return
+	}
+	// Paced before anything else is read: a flood costs a token check a request.
+	if ok, wait := s.admission.admit(ep.Tenant, ep.ID, s.now()); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		s.reject(w, rec, http.StatusTooManyRequests, "rate_limited",
+			"over the deliveries a second this endpoint or its tenant takes (gateway.rate_limit); retry after Retry-After seconds")
 		return
 	}
 	if !jsonContentType(r.Header.Get("Content-Type")) {

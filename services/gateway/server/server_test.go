@@ -60,11 +60,17 @@ type harness struct {
 
 func newHarness(t *testing.T, topo ...stream.Options) *harness {
 	t.Helper()
+	return newHarnessOf(t, testConfig, topo...)
+}
+
+// newHarnessOf is newHarness over config doc.
+func newHarnessOf(t *testing.T, doc string, topo ...stream.Options) *harness {
+	t.Helper()
 	h := &harness{t: t}
 	start := time.Now().Truncate(time.Second)
 	h.now.Store(&start)
 	h.conn = brokertest.Start(t, "", topo...)
-	cfg, err := config.Parse([]byte(testConfig), "test.yaml", func(string) string { return "" })
+	cfg, err := config.Parse([]byte(doc), "test.yaml", func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +153,7 @@ func (h *harness) sign(ep string, body []byte, secret string, at time.Time) deli
 
 type reply struct {
 	status int
+	header http.Header
 	body   string
 	answer answer
 }
@@ -164,7 +171,7 @@ func (h *harness) post(d delivery) reply {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, body: string(b)}
+	r := reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
 	if r.status == http.StatusOK {
 		json.Unmarshal(b, &r.answer)
 	}

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A flood against one endpoint (issue 16: 2,000 unique events at 224/s from one
+// unsigned URL) is answered 429 with Retry-After once the endpoint's bucket is empty,
+// before its body is read, and stores nothing more; another endpoint of the tenant goes
+// on; the tenant's own bucket bounds its endpoints together; the bucket fills again
+// with time.
+func TestFloodIsAnsweredTooManyRequests(t *testing.T) {
+	h := newHarnessOf(t, strings.Replace(testConfig, "gateway:\n", "gateway:\n  rate_limit: {endpoint: 5, tenant: 8, burst: 2s}\n", 1))
+	post := func(ep string) reply { return h.post(h.delivery(ep, sampleEvent(ep), h.clock())) }
+	for i := range 10 { // the endpoint's burst: 2 s of 5 a second
+		if r := post("instantly"); r.status != http.StatusOK {
+			t.Fatalf("delivery %d: %d %s", i+1, r.status, r.body)
+		}
+		h.advance(time.Millisecond) // distinct samples
+	}
+	stored := h.stored()
+	flood := post("instantly")
+	if flood.status != http.StatusTooManyRequests || !strings.Contains(flood.body, "rate_limited") || flood.header.Get("Retry-After") != "1" {
+		t.Fatalf("the 11th delivery within the burst: %d %s (Retry-After %q), want 429 rate_limited, Retry-After 1 (a token in 0.2 s)",
+			flood.status, flood.body, flood.header.Get("Retry-After"))
+	}
+	if h.stored() != stored {
+		t.Fatal("a refused delivery was stored")
+	}
+	// Another endpoint of the tenant goes on: 6 of the tenant's 16 tokens are left.
+	for i := range 6 {
+		if r := post("stripe"); r.status != http.StatusOK {
+			t.Fatalf("stripe delivery %d during the flood: %d %s", i+1, r.status, r.body)
+		}
+		h.advance(time.Millisecond)
+	}
+	// The tenant's bucket is empty now: its other endpoints wait too.
+	r := post("calendly")
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("past the tenant's burst: %d %s, want 429", r.status, r.body)
+	}
+	// A second later the buckets have five (the endpoint) and eight (the tenant) more.
+	h.advance(time.Second)
+	if r := post("instantly"); r.status != http.StatusOK {
+		t.Fatalf("a second later: %d %s", r.status, r.body)
+	}
+}
+
+// sampleEvent is an event each provider's Sample knows.
+func sampleEvent(ep string) string {
+	switch ep {
+	case "instantly":
+		return "reply_received"
+	case "stripe":
+		return "customer.updated"
+	case "calendly":
+		return "invitee.created"
+	}
+	return ""
+}
