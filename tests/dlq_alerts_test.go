@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/prometheus/rules"
 )
 
-// The two DLQ alerts of deployments/prometheus/alerts.yml, evaluated by Prometheus's
+// The DLQ alerts and the store's of deployments/prometheus/alerts.yml, evaluated by Prometheus's
 // own rule code over synthetic series, minute by minute (in series time: the test takes
 // no wall-clock time to speak of): each fires when it should, after its `for`, and stays
 // quiet on a healthy queue.
@@ -73,6 +73,22 @@ func TestDeadLetterAlerts(t *testing.T) {
 		{"an empty queue whatever the age gauge says", "ExactoDeadLettersGrowing", `
 			exacto_dlq_open{consumer="crmwriter"} 0x90
 			exacto_dlq_oldest_open_seconds 0+60x90`, 90, -1},
+		// The store: used grows 1 MiB a minute towards a 100 MiB limit, past four
+		// fifths at minute 81; the alert fires after its `for: 5m`.
+		{"store filling", "ExactoStoreFilling", `
+			exacto_store_limit_bytes 104857600x100
+			exacto_store_used_bytes 0+1048576x100`, 100, 86},
+		{"no store limit", "ExactoStoreFilling", `
+			exacto_store_limit_bytes 0x100
+			exacto_store_used_bytes 0+1048576x100`, 100, -1},
+		// The disk: free falls 10 MiB a minute from 1 GiB, under four times the 100 MiB
+		// kept at minute 63.
+		{"disk filling", "ExactoStoreFilling", `
+			exacto_store_min_free_disk_bytes 104857600x100
+			exacto_store_free_disk_bytes 1073741824-10485760x100`, 100, 68},
+		{"disk with room", "ExactoStoreFilling", `
+			exacto_store_min_free_disk_bytes 104857600x100
+			exacto_store_free_disk_bytes 1073741824x100`, 100, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := alert(c.alert)

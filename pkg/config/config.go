@@ -113,7 +113,14 @@ type Gateway struct {
 	DedupTTL       time.Duration `yaml:"dedup_ttl"`
 	PublishTimeout time.Duration `yaml:"publish_timeout"` // default 10s
 	RateLimit      RateLimit     `yaml:"rate_limit"`
-	GroupCommit    GroupCommit   `yaml:"group_commit"`
+	// StoreLimit is the most JetStream storage (bytes, every stream of the account)
+	// the gateway lets grow: at it, deliveries are refused 507 with Retry-After. 0: no
+	// limit of Exacto's own (JetStream's max_file_store still holds).
+	StoreLimit int64 `yaml:"store_limit"`
+	// MinFreeDisk is the free space (bytes) the embedded server's data dir must keep:
+	// under it, deliveries are refused 507 before the disk is full. Default 100 MiB.
+	MinFreeDisk int64       `yaml:"min_free_disk"`
+	GroupCommit GroupCommit `yaml:"group_commit"`
 }
 
 // GroupCommit coalesces the events of concurrent webhooks into one atomic batch, stored
@@ -557,6 +564,9 @@ func (c *Config) applyDefaults() {
 	if c.Gateway.PublishTimeout == 0 {
 		c.Gateway.PublishTimeout = 10 * time.Second
 	}
+	if c.Gateway.MinFreeDisk == 0 {
+		c.Gateway.MinFreeDisk = 100 << 20
+	}
 	if rl := &c.Gateway.RateLimit; rl.Burst == 0 {
 		rl.Burst = 10 * time.Second
 	}
@@ -714,6 +724,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.QuarantineCap < c.Gateway.BodyLimit {
 		fail(0, "gateway.quarantine_cap %d: want at least gateway.body_limit (%d): a verified body between the two is kept in the quarantine", c.Gateway.QuarantineCap, c.Gateway.BodyLimit)
+	}
+	if c.Gateway.StoreLimit < 0 || c.Gateway.MinFreeDisk < 0 {
+		fail(0, "gateway.store_limit and gateway.min_free_disk are sizes in bytes: want them positive")
 	}
 	if c.Gateway.RateLimit.Burst < 0 {
 		fail(0, "gateway.rate_limit.burst must be positive")

@@ -317,6 +317,15 @@ func (e *Env) Checkpoints(ctx context.Context) (jetstream.KeyValue, error) {
 
 // checkpointed: the consumers of this process keep their state in the server's memory
 // and their ack floors in checkpoints (one embedded node).
+// StoreDir is the embedded server's data dir ("" for a server of its own, whose disk
+// is not this process's to watch).
+func (e *Env) StoreDir() string {
+	if e.Conn.Embedded == nil {
+		return ""
+	}
+	return e.Config.DataDir
+}
+
 func (e *Env) checkpointed() bool { return e.Conn.Embedded != nil && e.Config.NATS.Replicas <= 1 }
 
 // Consume runs consumer service name until ctx ends: its subscription to the events

@@ -93,7 +93,7 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 			}
 		}()
 	}
-	err = server.RunWith(ctx, server.Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit, Checkpoints: checkpoints}, func(addr string) {
+	err = server.RunWith(ctx, server.Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit, Checkpoints: checkpoints, StoreDir: env.StoreDir()}, func(addr string) {
 		banner(env, addr)
 		gatewayUp()
 	})

@@ -59,7 +59,7 @@ type metrics struct {
 	version                                           attribute.KeyValue // the workflow version label
 }
 
-func newMetrics(workflowVersion string) (*metrics, error) {
+func newMetrics(workflowVersion string, store *storeGuard) (*metrics, error) {
 	m := otel.Meter("exacto/gateway")
 	ms := metrics{version: attribute.String("workflow_version", workflowVersion)}
 	var err error
@@ -78,7 +78,37 @@ func newMetrics(workflowVersion string) (*metrics, error) {
 	if ms.quarantine, err = m.Int64Counter("exacto_gateway_quarantined", metric.WithDescription("verified deliveries the gateway could not turn into events, kept in the quarantine (a retry of one already kept is not counted)")); err != nil {
 		return nil, err
 	}
-	return &ms, nil
+	// The store's room, as the guard last read it: an alert fires well before it
+	// refuses (deployments/prometheus/alerts.yml).
+	used, err := m.Int64ObservableGauge("exacto_store_used_bytes", metric.WithUnit("By"), metric.WithDescription("JetStream storage the account holds, at the gateway's last check"))
+	if err != nil {
+		return nil, err
+	}
+	limit, err := m.Int64ObservableGauge("exacto_store_limit_bytes", metric.WithUnit("By"), metric.WithDescription("gateway.store_limit (0: none)"))
+	if err != nil {
+		return nil, err
+	}
+	free, err := m.Int64ObservableGauge("exacto_store_free_disk_bytes", metric.WithUnit("By"), metric.WithDescription("free space of the embedded server's data dir, at the gateway's last check"))
+	if err != nil {
+		return nil, err
+	}
+	minFree, err := m.Int64ObservableGauge("exacto_store_min_free_disk_bytes", metric.WithUnit("By"), metric.WithDescription("gateway.min_free_disk"))
+	if err != nil {
+		return nil, err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		at := metric.WithAttributes(ms.version)
+		o.ObserveInt64(limit, store.limit, at)
+		if u := store.used.Load(); u >= 0 {
+			o.ObserveInt64(used, u, at)
+		}
+		if f := store.free.Load(); store.dir != "" && f >= 0 {
+			o.ObserveInt64(free, f, at)
+			o.ObserveInt64(minFree, store.minFree, at)
+		}
+		return nil
+	}, used, limit, free, minFree)
+	return &ms, err
 }
 
 func (m *metrics) received(ep *Endpoint, envs []envelope.Envelope, dups int) {

@@ -67,7 +67,7 @@ func Serve(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	return RunWith(ctx, Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit, Checkpoints: checkpoints}, func(addr string) {
+	return RunWith(ctx, Options{Config: env.Config, JS: env.Conn.JS, Log: env.Log, Commit: env.Commit, Checkpoints: checkpoints, StoreDir: env.StoreDir()}, func(addr string) {
 		env.Log.Info("gateway listening", "addr", addr)
 		up()
 	})

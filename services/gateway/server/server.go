@@ -54,6 +54,7 @@ type Server struct {
 	now            func() time.Time
 	metrics        *metrics
 	admission      *admission
+	store          *storeGuard
 	// commits coalesces concurrent events into atomic batches (nil: group commit off,
 	// every event its own publish and fsync); ownCommits: made here, closed by Close.
 	commits    *ingest.Committer
@@ -72,6 +73,9 @@ type Options struct {
 	// Checkpoints, when set (one embedded node), keeps the index writer's consumer state
 	// in the server's memory and its ack floor here (Indexer).
 	Checkpoints jetstream.KeyValue
+	// StoreDir is the embedded server's data dir, whose free space the gateway watches
+	// (gateway.min_free_disk); "" for a server of its own.
+	StoreDir string
 }
 
 // New builds the gateway from a validated config. The topology must already exist.
@@ -91,7 +95,10 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		s.now = time.Now
 	}
 	var err error
-	if s.metrics, err = newMetrics(o.Config.WorkflowVersion); err != nil {
+	s.store = &storeGuard{js: o.JS, limit: o.Config.Gateway.StoreLimit, minFree: o.Config.Gateway.MinFreeDisk, dir: o.StoreDir, now: s.now}
+	s.store.free.Store(-1) // not read yet
+	s.store.used.Store(-1)
+	if s.metrics, err = newMetrics(o.Config.WorkflowVersion, s.store); err != nil {
 		return nil, err
 	}
 	var publish ingest.Publish
@@ -228,6 +235,11 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		s.reject(w, rec, http.StatusTooManyRequests, "rate_limited",
 			"over the deliveries a second this endpoint or its tenant takes (gateway.rate_limit); retry after Retry-After seconds")
+		return
+	}
+	if why := s.store.refusal(r.Context()); why != "" {
+		w.Header().Set("Retry-After", "60")
+		s.reject(w, rec, http.StatusInsufficientStorage, "store_full", why+": nothing is stored until there is room; retry later")
 		return
 	}
 	if !jsonContentType(r.Header.Get("Content-Type")) {

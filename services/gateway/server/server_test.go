@@ -76,7 +76,7 @@ func newHarnessOf(t *testing.T, doc string, topo ...stream.Options) *harness {
 	}
 	h.cfg = cfg
 	ctx := context.Background()
-	h.gw, err = New(ctx, Options{Config: cfg, JS: h.conn.JS, Now: func() time.Time { return *h.now.Load() }})
+	h.gw, err = New(ctx, Options{Config: cfg, JS: h.conn.JS, Now: func() time.Time { return *h.now.Load() }, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// storeGuard refuses deliveries, loudly, before the store is full: 507 with
+// Retry-After, counted as store_full, while the account's JetStream storage is at
+// gateway.store_limit or the embedded server's disk has less than
+// gateway.min_free_disk free. Left to grow, a store on a full disk fails its writes
+// (nats-server then stops JetStream); a limit set on the stream itself would discard
+// history or, with DiscardNew, fail every publish alike with no word of why. Checked at
+// most every storeCheckEvery, by the request that finds the last check old; the others
+// go on with its answer meanwhile.
+type storeGuard struct {
+	js      jetstream.JetStream
+	limit   int64  // bytes of JetStream storage the account may hold (0: no limit)
+	minFree int64  // bytes the data dir's disk must keep free
+	dir     string // the embedded server's data dir ("": its disk is not this process's to watch)
+	now     func() time.Time
+
+	mu        sync.Mutex
+	checkedAt time.Time
+	full      atomic.Pointer[string] // why the store takes no more; nil: it takes
+	used      atomic.Int64           // bytes the account stores, at the last check
+	free      atomic.Int64           // bytes free on the data dir's disk, at the last check (-1: not watched)
+}
+
+// storeCheckEvery bounds how stale the guard's answer is: a burst of 1 MiB bodies at
+// the rate limit writes about 20 GB in ten seconds, so checks are frequent and cheap (one
+// account-info request and one statfs).
+const storeCheckEvery = 2 * time.Second
+
+// refusal is why the store takes no more deliveries now, "" when it takes them.
+func (g *storeGuard) refusal(ctx context.Context) string {
+	if g.mu.TryLock() { // one request checks; the others take the last answer
+		if now := g.now(); now.Sub(g.checkedAt) >= storeCheckEvery {
+			g.check(ctx)
+			g.checkedAt = now
+		}
+		g.mu.Unlock()
+	}
+	if why := g.full.Load(); why != nil {
+		return *why
+	}
+	return ""
+}
+
+func (g *storeGuard) check(ctx context.Context) {
+	var why []string
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	info, err := g.js.AccountInfo(cctx)
+	cancel()
+	if err != nil {
+		return // the publish will say what is wrong; the last answer stands
+	}
+	g.used.Store(int64(info.Store))
+	if g.limit > 0 && int64(info.Store) >= g.limit {
+		why = append(why, fmt.Sprintf("the store holds %s, its limit is %s (gateway.store_limit)",
+			mib(int64(info.Store)), mib(g.limit)))
+	}
+	g.free.Store(-1)
+	if g.dir != "" {
+		if free, err := freeDisk(g.dir); err == nil {
+			g.free.Store(free)
+			if free < g.minFree {
+				why = append(why, fmt.Sprintf("the disk of the data dir has %s free, under gateway.min_free_disk %s",
+					mib(free), mib(g.minFree)))
+			}
+		}
+	}
+	if len(why) == 0 {
+		g.full.Store(nil)
+		return
+	}
+	msg := why[0]
+	if len(why) > 1 {
+		msg += "; " + why[1]
+	}
+	g.full.Store(&msg)
+}
+
+// mib writes n bytes in MiB, as the config's sizes are thought of.
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

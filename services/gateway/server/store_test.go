@@ -1,0 +1,49 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A store at its limit (issue 16: one URL could fill the disk, 60 bodies of 1 MiB at
+// 24 MB/s) refuses every delivery loudly, 507 with Retry-After and why, and stores
+// nothing more; what it took before stays. It looks again at most every two seconds.
+func TestStoreAtItsLimitRefusesLoudly(t *testing.T) {
+	h := newHarnessOf(t, strings.Replace(testConfig, "gateway:\n", "gateway:\n  store_limit: 1\n", 1))
+	if r := h.post(h.delivery("instantly", "reply_received", h.clock())); r.status != http.StatusOK || r.answer.Stored != 1 {
+		t.Fatalf("an empty store: %d %s", r.status, r.body)
+	}
+	stored := h.stored()
+	h.advance(time.Millisecond)
+	if r := h.post(h.delivery("instantly", "email_opened", h.clock())); r.status != http.StatusOK {
+		t.Fatalf("within the check's two seconds: %d %s, want the last answer (it takes)", r.status, r.body)
+	}
+	stored++
+	h.advance(storeCheckEvery)
+	for _, ep := range []string{"instantly", "stripe"} {
+		r := h.post(h.delivery(ep, sampleEvent(ep), h.clock()))
+		if r.status != http.StatusInsufficientStorage || !strings.Contains(r.body, "store_full") ||
+			!strings.Contains(r.body, "gateway.store_limit") || r.header.Get("Retry-After") != "60" {
+			t.Fatalf("%s, the store past its limit: %d %s (Retry-After %q), want 507 store_full naming store_limit, Retry-After 60",
+				ep, r.status, r.body, r.header.Get("Retry-After"))
+		}
+	}
+	if got := h.stored(); got != stored {
+		t.Fatalf("the stream holds %d events, want the %d taken before", got, stored)
+	}
+}
+
+// A data dir whose disk has less free than gateway.min_free_disk refuses before the
+// disk is full (nats-server would fail its writes, then stop JetStream).
+func TestDiskNearlyFullRefusesLoudly(t *testing.T) {
+	h := newHarnessOf(t, strings.Replace(testConfig, "gateway:\n", "gateway:\n  min_free_disk: 1125899906842624\n", 1)) // 1 PiB
+	r := h.post(h.delivery("instantly", "reply_received", h.clock()))
+	if r.status != http.StatusInsufficientStorage || !strings.Contains(r.body, "gateway.min_free_disk") {
+		t.Fatalf("%d %s, want 507 naming min_free_disk", r.status, r.body)
+	}
+	if got := h.stored(); got != 0 {
+		t.Fatalf("%d events stored", got)
+	}
+}
