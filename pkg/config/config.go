@@ -21,6 +21,7 @@ import (
 
 	"exacto.dev/pkg/classify"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/forwarded"
 	"exacto.dev/pkg/memlimit"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/registry"
@@ -30,13 +31,17 @@ import (
 
 // Config is the whole configuration of one Exacto deployment.
 type Config struct {
-	HTTPAddr  string  `yaml:"http_addr"`
-	AdminAddr string  `yaml:"admin_addr"`
-	DataDir   string  `yaml:"data_dir"`
-	NATS      NATS    `yaml:"nats"`
-	Gateway   Gateway `yaml:"gateway"`
-	DLQ       DLQ     `yaml:"dlq"`
-	Console   Console `yaml:"console"`
+	HTTPAddr string `yaml:"http_addr"`
+	// TrustedProxies are the proxies (CIDRs or addresses) whose X-Forwarded-Proto the
+	// gateway and the console believe (default: loopback, a TLS proxy on the same
+	// machine); a client's own is ignored.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	AdminAddr      string   `yaml:"admin_addr"`
+	DataDir        string   `yaml:"data_dir"`
+	NATS           NATS     `yaml:"nats"`
+	Gateway        Gateway  `yaml:"gateway"`
+	DLQ            DLQ      `yaml:"dlq"`
+	Console        Console  `yaml:"console"`
 	// SandboxAddr is where `exacto up` serves the built-in sandbox of Instantly,
 	// Smartlead and HubSpot, which stands in for every platform a tenant has no
 	// credentials for. SandboxURL points single parts (`exacto worker`) at a sandbox
@@ -507,6 +512,12 @@ func (c *Config) applyEnv(getenv func(string) string) {
 	set(&c.MemoryLimit, "EXACTO_MEMORY_LIMIT")
 }
 
+// Proxies are TrustedProxies, parsed (Validate refused any that does not parse).
+func (c *Config) Proxies() forwarded.Trusted {
+	t, _ := forwarded.Parse(c.TrustedProxies)
+	return t
+}
+
 // defaultDedupTTL is a week, or longer when an endpoint takes older events (WhatsApp
 // retries for 7 days, so a meta endpoint takes events up to 8 days old): the index
 // must remember every id an endpoint would still take.
@@ -563,6 +574,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Gateway.PublishTimeout == 0 {
 		c.Gateway.PublishTimeout = 10 * time.Second
+	}
+	if c.TrustedProxies == nil {
+		c.TrustedProxies = forwarded.DefaultTrusted
 	}
 	if c.Gateway.MinFreeDisk == 0 {
 		c.Gateway.MinFreeDisk = 100 << 20
@@ -724,6 +738,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.QuarantineCap < c.Gateway.BodyLimit {
 		fail(0, "gateway.quarantine_cap %d: want at least gateway.body_limit (%d): a verified body between the two is kept in the quarantine", c.Gateway.QuarantineCap, c.Gateway.BodyLimit)
+	}
+	if _, err := forwarded.Parse(c.TrustedProxies); err != nil {
+		fail(0, "%v", err)
 	}
 	if c.Gateway.StoreLimit < 0 || c.Gateway.MinFreeDisk < 0 {
 		fail(0, "gateway.store_limit and gateway.min_free_disk are sizes in bytes: want them positive")

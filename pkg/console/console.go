@@ -343,7 +343,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) bool {
 	c.session[base64.RawURLEncoding.EncodeToString(sid[:])] = session{user: "console", expires: now.Add(sessionTTL)}
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: Prefix, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+		SameSite: http.SameSiteStrictMode, Secure: c.cfg.Proxies().Scheme(r) == "https", MaxAge: int(sessionTTL / time.Second)})
 	q := r.URL.Query()
 	q.Del("token")
 	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}

@@ -294,6 +294,35 @@ func (f *fixture) post(path string, form url.Values, auth func(*http.Request)) (
 	return resp.StatusCode, string(b), resp.Header
 }
 
+// Behind the TLS proxy the README recommends, the session cookie is Secure (issue 16:
+// it never was): the proxy's X-Forwarded-Proto is believed from the proxies the config
+// trusts (loopback by default), and from no one else.
+func TestSessionCookieBehindAProxy(t *testing.T) {
+	login := func(f *fixture, proto string) string {
+		t.Helper()
+		code, _, h := f.get("/console/?token="+url.QueryEscape(consoleToken), func(r *http.Request) {
+			if proto != "" {
+				r.Header.Set("X-Forwarded-Proto", proto)
+			}
+		})
+		if code != http.StatusSeeOther {
+			t.Fatalf("login: %d", code)
+		}
+		return h.Get("Set-Cookie")
+	}
+	f := setup(t)
+	if ck := login(f, "https"); !strings.Contains(ck, "; Secure") {
+		t.Errorf("through a trusted proxy that says https: %s, want Secure", ck)
+	}
+	if ck := login(f, ""); strings.Contains(ck, "Secure") {
+		t.Errorf("plain http, no proxy: %s, want it not Secure (the browser would not send it back)", ck)
+	}
+	untrusted := setup(t, func(o *Options) { o.Config.TrustedProxies = []string{"10.0.0.0/8"} })
+	if ck := login(untrusted, "https"); strings.Contains(ck, "Secure") {
+		t.Errorf("X-Forwarded-Proto from a client that is no trusted proxy: %s, want its word not taken", ck)
+	}
+}
+
 func TestAuth(t *testing.T) {
 	f := setup(t)
 	for name, tc := range map[string]struct {

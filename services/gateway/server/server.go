@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/forwarded"
 	"exacto.dev/pkg/ingest"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/meta"
@@ -54,6 +55,7 @@ type Server struct {
 	now            func() time.Time
 	metrics        *metrics
 	admission      *admission
+	proxies        forwarded.Trusted // whose X-Forwarded-Proto is believed
 	store          *storeGuard
 	// commits coalesces concurrent events into atomic batches (nil: group commit off,
 	// every event its own publish and fsync); ownCommits: made here, closed by Close.
@@ -87,6 +89,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		log:            o.Log,
 		now:            o.Now,
 		admission:      newAdmission(o.Config),
+		proxies:        o.Config.Proxies(),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -265,7 +268,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.bytes = len(body)
-	req := &providers.Request{Method: r.Method, URL: fullURL(ep, r), Header: r.Header, Body: body, Now: s.now()}
+	req := &providers.Request{Method: r.Method, URL: fullURL(ep, r, s.proxies), Header: r.Header, Body: body, Now: s.now()}
 	if err := ep.Provider.Verify(req); err != nil {
 		if errors.Is(err, providers.ErrMalformed) {
 			s.reject(w, rec, http.StatusBadRequest, ingest.Malformed, err.Error())
@@ -353,21 +356,14 @@ func publicReason(err error) string {
 
 // fullURL is the URL as the provider called it, for schemes that sign it: the
 // endpoint's public_url when set, else rebuilt from the request.
-func fullURL(ep *Endpoint, r *http.Request) string {
+func fullURL(ep *Endpoint, r *http.Request, proxies forwarded.Trusted) string {
 	if ep.PublicURL != "" {
 		if r.URL.RawQuery != "" {
 			return ep.PublicURL + "?" + r.URL.RawQuery
 		}
 		return ep.PublicURL
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	if p := r.Header.Get("X-Forwarded-Proto"); p != "" {
-		scheme = strings.TrimSpace(strings.Split(p, ",")[0])
-	}
-	return scheme + "://" + r.Host + r.URL.RequestURI()
+	return proxies.Scheme(r) + "://" + r.Host + r.URL.RequestURI()
 }
 
 // jsonContentType accepts JSON media types, and no type at all (some senders omit it).

@@ -21,6 +21,7 @@ import (
 	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/forwarded"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/providertest"
 	"exacto.dev/pkg/providers/registry"
@@ -588,6 +589,13 @@ func TestSignedURLBehindProxy(t *testing.T) {
 		t.Fatalf("https signature over plain http without the proxy header: %d", r.status)
 	}
 	d.header.Set("X-Forwarded-Proto", "https")
+	// From a client that is no proxy the config trusts, the header is not believed
+	// (issue 16: a v3 signature could be made to verify for a URL never called).
+	h.gw.proxies, _ = forwarded.Parse([]string{"10.0.0.0/8"})
+	if r := h.post(d); r.status != http.StatusUnauthorized {
+		t.Fatalf("X-Forwarded-Proto from an untrusted client: %d %s, want 401", r.status, r.body)
+	}
+	h.gw.proxies = h.cfg.Proxies() // loopback: the harness's client stands for a proxy on the same machine
 	if r := h.post(d); r.status != http.StatusOK {
 		t.Fatalf("with X-Forwarded-Proto: %d %s", r.status, r.body)
 	}
