@@ -377,10 +377,20 @@ func (c *console) csrf(u who) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
+// maxForm bounds a console form: a why and a few fields.
+const maxForm = 64 << 10
+
 // post guards a state change: a same-origin request carrying u's CSRF token.
 func (c *console) post(p page) page {
 	return func(w http.ResponseWriter, r *http.Request, u who) {
-		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if r.ContentLength > maxForm {
+			// Refused unread: a body announced past the limit and trickled in would
+			// hold the connection until the read timeout.
+			w.Header().Set("Connection", "close")
+			c.fail(w, r, http.StatusRequestEntityTooLarge, "the form is too large")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 		if err := r.ParseForm(); err != nil {
 			c.fail(w, r, http.StatusBadRequest, "unreadable form")
 			return

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -320,6 +322,48 @@ func TestSessionCookieBehindAProxy(t *testing.T) {
 	untrusted := setup(t, func(o *Options) { o.Config.TrustedProxies = []string{"10.0.0.0/8"} })
 	if ck := login(untrusted, "https"); strings.Contains(ck, "Secure") {
 		t.Errorf("X-Forwarded-Proto from a client that is no trusted proxy: %s, want its word not taken", ck)
+	}
+}
+
+// A link that puts words in the console's mouth (issue 16: "?done=" was echoed as a
+// notice) shows nothing: only the notices the console signed on its own redirects.
+func TestForgedNoticeIsNotShown(t *testing.T) {
+	f := setup(t)
+	auth := bearer(consoleToken)
+	seq := strconv.FormatUint(f.freshDL, 10)
+	const lure = "Your session expired: call +1 555 0100 to restore it"
+	for _, path := range []string{
+		"/console/dlq/" + seq + "?done=" + url.QueryEscape(lure),
+		"/console/dlq/" + seq + "?err=" + url.QueryEscape(lure) + "&err_sig=AAAA",
+		"/console/diffs?done=" + url.QueryEscape(lure),
+		"/console/quarantine/" + f.keptBad + "?err=" + url.QueryEscape(lure),
+	} {
+		code, body, _ := f.get(path, auth)
+		if code != http.StatusOK || strings.Contains(body, "session expired") {
+			t.Errorf("%s: %d, the lure shown: %v", path, code, strings.Contains(body, "session expired"))
+		}
+	}
+}
+
+// A form announced at 100 GB and trickled in (issue 16: held the connection until the
+// read timeout) is refused 413 at once, unread.
+func TestHugeFormIsRefusedAtOnce(t *testing.T) {
+	f := setup(t)
+	c, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seq := strconv.FormatUint(f.freshDL, 10)
+	fmt.Fprintf(c, "POST /console/dlq/%s/replay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000000000\r\n\r\nab", seq, consoleToken)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a test server has no read timeout: without the check it waits for good
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+		t.Fatalf("%d, close %v; want 413 and the connection closed", resp.StatusCode, resp.Close)
 	}
 }
 

@@ -119,15 +119,13 @@ func (c *console) letter(w http.ResponseWriter, r *http.Request, u who) {
 		d.Stale = err.Error()
 	}
 	v := view{Title: fmt.Sprintf("Dead letter %d", l.Seq), Nav: "dlq", Data: d}
-	q := r.URL.Query()
-	v.Notice = q.Get("done")
-	v.Error = q.Get("err")
+	v.Notice, v.Error = c.notices(r.URL.Query())
 	c.render(w, http.StatusOK, "letter", u, v)
 }
 
 // back redirects to letter seq's page with the result of an action.
-func back(w http.ResponseWriter, r *http.Request, seq uint64, key, msg string) {
-	http.Redirect(w, r, fmt.Sprintf("%sdlq/%d?%s", Prefix, seq, url.Values{key: {msg}}.Encode()), http.StatusSeeOther)
+func (c *console) back(w http.ResponseWriter, r *http.Request, seq uint64, key, msg string) {
+	http.Redirect(w, r, fmt.Sprintf("%sdlq/%d?%s", Prefix, seq, c.withNotice(nil, key, msg).Encode()), http.StatusSeeOther)
 }
 
 func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {
@@ -141,7 +139,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {
 	force := r.PostForm.Get("force") != ""
 	by, err := decider(r, u)
 	if err != nil {
-		back(w, r, l.Seq, "err", "replay refused: "+err.Error())
+		c.back(w, r, l.Seq, "err", "replay refused: "+err.Error())
 		return
 	}
 	a, err := c.dlq.Replay(ctx, l, by, why, force)
@@ -150,7 +148,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {
 		if errors.Is(err, dlq.ErrStale) && !force {
 			msg += " — tick “force” to replay it anyway"
 		}
-		back(w, r, l.Seq, "err", msg)
+		c.back(w, r, l.Seq, "err", msg)
 		return
 	}
 	c.log.Info("console replay", "dead_letter", l.Seq, "consumer", l.Consumer, "event", l.EventID, "by", by, "why", why, "result", a.Result)
@@ -158,7 +156,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {
 	if a.Result != "dead_letter" {
 		msg = "nothing to replay: " + l.Consumer + " already completed the event (" + a.Result + ")"
 	}
-	back(w, r, l.Seq, "done", msg)
+	c.back(w, r, l.Seq, "done", msg)
 }
 
 func (c *console) discard(w http.ResponseWriter, r *http.Request, u who) {
@@ -171,13 +169,13 @@ func (c *console) discard(w http.ResponseWriter, r *http.Request, u who) {
 	why := strings.TrimSpace(r.PostForm.Get("why"))
 	by, err := decider(r, u)
 	if err != nil {
-		back(w, r, l.Seq, "err", "discard refused: "+err.Error())
+		c.back(w, r, l.Seq, "err", "discard refused: "+err.Error())
 		return
 	}
 	if _, err := c.dlq.Discard(ctx, l, by, why); err != nil {
-		back(w, r, l.Seq, "err", "discard refused: "+err.Error())
+		c.back(w, r, l.Seq, "err", "discard refused: "+err.Error())
 		return
 	}
 	c.log.Info("console discard", "dead_letter", l.Seq, "consumer", l.Consumer, "event", l.EventID, "by", by, "why", why)
-	back(w, r, l.Seq, "done", "discarded")
+	c.back(w, r, l.Seq, "done", "discarded")
 }

@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -160,5 +164,36 @@ func TestReplayPastTheRetryHorizonIsRefused(t *testing.T) {
 	}
 	if got := h.stored(); got != stored {
 		t.Fatalf("%d events stored again", got-stored)
+	}
+}
+
+// A request with both Content-Length and Transfer-Encoding (issue 16: the connection
+// stayed open; RFC 9112 6.3 says close it after answering): answered, then closed.
+func TestContentLengthWithTransferEncodingClosesTheConnection(t *testing.T) {
+	h := newHarness(t)
+	d := h.delivery("instantly", "reply_received", h.clock())
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	path := strings.TrimPrefix(d.url, h.base)
+	req := "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Exacto-Secret: " + d.header.Get("X-Exacto-Secret") +
+		"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(d.body), d.body)
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK || !resp.Close {
+		t.Fatalf("%d, Connection: close %v; want the delivery taken by its chunked body and the connection closed", resp.StatusCode, resp.Close)
+	}
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the answer the connection gave %d bytes, %v; want it closed", n, err)
 	}
 }

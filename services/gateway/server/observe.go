@@ -37,6 +37,20 @@ func (s *Server) logAccess(a *access) {
 		slog.Duration("took", time.Since(a.start)), slog.String("remote", a.remote))
 }
 
+// closeChunked closes the connection after answering a chunked request. Go's server
+// reads a request with both Content-Length and Transfer-Encoding as chunked and drops
+// the length, without a trace of it; RFC 9112 (6.3) asks the connection be closed after
+// such a request, a request smuggling attempt or a confused proxy, so it is after any
+// chunked one (providers send a Content-Length: keep-alive is theirs).
+func closeChunked(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // recoverPanics turns a panic into a logged 500: no panic reaches the client.
 func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

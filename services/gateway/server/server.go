@@ -154,7 +154,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hooks/{endpoint}/{token}", s.serveHook)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { notFound(w) })
-	return recoverPanics(s.log, mux)
+	return recoverPanics(s.log, closeChunked(mux))
 }
 
 // HTTPServer is the gateway's listener with timeouts that slow or hostile clients
