@@ -5,7 +5,12 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -40,6 +45,29 @@ func Mux(metrics http.Handler, checks map[string]Check) *http.ServeMux {
 		mux.Handle("GET /metrics", metrics)
 	}
 	return mux
+}
+
+// Hosts answers only requests addressed to the admin address by an IP literal,
+// "localhost", or one of names (config admin_hosts: the console's name behind a proxy,
+// a scraper's DNS name); any other Host is refused 421. A page on another site whose
+// name an attacker points at 127.0.0.1 (DNS rebinding) would otherwise read /metrics
+// and the console's pages from the operator's own browser.
+func Hosts(names []string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+		if _, err := netip.ParseAddr(host); err != nil && !strings.EqualFold(host, "localhost") &&
+			!slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, host) }) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusMisdirectedRequest)
+			fmt.Fprintf(w, "421: the admin address answers an IP address, localhost or a name of admin_hosts, not %q\n", host)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Server wraps the mux with timeouts.

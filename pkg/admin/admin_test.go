@@ -40,3 +40,37 @@ func TestReadyFollowsChecks(t *testing.T) {
 		t.Fatalf("alive while not ready: %d", s)
 	}
 }
+
+// The admin address answers by IP address, localhost or a configured name, and
+// refuses any other Host (issue 16: /metrics answered any Host, as to a page whose
+// name an attacker points at 127.0.0.1).
+func TestHostsRefusesOtherNames(t *testing.T) {
+	srv := httptest.NewServer(Hosts([]string{"console.example.com"}, Mux(nil, nil)))
+	defer srv.Close()
+	for host, want := range map[string]int{
+		"":                         http.StatusOK, // the test server's own 127.0.0.1:port
+		"localhost:8081":           http.StatusOK,
+		"LOCALHOST":                http.StatusOK,
+		"[::1]:8081":               http.StatusOK,
+		"10.2.3.4:8081":            http.StatusOK,
+		"console.example.com":      http.StatusOK,
+		"Console.Example.com.:443": http.StatusOK,
+		"evil.example":             http.StatusMisdirectedRequest,
+		"evil.example:8081":        http.StatusMisdirectedRequest,
+		"console.example.com.evil": http.StatusMisdirectedRequest,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/healthz", nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %q: %d %s, want %d", host, resp.StatusCode, body, want)
+		}
+	}
+}

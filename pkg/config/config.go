@@ -36,12 +36,16 @@ type Config struct {
 	// gateway and the console believe (default: loopback, a TLS proxy on the same
 	// machine); a client's own is ignored.
 	TrustedProxies []string `yaml:"trusted_proxies"`
-	AdminAddr      string   `yaml:"admin_addr"`
-	DataDir        string   `yaml:"data_dir"`
-	NATS           NATS     `yaml:"nats"`
-	Gateway        Gateway  `yaml:"gateway"`
-	DLQ            DLQ      `yaml:"dlq"`
-	Console        Console  `yaml:"console"`
+	// AdminHosts are the names the admin address (/metrics, the console) answers
+	// besides IP addresses and localhost: the console's name behind a proxy, a
+	// scraper's DNS name. Any other Host is refused (a DNS-rebinding page).
+	AdminHosts []string `yaml:"admin_hosts"`
+	AdminAddr  string   `yaml:"admin_addr"`
+	DataDir    string   `yaml:"data_dir"`
+	NATS       NATS     `yaml:"nats"`
+	Gateway    Gateway  `yaml:"gateway"`
+	DLQ        DLQ      `yaml:"dlq"`
+	Console    Console  `yaml:"console"`
 	// SandboxAddr is where `exacto up` serves the built-in sandbox of Instantly,
 	// Smartlead and HubSpot, which stands in for every platform a tenant has no
 	// credentials for. SandboxURL points single parts (`exacto worker`) at a sandbox

@@ -195,7 +195,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		env.Commit = ingest.NewCommitter(conn.JS, gc.MaxEvents, gc.MaxWait, cfg.Gateway.PublishTimeout)
 		env.derived = ingest.NewCommitter(conn.JS, derivedBatch, gc.DerivedWait, cfg.Gateway.PublishTimeout)
 	}
-	env.adminSrv = admin.Server(cfg.AdminAddr, env.Admin)
+	env.adminSrv = admin.Server(cfg.AdminAddr, admin.Hosts(cfg.AdminHosts, env.Admin))
 	go env.adminSrv.Serve(ln)
 	return env, nil
 }
