@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/providers/stripe"
@@ -202,4 +205,102 @@ func TestChaosHostileClients(t *testing.T) {
 		t.Errorf("the quarantine keeps %d unsigned deliveries", n)
 	}
 	row(t, "hostile clients", valid+invalid+slow+big, valid, statuses["valid"][200], lost, extra, p99(lat))
+}
+
+// A flood against one URL (issue 16: anyone holding one unsigned URL stored 2,000
+// unique events at 224/s): a gateway whose endpoints take 100 deliveries a second
+// answers the flood 429 with Retry-After past its burst, stores no more of it than the
+// limit lets through, and meanwhile takes every legitimate delivery to another endpoint
+// of the tenant, each stored once; their p99 is the row's.
+func TestChaosFlood(t *testing.T) {
+	t.Parallel()
+	floods, legit := size(2000, 20000), size(100, 1000)
+	p := startPipeline(t)
+	p.env.Config.Gateway.RateLimit.Endpoint.Rate = 100
+	p.env.Config.Gateway.RateLimit.Burst = time.Second
+	base := p.gateway() // a replica with those limits
+	client := &http.Client{Timeout: 30 * time.Second}
+	floodURL, legitURL := base+"/hooks/instantly/tok-instantly-0123456789", base+"/hooks/stripe/tok-stripe-0123456789"
+	now := time.Now()
+	var mu sync.Mutex
+	answers := map[int]int{}
+	retryAfter := 0
+	work := make(chan int)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				body := instantlyEvent("reply_received", fmt.Sprintf("flood%d@attacker.example", i), "flood", fmt.Sprint("em-flood-", i), "buy now", now)
+				resp, err := client.Post(floodURL, "application/json", bytes.NewReader(body))
+				if err != nil {
+					continue
+				}
+				resp.Body.Close()
+				mu.Lock()
+				answers[resp.StatusCode]++
+				if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != "" {
+					retryAfter++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	go func() {
+		for i := range floods {
+			work <- i
+		}
+		close(work)
+	}()
+	var lat []time.Duration
+	ok := 0
+	for i := range legit {
+		req := stripeDelivery(t, legitURL, i, now)
+		at := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("a legitimate delivery failed during the flood: %v", err)
+		}
+		resp.Body.Close()
+		lat = append(lat, time.Since(at))
+		if resp.StatusCode == http.StatusOK {
+			ok++
+		} else {
+			t.Errorf("legitimate delivery %d during the flood: %d", i, resp.StatusCode)
+		}
+	}
+	wg.Wait()
+	took := time.Since(began)
+	duplicated := 0
+	for _, n := range storedIDs(t, p.conn.JS) {
+		duplicated += n - 1
+	}
+	flooded, legitStored := storedOn(t, p.conn.JS, "events.acme.instantly.>"), storedOn(t, p.conn.JS, "events.acme.stripe.>")
+	limit := int(100*took.Seconds()) + 100 // the rate for as long as the flood lasted, and the burst
+	t.Logf("flood: %d sent in %v, answers %v (%d with Retry-After), %d stored (at most %d)", floods, took.Round(time.Millisecond), answers, retryAfter, flooded, limit)
+	if answers[http.StatusTooManyRequests] == 0 || retryAfter != answers[http.StatusTooManyRequests] || flooded > limit || answers[http.StatusOK] != flooded {
+		t.Errorf("the flood: answers %v, %d with Retry-After, %d stored; want 429s with Retry-After and at most %d stored", answers, retryAfter, flooded, limit)
+	}
+	row(t, "flood against one endpoint", floods+legit, legit, legitStored, legit-ok, duplicated, p99(lat))
+}
+
+// storedOn is how many events EXACTO_EVENTS holds on subjects matching filter.
+func storedOn(t *testing.T, js jetstream.JetStream, filter string) int {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, stream.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range info.State.Subjects {
+		n += int(k)
+	}
+	return n
 }
