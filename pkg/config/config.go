@@ -209,6 +209,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 type Tenant struct {
 	ID        string     `yaml:"id"`
 	Endpoints []Endpoint `yaml:"endpoints"`
+	// EventLimit is the most events the tenant's history may hold (0: no limit of its
+	// own): at it, its deliveries are refused 507, the other tenants' taken.
+	EventLimit int64 `yaml:"event_limit"`
 	// Owners says who answers for a dead letter, by event type ("default" for the
 	// rest): a team, a person or an on-call alias.
 	Owners map[string]string `yaml:"owners"`
@@ -745,6 +748,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := forwarded.Parse(c.TrustedProxies); err != nil {
 		fail(0, "%v", err)
+	}
+	for _, t := range c.Tenants {
+		if t.EventLimit < 0 {
+			fail(t.Line, "tenant %s: event_limit must be positive", t.ID)
+		}
 	}
 	if c.Gateway.StoreLimit < 0 || c.Gateway.MinFreeDisk < 0 {
 		fail(0, "gateway.store_limit and gateway.min_free_disk are sizes in bytes: want them positive")

@@ -144,6 +144,7 @@ func TestRefusals(t *testing.T) {
 			`exacto.yaml:16: endpoint hubspot-main: hubspot: signature_versions: unknown "v0" (known: v3, v2, v1)`},
 		{"a rate of zero", "gateway: {rate_limit: {endpoint: 0}}\n" + good, goodEnv, `line 1: "0" is not a positive rate a second (or off)`},
 		{"a rate that is no number", "gateway: {rate_limit: {tenant: lots}}\n" + good, goodEnv, `line 1: "lots" is not a positive rate a second (or off)`},
+		{"a negative event limit", strings.Replace(good, "  - id: acme\n", "  - id: acme\n    event_limit: -5\n", 1), goodEnv, "tenant acme: event_limit must be positive"},
 		{"a negative store limit", "gateway: {store_limit: -1}\n" + good, goodEnv, "gateway.store_limit and gateway.min_free_disk are sizes in bytes"},
 		{"a negative burst", "gateway: {rate_limit: {burst: -1s}}\n" + good, goodEnv, "gateway.rate_limit.burst must be positive"},
 		{"negative max event age", strings.Replace(good, "        tolerance: 5m\n", "        max_event_age: -1h\n", 1), goodEnv,

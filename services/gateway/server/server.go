@@ -98,7 +98,13 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		s.now = time.Now
 	}
 	var err error
-	s.store = &storeGuard{js: o.JS, limit: o.Config.Gateway.StoreLimit, minFree: o.Config.Gateway.MinFreeDisk, dir: o.StoreDir, now: s.now}
+	s.store = &storeGuard{js: o.JS, limit: o.Config.Gateway.StoreLimit, minFree: o.Config.Gateway.MinFreeDisk, dir: o.StoreDir, now: s.now,
+		events: map[string]int64{}}
+	for _, t := range o.Config.Tenants {
+		if t.EventLimit > 0 {
+			s.store.events[t.ID] = t.EventLimit
+		}
+	}
 	s.store.free.Store(-1) // not read yet
 	s.store.used.Store(-1)
 	if s.metrics, err = newMetrics(o.Config.WorkflowVersion, s.store); err != nil {
@@ -240,7 +246,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 			"over the deliveries a second this endpoint or its tenant takes (gateway.rate_limit); retry after Retry-After seconds")
 		return
 	}
-	if why := s.store.refusal(r.Context()); why != "" {
+	if why := s.store.refusal(r.Context(), ep.Tenant); why != "" {
 		w.Header().Set("Retry-After", "60")
 		s.reject(w, rec, http.StatusInsufficientStorage, "store_full", why+": nothing is stored until there is room; retry later")
 		return

@@ -103,9 +103,11 @@ func (h *harness) advance(d time.Duration) {
 }
 
 func (h *harness) endpoint(id string) *config.Endpoint {
-	for i := range h.cfg.Tenants[0].Endpoints {
-		if e := &h.cfg.Tenants[0].Endpoints[i]; e.ID == id {
-			return e
+	for _, t := range h.cfg.Tenants {
+		for i := range t.Endpoints {
+			if e := &t.Endpoints[i]; e.ID == id {
+				return e
+			}
 		}
 	}
 	h.t.Fatalf("no endpoint %s", id)

@@ -8,28 +8,34 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/stream"
 )
 
 // storeGuard refuses deliveries, loudly, before the store is full: 507 with
 // Retry-After, counted as store_full, while the account's JetStream storage is at
 // gateway.store_limit or the embedded server's disk has less than
-// gateway.min_free_disk free. Left to grow, a store on a full disk fails its writes
+// gateway.min_free_disk free; and a tenant's while its history holds its
+// tenants[].event_limit events (a quota per tenant, so one tenant's flood leaves the
+// others room). Left to grow, a store on a full disk fails its writes
 // (nats-server then stops JetStream); a limit set on the stream itself would discard
 // history or, with DiscardNew, fail every publish alike with no word of why. Checked at
 // most every storeCheckEvery, by the request that finds the last check old; the others
 // go on with its answer meanwhile.
 type storeGuard struct {
 	js      jetstream.JetStream
-	limit   int64  // bytes of JetStream storage the account may hold (0: no limit)
-	minFree int64  // bytes the data dir's disk must keep free
-	dir     string // the embedded server's data dir ("": its disk is not this process's to watch)
+	limit   int64            // bytes of JetStream storage the account may hold (0: no limit)
+	events  map[string]int64 // tenant -> the most events its history may hold (tenants[].event_limit)
+	minFree int64            // bytes the data dir's disk must keep free
+	dir     string           // the embedded server's data dir ("": its disk is not this process's to watch)
 	now     func() time.Time
 
 	mu        sync.Mutex
 	checkedAt time.Time
-	full      atomic.Pointer[string] // why the store takes no more; nil: it takes
-	used      atomic.Int64           // bytes the account stores, at the last check
-	free      atomic.Int64           // bytes free on the data dir's disk, at the last check (-1: not watched)
+	full      atomic.Pointer[string]            // why the store takes no more; nil: it takes
+	tenants   atomic.Pointer[map[string]string] // why a tenant's history takes no more, by tenant
+	used      atomic.Int64                      // bytes the account stores, at the last check
+	free      atomic.Int64                      // bytes free on the data dir's disk, at the last check (-1: not watched)
 }
 
 // storeCheckEvery bounds how stale the guard's answer is: a burst of 1 MiB bodies at
@@ -37,8 +43,8 @@ type storeGuard struct {
 // account-info request and one statfs).
 const storeCheckEvery = 2 * time.Second
 
-// refusal is why the store takes no more deliveries now, "" when it takes them.
-func (g *storeGuard) refusal(ctx context.Context) string {
+// refusal is why the store takes no more deliveries of tenant now, "" when it takes them.
+func (g *storeGuard) refusal(ctx context.Context, tenant string) string {
 	if g.mu.TryLock() { // one request checks; the others take the last answer
 		if now := g.now(); now.Sub(g.checkedAt) >= storeCheckEvery {
 			g.check(ctx)
@@ -48,6 +54,9 @@ func (g *storeGuard) refusal(ctx context.Context) string {
 	}
 	if why := g.full.Load(); why != nil {
 		return *why
+	}
+	if full := g.tenants.Load(); full != nil {
+		return (*full)[tenant]
 	}
 	return ""
 }
@@ -65,6 +74,7 @@ func (g *storeGuard) check(ctx context.Context) {
 		why = append(why, fmt.Sprintf("the store holds %s, its limit is %s (gateway.store_limit)",
 			mib(int64(info.Store)), mib(g.limit)))
 	}
+	g.checkTenants(ctx)
 	g.free.Store(-1)
 	if g.dir != "" {
 		if free, err := freeDisk(g.dir); err == nil {
@@ -84,6 +94,35 @@ func (g *storeGuard) check(ctx context.Context) {
 		msg += "; " + why[1]
 	}
 	g.full.Store(&msg)
+}
+
+// checkTenants counts each limited tenant's events: the stream's count by subject
+// (events.<tenant>.<provider>.<type>: a few dozen subjects a tenant, cheap to sum).
+func (g *storeGuard) checkTenants(ctx context.Context) {
+	if len(g.events) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := g.js.Stream(cctx, stream.Events)
+	if err != nil {
+		return // the last answer stands
+	}
+	full := map[string]string{}
+	for tenant, limit := range g.events {
+		info, err := st.Info(cctx, jetstream.WithSubjectFilter("events."+tenant+".>"))
+		if err != nil {
+			return
+		}
+		var n int64
+		for _, k := range info.State.Subjects {
+			n += int64(k)
+		}
+		if n >= limit {
+			full[tenant] = fmt.Sprintf("tenant %s's history holds %d events, its event_limit is %d", tenant, n, limit)
+		}
+	}
+	g.tenants.Store(&full)
 }
 
 // mib writes n bytes in MiB, as the config's sizes are thought of.

@@ -47,3 +47,27 @@ func TestDiskNearlyFullRefusesLoudly(t *testing.T) {
 		t.Fatalf("%d events stored", got)
 	}
 }
+
+// A tenant whose history holds its event_limit has its deliveries refused 507, naming
+// the limit; another tenant's are taken.
+func TestTenantAtItsEventLimitIsRefused(t *testing.T) {
+	doc := strings.Replace(testConfig, "  - id: acme\n", "  - id: acme\n    event_limit: 2\n", 1) +
+		"  - id: globex\n    endpoints:\n      - {id: globex-instantly, provider: instantly, path_token: tok-globex-0123456789, secrets: [globex-secret]}\n"
+	h := newHarnessOf(t, doc)
+	for _, ep := range []string{"instantly", "stripe"} {
+		if r := h.post(h.delivery(ep, sampleEvent(ep), h.clock())); r.status != http.StatusOK || r.answer.Stored != 1 {
+			t.Fatalf("%s, within the limit: %d %s", ep, r.status, r.body)
+		}
+	}
+	h.advance(storeCheckEvery)
+	r := h.post(h.delivery("calendly", sampleEvent("calendly"), h.clock()))
+	if r.status != http.StatusInsufficientStorage || !strings.Contains(r.body, "tenant acme's history holds 2 events, its event_limit is 2") {
+		t.Fatalf("acme at its limit: %d %s, want 507 naming event_limit", r.status, r.body)
+	}
+	if r := h.post(h.delivery("globex-instantly", "reply_received", h.clock())); r.status != http.StatusOK || r.answer.Stored != 1 {
+		t.Fatalf("globex, no limit: %d %s", r.status, r.body)
+	}
+	if got := h.stored(); got != 3 {
+		t.Fatalf("the stream holds %d events, want 3", got)
+	}
+}
