@@ -30,16 +30,16 @@ func (d Data) CheckIdentity() error {
 		max     int
 		named   bool // a person's name: its emoji may join with a zero-width joiner (a format character)
 	}
-	var fields []field
+	var fields [6]field // on the stack: every event of every delivery passes here
 	if c := d.Contact; c != nil {
-		fields = append(fields, field{"contact.email", c.Email, maxEmail, false}, field{"contact.phone", c.Phone, maxPhone, false},
-			field{"contact.name", c.Name, maxName, true}, field{"contact.external_id", c.ExternalID, maxID, false})
+		fields[0], fields[1] = field{"contact.email", c.Email, maxEmail, false}, field{"contact.phone", c.Phone, maxPhone, false}
+		fields[2], fields[3] = field{"contact.name", c.Name, maxName, true}, field{"contact.external_id", c.ExternalID, maxID, false}
 	}
 	if c := d.Campaign; c != nil {
-		fields = append(fields, field{"campaign.id", c.ID, maxID, false})
+		fields[4] = field{"campaign.id", c.ID, maxID, false}
 	}
 	if m := d.Message; m != nil {
-		fields = append(fields, field{"message.id", m.ID, maxID, false})
+		fields[5] = field{"message.id", m.ID, maxID, false}
 	}
 	for _, f := range fields {
 		if err := checkIdentityField(f.v, f.max, f.named); err != nil {

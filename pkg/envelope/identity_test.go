@@ -38,3 +38,16 @@ func TestCheckIdentity(t *testing.T) {
 		}
 	}
 }
+
+// Every event of every delivery is checked: the check allocates nothing.
+func TestCheckIdentityAllocatesNothing(t *testing.T) {
+	d := Data{Contact: &Contact{Email: "ana@example.com", Phone: "+15550100000", Name: "Ana", ExternalID: "hubspot:51"},
+		Campaign: &Campaign{ID: "c-1"}, Message: &Message{ID: "m-1"}}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := d.CheckIdentity(); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("%.0f allocations a check, want none", n)
+	}
+}

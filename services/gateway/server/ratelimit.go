@@ -2,7 +2,6 @@ package server
 
 import (
 	"math"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -14,10 +13,11 @@ import (
 // gateway.rate_limit): a flood against one URL is answered 429 with Retry-After,
 // before its body is read, while the other endpoints, and tenants, keep their pace.
 // A token bucket per endpoint and per tenant, in this process: replicas of the gateway
-// each take their own share. A delivery takes a token of both or of neither.
+// each take their own share. A delivery takes a token of both or of neither (a
+// reservation of one refused is given back; two deliveries at once may each see the
+// other's for that instant, no lock held across the two buckets on every request).
 type admission struct {
-	mu                sync.Mutex // Reserve and Cancel on two limiters as one
-	endpoint, tenants map[string]*rate.Limiter
+	endpoint, tenants map[string]*rate.Limiter // built once, read only
 }
 
 func newAdmission(c *config.Config) *admission {
@@ -45,22 +45,20 @@ func newAdmission(c *config.Config) *admission {
 // admit takes a token of ep's bucket and of its tenant's, or reports how long until
 // both would have one (then it took none).
 func (a *admission) admit(tenant, endpoint string, now time.Time) (ok bool, retryAfter time.Duration) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var taken []*rate.Reservation
-	for _, l := range []*rate.Limiter{a.endpoint[endpoint], a.tenants[tenant]} {
-		if l == nil {
-			continue
+	var taken [2]*rate.Reservation
+	for i, l := range [2]*rate.Limiter{a.endpoint[endpoint], a.tenants[tenant]} {
+		if l != nil {
+			taken[i] = l.ReserveN(now, 1)
+			retryAfter = max(retryAfter, taken[i].DelayFrom(now))
 		}
-		r := l.ReserveN(now, 1)
-		taken = append(taken, r)
-		retryAfter = max(retryAfter, r.DelayFrom(now))
 	}
 	if retryAfter == 0 {
 		return true, 0
 	}
 	for _, r := range taken {
-		r.CancelAt(now)
+		if r != nil {
+			r.CancelAt(now)
+		}
 	}
 	return false, retryAfter
 }
