@@ -98,15 +98,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		s.now = time.Now
 	}
 	var err error
-	s.store = &storeGuard{js: o.JS, limit: o.Config.Gateway.StoreLimit, minFree: o.Config.Gateway.MinFreeDisk, dir: o.StoreDir, now: s.now,
-		events: map[string]int64{}}
-	for _, t := range o.Config.Tenants {
-		if t.EventLimit > 0 {
-			s.store.events[t.ID] = t.EventLimit
-		}
-	}
-	s.store.free.Store(-1) // not read yet
-	s.store.used.Store(-1)
+	s.store = newStoreGuard(o.JS, o.Config, o.StoreDir, s.now)
 	if s.metrics, err = newMetrics(o.Config.WorkflowVersion, s.store); err != nil {
 		return nil, err
 	}

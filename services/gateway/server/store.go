@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/stream"
 )
 
@@ -36,6 +37,21 @@ type storeGuard struct {
 	tenants   atomic.Pointer[map[string]string] // why a tenant's history takes no more, by tenant
 	used      atomic.Int64                      // bytes the account stores, at the last check
 	free      atomic.Int64                      // bytes free on the data dir's disk, at the last check (-1: not watched)
+}
+
+// newStoreGuard guards js's store under cfg's limits; dir is the embedded server's
+// data dir ("": none to watch).
+func newStoreGuard(js jetstream.JetStream, cfg *config.Config, dir string, now func() time.Time) *storeGuard {
+	g := &storeGuard{js: js, limit: cfg.Gateway.StoreLimit, minFree: cfg.Gateway.MinFreeDisk, dir: dir, now: now,
+		events: map[string]int64{}}
+	for _, t := range cfg.Tenants {
+		if t.EventLimit > 0 {
+			g.events[t.ID] = t.EventLimit
+		}
+	}
+	g.used.Store(-1) // not read yet
+	g.free.Store(-1)
+	return g
 }
 
 // storeCheckEvery bounds how stale the guard's answer is: a burst of 1 MiB bodies at
