@@ -53,14 +53,21 @@ func Mux(metrics http.Handler, checks map[string]Check) *http.ServeMux {
 // name an attacker points at 127.0.0.1 (DNS rebinding) would otherwise read /metrics
 // and the console's pages from the operator's own browser.
 func Hosts(names []string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
+	bare := func(host string) string { // without port, brackets or the root's trailing dot
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
 		}
-		host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-		if _, err := netip.ParseAddr(host); err != nil && !strings.EqualFold(host, "localhost") &&
-			!slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, host) }) {
+		return strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	}
+	allowed := make([]string, len(names))
+	for i, n := range names {
+		allowed[i] = bare(n)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := bare(r.Host)
+		// No Host at all is no browser's (an HTTP/1.0 health check): a page cannot send one.
+		if _, err := netip.ParseAddr(host); host != "" && err != nil && !strings.EqualFold(host, "localhost") &&
+			!slices.ContainsFunc(allowed, func(n string) bool { return strings.EqualFold(n, host) }) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusMisdirectedRequest)
 			fmt.Fprintf(w, "421: the admin address answers an IP address, localhost or a name of admin_hosts, not %q\n", host)

@@ -45,7 +45,7 @@ func TestReadyFollowsChecks(t *testing.T) {
 // refuses any other Host (issue 16: /metrics answered any Host, as to a page whose
 // name an attacker points at 127.0.0.1).
 func TestHostsRefusesOtherNames(t *testing.T) {
-	srv := httptest.NewServer(Hosts([]string{"console.example.com"}, Mux(nil, nil)))
+	srv := httptest.NewServer(Hosts([]string{"console.example.com", "metrics.example.com.:9090"}, Mux(nil, nil)))
 	defer srv.Close()
 	for host, want := range map[string]int{
 		"":                         http.StatusOK, // the test server's own 127.0.0.1:port
@@ -58,6 +58,7 @@ func TestHostsRefusesOtherNames(t *testing.T) {
 		"evil.example":             http.StatusMisdirectedRequest,
 		"evil.example:8081":        http.StatusMisdirectedRequest,
 		"console.example.com.evil": http.StatusMisdirectedRequest,
+		"metrics.example.com":      http.StatusOK, // configured with a port and the root's dot
 	} {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/healthz", nil)
 		if host != "" {

@@ -352,7 +352,7 @@ func (p *PerSecond) UnmarshalYAML(n *yaml.Node) error {
 		return nil
 	}
 	v, err := strconv.ParseFloat(n.Value, 64)
-	if err != nil || v <= 0 || math.IsInf(v, 0) {
+	if err != nil || !(v > 0) || math.IsInf(v, 0) { // !(v > 0): NaN too
 		return fmt.Errorf("line %d: %q is not a positive rate a second (or off)", n.Line, n.Value)
 	}
 	p.Rate = v

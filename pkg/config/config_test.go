@@ -143,6 +143,7 @@ func TestRefusals(t *testing.T) {
 		{"unknown signature version", good + hubspotEndpoint + "        signature_versions: [v3, v0]\n", goodEnv,
 			`exacto.yaml:16: endpoint hubspot-main: hubspot: signature_versions: unknown "v0" (known: v3, v2, v1)`},
 		{"a rate of zero", "gateway: {rate_limit: {endpoint: 0}}\n" + good, goodEnv, `line 1: "0" is not a positive rate a second (or off)`},
+		{"a rate that is NaN", "gateway: {rate_limit: {endpoint: NaN}}\n" + good, goodEnv, `line 1: "NaN" is not a positive rate a second (or off)`},
 		{"a rate that is no number", "gateway: {rate_limit: {tenant: lots}}\n" + good, goodEnv, `line 1: "lots" is not a positive rate a second (or off)`},
 		{"a negative event limit", strings.Replace(good, "  - id: acme\n", "  - id: acme\n    event_limit: -5\n", 1), goodEnv, "tenant acme: event_limit must be positive"},
 		{"a negative store limit", "gateway: {store_limit: -1}\n" + good, goodEnv, "gateway.store_limit and gateway.min_free_disk are sizes in bytes"},

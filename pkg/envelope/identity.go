@@ -28,7 +28,7 @@ func (d Data) CheckIdentity() error {
 	type field struct {
 		name, v string
 		max     int
-		named   bool // a person's name: its emoji may join with a zero-width joiner (a format character)
+		named   bool // a person's name: bidirectional text is a name's right
 	}
 	var fields [6]field // on the stack: every event of every delivery passes here
 	if c := d.Contact; c != nil {
@@ -49,6 +49,10 @@ func (d Data) CheckIdentity() error {
 	return nil
 }
 
+// bidi reports whether r overrides or isolates the text's direction (U+202A to U+202E,
+// U+2066 to U+2069): an address holding one shows as another.
+func bidi(r rune) bool { return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 }
+
 func checkIdentityField(v string, max int, named bool) error {
 	if len(v) > max {
 		return fmt.Errorf("%d bytes, over the %d any real one takes", len(v), max)
@@ -57,8 +61,8 @@ func checkIdentityField(v string, max int, named bool) error {
 		switch {
 		case unicode.IsControl(r):
 			return fmt.Errorf("control character %U at byte %d", r, i)
-		case unicode.Is(unicode.Cf, r) && !named:
-			return fmt.Errorf("invisible format character %U at byte %d", r, i)
+		case bidi(r) && !named:
+			return fmt.Errorf("bidirectional control %U at byte %d", r, i)
 		}
 	}
 	return nil

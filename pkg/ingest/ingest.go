@@ -116,9 +116,9 @@ type Delivery struct {
 }
 
 // Envelopes normalises d under the gateway limits lim: its envelopes, or why they
-// cannot be (over body_limit, unparseable, no event, more than max_events, an event
-// naming someone as no one can be named: envelope.Data.CheckIdentity, an event older
-// than the endpoint's MaxEventAge).
+// cannot be (over body_limit, unparseable, no event, more than max_events, every event
+// older than the endpoint's MaxEventAge). An event naming someone as no one can be
+// named (envelope.Data.CheckIdentity) is kept unmapped.
 func (d Delivery) Envelopes(lim config.Gateway) ([]envelope.Envelope, *Refusal) {
 	ep := d.Endpoint
 	if int64(d.Size) > lim.BodyLimit {
@@ -134,15 +134,26 @@ func (d Delivery) Envelopes(lim config.Gateway) ([]envelope.Envelope, *Refusal) 
 		return nil, &Refusal{TooManyEvents, fmt.Sprintf("the delivery holds %d events, over the limit of %d", len(evs), lim.MaxEvents)}
 	}
 	envs := make([]envelope.Envelope, len(evs))
+	var newest time.Time
 	for i, ev := range evs {
 		envs[i] = ev.Envelope(ep.Spec, ep.Tenant, ep.ID, ep.AuthMethod, d.Request.Now, d.SHA256)
 		if err := envs[i].Data.CheckIdentity(); err != nil {
-			return nil, &Refusal{Malformed, fmt.Sprintf("event %d of %d: %v", i+1, len(evs), err)}
+			// Kept whole, as unmapped: stored, never acted on, naming no one, while
+			// the delivery's other events (an opt-out beside it in a batch) go on.
+			envs[i].Type = envelope.TypeUnmapped
+			envs[i].Data = envelope.Data{ProviderType: envs[i].Data.ProviderType, Raw: envs[i].Data.Raw, Status: "identity refused: " + err.Error()}
 		}
-		if age := d.Request.Now.Sub(envs[i].Time); age > ep.MaxEventAge {
-			return nil, &Refusal{Stale, fmt.Sprintf("event %d of %d happened %s, %v before it arrived: past the %v a delivery of %s is retried (max_event_age), so a replay",
-				i+1, len(evs), envs[i].Time.Format(time.RFC3339), age.Round(time.Second), ep.MaxEventAge, ep.Spec.Name)}
+		if envs[i].Time.After(newest) {
+			newest = envs[i].Time
 		}
+	}
+	// A replay is a delivery whose every event is older than the provider retries: a
+	// live one may carry an old fact beside fresh ones (a read receipt's watermark is
+	// when the read message was sent). A signature over a fresh timestamp proves the
+	// delivery new whatever its events' age (a provider's manual resend).
+	if age := d.Request.Now.Sub(newest); !d.Request.TimeSigned && age > ep.MaxEventAge {
+		return nil, &Refusal{Stale, fmt.Sprintf("its newest event happened %s, %v before it arrived: past the %v a delivery of %s is retried (max_event_age), so a replay",
+			newest.Format(time.RFC3339), age.Round(time.Second), ep.MaxEventAge, ep.Spec.Name)}
 	}
 	return envs, nil
 }

@@ -36,6 +36,10 @@ type Request struct {
 	Header http.Header
 	Body   []byte // the raw bytes, exactly as received
 	Now    time.Time
+	// TimeSigned is set by Verify when the signature it verified covers a timestamp
+	// within the scheme's tolerance: the delivery is no replay of an old capture,
+	// whatever the age of the events it carries (a provider's manual resend).
+	TimeSigned bool
 }
 
 // Config is what a provider needs from its endpoint's configuration. Secrets are

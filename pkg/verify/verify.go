@@ -133,7 +133,11 @@ func (s TimedHMAC) Verify(r *providers.Request) error {
 	if !AnyEqual(expected, sig.Signatures) {
 		return fmt.Errorf("%w: no v1 matches any secret", providers.ErrBadSignature)
 	}
-	return Within(sig.Time, r.Now, s.Tolerance)
+	if err := Within(sig.Time, r.Now, s.Tolerance); err != nil {
+		return err
+	}
+	r.TimeSigned = true
+	return nil
 }
 
 // SignTimed returns the header that signs body at now with secret, as Stripe does.

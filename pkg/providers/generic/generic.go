@@ -276,6 +276,7 @@ func (p *provider) Verify(r *providers.Request) error {
 		if d := r.Now.Sub(time.Unix(sec, 0)); d > p.tolerance || d < -p.tolerance {
 			return fmt.Errorf("%w: %s is %v from now (tolerance %v)", providers.ErrTimestamp, h, d.Round(time.Second), p.tolerance)
 		}
+		r.TimeSigned = true // the template signs it (New refuses a timestamp_header it leaves out)
 	}
 	if h := p.g.IDHeader; h != "" && strings.TrimSpace(r.Header.Get(h)) == "" {
 		return fmt.Errorf("%w: no %s header", providers.ErrMissingSignature, h)

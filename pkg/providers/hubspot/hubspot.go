@@ -153,6 +153,7 @@ func (p *provider) verifyV3(r *providers.Request, sig string) error {
 	if d := r.Now.Sub(time.UnixMilli(ms)); d > p.tolerance || d < -p.tolerance {
 		return fmt.Errorf("%w: signed %v from now, tolerance %v", providers.ErrTimestamp, -d.Round(time.Second), p.tolerance)
 	}
+	r.TimeSigned = true
 	return nil
 }
 

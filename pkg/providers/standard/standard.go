@@ -122,7 +122,11 @@ func (p *provider) Verify(r *providers.Request) error {
 	if !verify.AnyEqual(expected, candidates) {
 		return fmt.Errorf("%w: no v1 matches any secret", providers.ErrBadSignature)
 	}
-	return verify.Within(time.Unix(secs, 0), r.Now, p.tolerance)
+	if err := verify.Within(time.Unix(secs, 0), r.Now, p.tolerance); err != nil {
+		return err
+	}
+	r.TimeSigned = true
+	return nil
 }
 
 // payload is the spec's recommended body: type, timestamp, data.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"math"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -9,20 +10,20 @@ import (
 	"exacto.dev/pkg/config"
 )
 
-// admission paces the deliveries each endpoint and each tenant takes (config
-// gateway.rate_limit): a flood against one URL is answered 429 with Retry-After,
-// before its body is read, while the other endpoints, and tenants, keep their pace.
-// A token bucket per endpoint and per tenant, in this process: replicas of the gateway
-// each take their own share. A delivery takes a token of both or of neither (a
-// reservation of one refused is given back; two deliveries at once may each see the
-// other's for that instant, no lock held across the two buckets on every request).
+// admission paces the verified deliveries each endpoint and each tenant takes (config
+// gateway.rate_limit): a flood against one URL is answered 429 with Retry-After, while
+// the other endpoints, and tenants, keep their pace. A token bucket per endpoint and per
+// tenant, in this process: replicas of the gateway each take their own share. A
+// delivery takes a token of both or of neither, under its tenant's lock: a refused
+// reservation is given back whole only when no other was made after it.
 type admission struct {
 	endpoint, tenants map[string]*rate.Limiter // built once, read only
+	locks             map[string]*sync.Mutex   // by tenant
 }
 
 func newAdmission(c *config.Config) *admission {
 	rl := c.Gateway.RateLimit
-	a := &admission{endpoint: map[string]*rate.Limiter{}, tenants: map[string]*rate.Limiter{}}
+	a := &admission{endpoint: map[string]*rate.Limiter{}, tenants: map[string]*rate.Limiter{}, locks: map[string]*sync.Mutex{}}
 	bucket := func(perSecond float64) *rate.Limiter {
 		if perSecond <= 0 {
 			return nil
@@ -30,6 +31,7 @@ func newAdmission(c *config.Config) *admission {
 		return rate.NewLimiter(rate.Limit(perSecond), max(1, int(math.Ceil(perSecond*rl.Burst.Seconds()))))
 	}
 	for _, t := range c.Tenants {
+		a.locks[t.ID] = &sync.Mutex{}
 		if l := bucket(rl.Tenant.Rate); l != nil {
 			a.tenants[t.ID] = l
 		}
@@ -45,8 +47,15 @@ func newAdmission(c *config.Config) *admission {
 // admit takes a token of ep's bucket and of its tenant's, or reports how long until
 // both would have one (then it took none).
 func (a *admission) admit(tenant, endpoint string, now time.Time) (ok bool, retryAfter time.Duration) {
+	el, tl := a.endpoint[endpoint], a.tenants[tenant]
+	if el == nil && tl == nil {
+		return true, 0
+	}
+	mu := a.locks[tenant]
+	mu.Lock()
+	defer mu.Unlock()
 	var taken [2]*rate.Reservation
-	for i, l := range [2]*rate.Limiter{a.endpoint[endpoint], a.tenants[tenant]} {
+	for i, l := range [2]*rate.Limiter{el, tl} {
 		if l != nil {
 			taken[i] = l.ReserveN(now, 1)
 			retryAfter = max(retryAfter, taken[i].DelayFrom(now))

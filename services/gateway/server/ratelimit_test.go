@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -60,4 +61,23 @@ func sampleEvent(ep string) string {
 		return "invitee.created"
 	}
 	return ""
+}
+
+// Forgeries spend no endpoint's budget: a sender holding a signed endpoint's URL but not
+// its secret, answered 401, cannot hold the provider's real deliveries at 429.
+func TestForgeriesSpendNoBudget(t *testing.T) {
+	h := newHarnessOf(t, strings.Replace(testConfig, "gateway:\n", "gateway:\n  rate_limit: {endpoint: 5, tenant: 5, burst: 2s}\n", 1))
+	for i := range 30 {
+		d := h.sign("stripe", []byte(fmt.Sprintf(`{"id":"evt_forged_%d","object":"event","type":"customer.updated","created":%d,"data":{"object":{"id":"cus_1"}}}`, i, h.clock().Unix())),
+			"whsec_not_the_secret", h.clock())
+		if r := h.post(d); r.status != http.StatusUnauthorized {
+			t.Fatalf("forgery %d: %d %s, want 401", i, r.status, r.body)
+		}
+	}
+	for i := range 10 { // the whole burst is left: 2 s of 5 a second
+		if r := h.post(h.delivery("stripe", sampleEvent("stripe"), h.clock())); r.status != http.StatusOK {
+			t.Fatalf("real delivery %d after 30 forgeries: %d %s", i+1, r.status, r.body)
+		}
+		h.advance(time.Millisecond)
+	}
 }

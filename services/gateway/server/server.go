@@ -231,16 +231,9 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rec.status, rec.reason, "use POST")
 		return
 	}
-	// Paced before anything else is read: a flood costs a token check a request.
-	if ok, wait := s.admission.admit(ep.Tenant, ep.ID, s.now()); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		s.reject(w, rec, http.StatusTooManyRequests, "rate_limited",
-			"over the deliveries a second this endpoint or its tenant takes (gateway.rate_limit); retry after Retry-After seconds")
-		return
-	}
-	if why := s.store.refusal(r.Context(), ep.Tenant); why != "" {
+	if code, why := s.store.refusal(r.Context(), ep.Tenant); why != "" {
 		w.Header().Set("Retry-After", "60")
-		s.reject(w, rec, http.StatusInsufficientStorage, "store_full", why+": nothing is stored until there is room; retry later")
+		s.reject(w, rec, http.StatusInsufficientStorage, code, why+": nothing is stored until there is room; retry later")
 		return
 	}
 	if !jsonContentType(r.Header.Get("Content-Type")) {
@@ -274,6 +267,15 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		}
 		s.metrics.invalidSignature(ep)
 		s.reject(w, rec, http.StatusUnauthorized, "invalid_signature", publicReason(err))
+		return
+	}
+	// Paced once verified: a delivery takes a token only if its sender could sign it
+	// (or, unsigned, holds the URL), so forgeries cannot spend a signed endpoint's
+	// budget and hold its provider at 429.
+	if ok, wait := s.admission.admit(ep.Tenant, ep.ID, s.now()); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		s.reject(w, rec, http.StatusTooManyRequests, "rate_limited",
+			"over the deliveries a second this endpoint or its tenant takes (gateway.rate_limit); retry after Retry-After seconds")
 		return
 	}
 	// The hash of the body as stored, its secret redacted: a hash of the secret's bytes

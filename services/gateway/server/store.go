@@ -33,6 +33,7 @@ type storeGuard struct {
 
 	mu        sync.Mutex
 	checkedAt time.Time
+	overLimit string                            // why the store is at gateway.store_limit, at the last reading ("": it is not); under mu
 	full      atomic.Pointer[string]            // why the store takes no more; nil: it takes
 	tenants   atomic.Pointer[map[string]string] // why a tenant's history takes no more, by tenant
 	used      atomic.Int64                      // bytes the account stores, at the last check
@@ -59,22 +60,25 @@ func newStoreGuard(js jetstream.JetStream, cfg *config.Config, dir string, now f
 // account-info request and one statfs).
 const storeCheckEvery = 2 * time.Second
 
-// refusal is why the store takes no more deliveries of tenant now, "" when it takes them.
-func (g *storeGuard) refusal(ctx context.Context, tenant string) string {
+// refusal is why the store takes no more deliveries of tenant now, with its code
+// (store_full, or tenant_quota for the tenant's own event_limit); "" when it takes them.
+func (g *storeGuard) refusal(ctx context.Context, tenant string) (code, why string) {
 	if g.mu.TryLock() { // one request checks; the others take the last answer
 		if now := g.now(); now.Sub(g.checkedAt) >= storeCheckEvery {
-			g.check(ctx)
+			// Not on the request's context: a client that hangs up at once must not
+			// cancel every check and freeze the answer.
+			g.check(context.WithoutCancel(ctx))
 			g.checkedAt = now
 		}
 		g.mu.Unlock()
 	}
 	if why := g.full.Load(); why != nil {
-		return *why
+		return "store_full", *why
 	}
-	if full := g.tenants.Load(); full != nil {
-		return (*full)[tenant]
+	if full := g.tenants.Load(); full != nil && (*full)[tenant] != "" {
+		return "tenant_quota", (*full)[tenant]
 	}
-	return ""
+	return "", ""
 }
 
 func (g *storeGuard) check(ctx context.Context) {
@@ -82,15 +86,17 @@ func (g *storeGuard) check(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	info, err := g.js.AccountInfo(cctx)
 	cancel()
-	if err != nil {
-		return // the publish will say what is wrong; the last answer stands
+	if err == nil { // else the last reading of the store's limit stands
+		g.used.Store(int64(info.Store))
+		g.overLimit = ""
+		if g.limit > 0 && int64(info.Store) >= g.limit {
+			g.overLimit = fmt.Sprintf("the store holds %s, its limit is %s (gateway.store_limit)", mib(int64(info.Store)), mib(g.limit))
+		}
+		g.checkTenants(ctx)
 	}
-	g.used.Store(int64(info.Store))
-	if g.limit > 0 && int64(info.Store) >= g.limit {
-		why = append(why, fmt.Sprintf("the store holds %s, its limit is %s (gateway.store_limit)",
-			mib(int64(info.Store)), mib(g.limit)))
+	if g.overLimit != "" {
+		why = append(why, g.overLimit)
 	}
-	g.checkTenants(ctx)
 	g.free.Store(-1)
 	if g.dir != "" {
 		if free, err := freeDisk(g.dir); err == nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,6 +23,14 @@ func TestStoreAtItsLimitRefusesLoudly(t *testing.T) {
 	}
 	stored++
 	h.advance(storeCheckEvery)
+	// The check falls to a request whose client has hung up: it still reads the store
+	// (else a sender closing each request at once would freeze the last answer, here
+	// "it takes").
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, why := h.gw.store.refusal(gone, "acme"); !strings.Contains(why, "gateway.store_limit") {
+		t.Fatalf("a check on a cancelled request: %q, want the store at its limit", why)
+	}
 	for _, ep := range []string{"instantly", "stripe"} {
 		r := h.post(h.delivery(ep, sampleEvent(ep), h.clock()))
 		if r.status != http.StatusInsufficientStorage || !strings.Contains(r.body, "store_full") ||
@@ -61,7 +70,7 @@ func TestTenantAtItsEventLimitIsRefused(t *testing.T) {
 	}
 	h.advance(storeCheckEvery)
 	r := h.post(h.delivery("calendly", sampleEvent("calendly"), h.clock()))
-	if r.status != http.StatusInsufficientStorage || !strings.Contains(r.body, "tenant acme's history holds 2 events, its event_limit is 2") {
+	if r.status != http.StatusInsufficientStorage || !strings.Contains(r.body, `"tenant_quota"`) || !strings.Contains(r.body, "tenant acme's history holds 2 events, its event_limit is 2") {
 		t.Fatalf("acme at its limit: %d %s, want 507 naming event_limit", r.status, r.body)
 	}
 	if r := h.post(h.delivery("globex-instantly", "reply_received", h.clock())); r.status != http.StatusOK || r.answer.Stored != 1 {
