@@ -343,6 +343,20 @@ func TestForgedNoticeIsNotShown(t *testing.T) {
 			t.Errorf("%s: %d, the lure shown: %v", path, code, strings.Contains(body, "session expired"))
 		}
 	}
+	// A notice the console signed shows on its own page, and on no other.
+	oseq := strconv.FormatUint(f.oldDL, 10)
+	_, tok := f.form("/console/dlq/"+oseq, auth)
+	code, _, h := f.post("/console/dlq/"+oseq+"/discard", url.Values{"csrf": {tok}}, auth)
+	loc, err := url.Parse(h.Get("Location"))
+	if code != http.StatusSeeOther || err != nil || loc.Query().Get("err_sig") == "" {
+		t.Fatalf("discard without a why: %d %q", code, h.Get("Location"))
+	}
+	if _, body, _ := f.get(loc.String(), auth); !strings.Contains(body, "discard refused") {
+		t.Error("the signed notice is not shown on its own page")
+	}
+	if _, body, _ := f.get("/console/dlq/"+seq+"?"+loc.RawQuery, auth); strings.Contains(body, "discard refused") {
+		t.Error("a notice signed for one dead letter's page shows on another's")
+	}
 }
 
 // A form announced at 100 GB and trickled in (issue 16: held the connection until the

@@ -39,7 +39,7 @@ func (c *console) diffList(w http.ResponseWriter, r *http.Request, u who) {
 	}
 	d.Findings = found
 	v.Data = d
-	done, failed := c.notices(q)
+	done, failed := c.notices(r)
 	v.Notice, v.Error = done, firstNonEmpty(v.Error, failed)
 	c.render(w, http.StatusOK, "diffs", u, v)
 }
@@ -70,12 +70,12 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request, u who) {
 	dest := Prefix + "diffs?"
 	by, err := decider(r, u)
 	if err != nil {
-		http.Redirect(w, r, dest+c.withNotice(nil, "err", "decision refused: "+err.Error()).Encode(), http.StatusSeeOther)
+		http.Redirect(w, r, dest+c.withNotice(Prefix+"diffs", nil, "err", "decision refused: "+err.Error()).Encode(), http.StatusSeeOther)
 		return
 	}
 	f, err := c.diffs.Decide(ctx, tenant, id, approve, by, why)
 	if err != nil {
-		http.Redirect(w, r, dest+c.withNotice(nil, "err", "decision refused: "+err.Error()).Encode(), http.StatusSeeOther)
+		http.Redirect(w, r, dest+c.withNotice(Prefix+"diffs", nil, "err", "decision refused: "+err.Error()).Encode(), http.StatusSeeOther)
 		return
 	}
 	c.log.Info("console diff decision", "tenant", tenant, "finding", id, "approve", approve, "by", by, "why", why)
@@ -83,5 +83,5 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request, u who) {
 	if f.Event != "" {
 		msg += "; repair event " + f.Event
 	}
-	http.Redirect(w, r, dest+c.withNotice(url.Values{"status": {""}}, "done", msg).Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, dest+c.withNotice(Prefix+"diffs", url.Values{"status": {""}}, "done", msg).Encode(), http.StatusSeeOther)
 }

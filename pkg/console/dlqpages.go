@@ -119,13 +119,14 @@ func (c *console) letter(w http.ResponseWriter, r *http.Request, u who) {
 		d.Stale = err.Error()
 	}
 	v := view{Title: fmt.Sprintf("Dead letter %d", l.Seq), Nav: "dlq", Data: d}
-	v.Notice, v.Error = c.notices(r.URL.Query())
+	v.Notice, v.Error = c.notices(r)
 	c.render(w, http.StatusOK, "letter", u, v)
 }
 
 // back redirects to letter seq's page with the result of an action.
 func (c *console) back(w http.ResponseWriter, r *http.Request, seq uint64, key, msg string) {
-	http.Redirect(w, r, fmt.Sprintf("%sdlq/%d?%s", Prefix, seq, c.withNotice(nil, key, msg).Encode()), http.StatusSeeOther)
+	page := fmt.Sprintf("%sdlq/%d", Prefix, seq)
+	http.Redirect(w, r, page+"?"+c.withNotice(page, nil, key, msg).Encode(), http.StatusSeeOther)
 }
 
 func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {

@@ -83,7 +83,7 @@ func (c *console) quarantined(w http.ResponseWriter, r *http.Request, u who) {
 		}
 	}
 	v := view{Title: "Quarantined delivery " + e.ID, Nav: "quarantine", Data: d}
-	v.Notice, v.Error = c.notices(r.URL.Query())
+	v.Notice, v.Error = c.notices(r)
 	c.render(w, http.StatusOK, "quarantined", u, v)
 }
 
@@ -95,7 +95,8 @@ func (c *console) quarantineReplay(w http.ResponseWriter, r *http.Request, u who
 		return
 	}
 	back := func(key, msg string) {
-		http.Redirect(w, r, Prefix+"quarantine/"+e.ID+"?"+c.withNotice(nil, key, msg).Encode(), http.StatusSeeOther)
+		page := Prefix + "quarantine/" + e.ID
+		http.Redirect(w, r, page+"?"+c.withNotice(page, nil, key, msg).Encode(), http.StatusSeeOther)
 	}
 	why := strings.TrimSpace(r.PostForm.Get("why"))
 	by, err := decider(r, u)

@@ -16,9 +16,8 @@ import (
 // storeGuard refuses deliveries, loudly, before the store is full: 507 with
 // Retry-After, counted as store_full, while the account's JetStream storage is at
 // gateway.store_limit or the embedded server's disk has less than
-// gateway.min_free_disk free; and a tenant's while its history holds its
-// tenants[].event_limit events (a quota per tenant, so one tenant's flood leaves the
-// others room). Left to grow, a store on a full disk fails its writes
+// gateway.min_free_disk free; and a tenant's, as tenant_quota, while its history holds
+// its tenants[].event_limit events (so one tenant's flood leaves the others room). Left to grow, a store on a full disk fails its writes
 // (nats-server then stops JetStream); a limit set on the stream itself would discard
 // history or, with DiscardNew, fail every publish alike with no word of why. Checked at
 // most every storeCheckEvery, by the request that finds the last check old; the others
