@@ -19,11 +19,12 @@ const (
 // CheckIdentity refuses the fields of d that name someone or something (the contact's
 // e-mail, phone, name and external id; the campaign's and the message's id) when no
 // person or platform could hold them: a control character (NUL, a line break in an
-// address that is sent on to a platform's block list, a header to inject), an
-// invisible format character in an address or id (a right-to-left override or a
-// zero-width space that makes two addresses look alike), or a length past the bounds
-// above. A webhook that
-// names someone so is refused whole: the gateway quarantines it, stores nothing.
+// address that is sent on to a platform's block list, a header to inject), a
+// bidirectional control in an address or id (a right-to-left override that makes one
+// address show as another), or a length past the bounds above. Other invisible
+// characters (a byte-order mark left by a CSV import, a zero-width space) are junk a
+// CRM may hold, not an attack: taken. The gateway keeps an event that fails as
+// unmapped: stored, never acted on (pkg/ingest).
 func (d Data) CheckIdentity() error {
 	type field struct {
 		name, v string
