@@ -88,7 +88,8 @@ const (
 	TooManyEvents = "too_many_events"
 	Malformed     = "malformed_body"
 	EmptyBatch    = "empty_batch"
-	// Stale: an event older than the endpoint's MaxEventAge. The provider retries no
+	// Stale: a delivery whose every event is older than the endpoint's MaxEventAge, and
+	// no signature over a fresh timestamp vouches for it. The provider retries no
 	// longer, so it is a replay: nothing of it is stored or acted on, whatever the id
 	// index remembers (an id it forgot could otherwise be stored again).
 	Stale = "stale_event"

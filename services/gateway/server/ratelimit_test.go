@@ -10,7 +10,7 @@ import (
 
 // A flood against one endpoint (issue 16: 2,000 unique events at 224/s from one
 // unsigned URL) is answered 429 with Retry-After once the endpoint's bucket is empty,
-// before its body is read, and stores nothing more; another endpoint of the tenant goes
+// once verified, and stores nothing more; another endpoint of the tenant goes
 // on; the tenant's own bucket bounds its endpoints together; the bucket fills again
 // with time.
 func TestFloodIsAnsweredTooManyRequests(t *testing.T) {
