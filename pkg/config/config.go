@@ -588,13 +588,14 @@ func (c *Config) applyDefaults() {
 	if c.Gateway.MinFreeDisk == 0 {
 		c.Gateway.MinFreeDisk = 100 << 20
 	}
-	if rl := &c.Gateway.RateLimit; rl.Burst == 0 {
+	rl := &c.Gateway.RateLimit
+	if rl.Burst == 0 {
 		rl.Burst = 10 * time.Second
 	}
-	if rl := &c.Gateway.RateLimit; !rl.Endpoint.Set {
+	if !rl.Endpoint.Set {
 		rl.Endpoint.Rate = 2000
 	}
-	if rl := &c.Gateway.RateLimit; !rl.Tenant.Set {
+	if !rl.Tenant.Set {
 		rl.Tenant.Rate = 5000
 	}
 	if gc := &c.Gateway.GroupCommit; gc.MaxEvents == 0 {

@@ -15,10 +15,10 @@ import (
 // {"event_type":"email_opened","EVENT_TYPE":"lead_unsubscribed"} would be acted on as
 // an unsubscribe while any case-sensitive reader of the stored payload saw an open.
 // Keys are compared as encoding/json compares them (bytes.EqualFold: Unicode simple
-// folding, so "K", "k" and the Kelvin sign are one key). It is the gateway's first look at every body,
-// so it allocates nothing but for keys written with escapes and objects of many keys
-// (encoding/json's Decoder.Token, which it replaces, boxed every token). Its errors wrap
-// ErrMalformed.
+// folding, so "K", "k" and the Kelvin sign are one key). It is the gateway's first
+// look at every body, so it allocates nothing but for keys written with escapes and
+// objects of many keys (encoding/json's Decoder.Token, which it replaces, boxed every
+// token). Its errors wrap ErrMalformed.
 func checkStrict(data []byte) error {
 	var keys [2 * fewKeys][]byte // enough for most bodies' open objects, on the stack
 	s := strictScan{data: data, keys: keys[:0]}

@@ -114,12 +114,12 @@ func (p *provider) Verify(r *providers.Request) error {
 	if err != nil || len(got) != sha256.Size {
 		return fmt.Errorf("%w: %s is not a hex SHA-256", providers.ErrBadSignature, HeaderLegacy)
 	}
-	version := strings.ToLower(r.Header.Get(HeaderVersion))
-	if version != "" && version != "v1" && version != "v2" {
+	version := providers.FirstOf(strings.ToLower(r.Header.Get(HeaderVersion)), "v1") // no header: v1
+	if version != "v1" && version != "v2" {
 		return fmt.Errorf("%w: unknown %s %.10q", providers.ErrBadSignature, HeaderVersion, version)
 	}
-	if !p.takes[providers.FirstOf(version, "v1")] {
-		return fmt.Errorf("%w: a %s signature, which the endpoint does not take (signature_versions)", providers.ErrBadSignature, providers.FirstOf(version, "v1"))
+	if !p.takes[version] {
+		return fmt.Errorf("%w: a %s signature, which the endpoint does not take (signature_versions)", providers.ErrBadSignature, version)
 	}
 	match := 0
 	for _, s := range p.secrets { // every secret is tried: no early exit to time
@@ -127,7 +127,7 @@ func (p *provider) Verify(r *providers.Request) error {
 		match |= subtle.ConstantTimeCompare(got, want)
 	}
 	if match != 1 {
-		return fmt.Errorf("%w: %s %s", providers.ErrBadSignature, HeaderLegacy, providers.FirstOf(version, "v1"))
+		return fmt.Errorf("%w: %s %s", providers.ErrBadSignature, HeaderLegacy, version)
 	}
 	return nil
 }

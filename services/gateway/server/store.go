@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,11 +18,12 @@ import (
 // Retry-After, counted as store_full, while the account's JetStream storage is at
 // gateway.store_limit or the embedded server's disk has less than
 // gateway.min_free_disk free; and a tenant's, as tenant_quota, while its history holds
-// its tenants[].event_limit events (so one tenant's flood leaves the others room). Left to grow, a store on a full disk fails its writes
-// (nats-server then stops JetStream); a limit set on the stream itself would discard
-// history or, with DiscardNew, fail every publish alike with no word of why. Checked at
-// most every storeCheckEvery, by the request that finds the last check old; the others
-// go on with its answer meanwhile.
+// its tenants[].event_limit events (so one tenant's flood leaves the others room).
+// Left to grow, a store on a full disk fails its writes (nats-server then stops
+// JetStream); a limit set on the stream itself would discard history or, with
+// DiscardNew, fail every publish alike with no word of why. Checked at most every
+// storeCheckEvery, by the request that finds the last check old; the others go on
+// with its answer meanwhile.
 type storeGuard struct {
 	js      jetstream.JetStream
 	limit   int64            // bytes of JetStream storage the account may hold (0: no limit)
@@ -110,10 +112,7 @@ func (g *storeGuard) check(ctx context.Context) {
 		g.full.Store(nil)
 		return
 	}
-	msg := why[0]
-	if len(why) > 1 {
-		msg += "; " + why[1]
-	}
+	msg := strings.Join(why, "; ")
 	g.full.Store(&msg)
 }
 
