@@ -470,7 +470,8 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		}
 	}()
 	var a guard.Attempt
-	if r.o.Sub.Idempotent || (r.o.Acts != nil && !r.o.Acts(env)) {
+	leftAlone := env.Erased() && !r.o.Sub.Forgotten // see stream.Subscription.Forgotten
+	if r.o.Sub.Idempotent || leftAlone || (r.o.Acts != nil && !r.o.Acts(env)) {
 		a = r.guard.Assume(env.ID, delivered) // nothing to claim
 	} else {
 		claimed, rel, ok := r.claim(ctx, stopping, m, env)
@@ -486,7 +487,10 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	// outcome, ack) must still have time when the handler used all of its own.
 	derived := &held{ctx: ctx}
 	hctx, hcancel := context.WithTimeout(holding(ctx, derived), r.o.Sub.AckWait-r.o.Sub.AckWait/6)
-	herr := r.call(hctx, ev)
+	var herr error
+	if !leftAlone {
+		herr = r.call(hctx, ev)
+	}
 	hcancel()
 	if herr == nil {
 		// The effect is made; its derived events (if any) are being committed with

@@ -1239,3 +1239,38 @@ func TestCoreShareFollowsTheProcess(t *testing.T) {
 		t.Fatalf("share %.3f (known %v), want about %.3f", got, ok, want)
 	}
 }
+
+// An event an erasure made (about a forgotten person, or rewritten) is left alone by
+// every consumer but one that takes them (the projector): it is completed without a
+// call to the handler.
+func TestErasedEventsAreLeftAlone(t *testing.T) {
+	t.Parallel()
+	conn := brokertest.Start(t, "")
+	ids := publishFor(t, conn, 2, func(i int) string { return fmt.Sprintf("lead%d@example.com", i) })
+	anon := "an_" + strings.Repeat("ab", 16)
+	erased := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID("acme", "instantly", "erased"), Type: envelope.TypeReplyReceived,
+		Tenant: "acme", Provider: "instantly", Endpoint: "ep", Time: time.Now(), Erasure: anon,
+		Data: envelope.Data{Contact: &envelope.Contact{Anonymous: anon}}}
+	msg, err := stream.EventMessage(context.Background(), erased)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.JS.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	for _, takes := range []bool{false, true} {
+		var calls effects
+		s := sub
+		s.Durable, s.Forgotten = fmt.Sprint("erasure-", takes), takes
+		run(t, conn, func(ctx context.Context, ev Event) error { calls.add(ev.Envelope.ID); return nil }, func(o *Options) { o.Sub = s })
+		waitFor(t, "both events handled", func() bool { return calls.get(ids[0]) == 1 && calls.get(ids[1]) == 1 })
+		kv, _ := conn.JS.KeyValue(context.Background(), stream.Guards)
+		waitFor(t, "the erased event completed", func() bool {
+			rec, _, err := guard.Status(context.Background(), kv, s.Durable, erased.ID)
+			return err == nil && rec.Status == guard.Completed
+		})
+		if n := calls.get(erased.ID); (n == 1) != takes {
+			t.Errorf("Forgotten %v: the erased event was handled %d times", takes, n)
+		}
+	}
+}

@@ -55,6 +55,21 @@ const (
 	CRMActivityID            = "crm_activity_id"
 )
 
+// ProviderKind is the identifying kind of the contact ids provider's events carry, as
+// "<provider>:<id>"; "" for a provider whose ids the directory links to no one (a chat
+// user, a payment customer).
+func ProviderKind(provider string) string {
+	switch provider {
+	case "instantly", "smartlead":
+		return SendingPlatformContactID
+	case "hubspot":
+		return CRMContactID
+	case "clay":
+		return ClayRecordID
+	}
+	return ""
+}
+
 // identifying kinds name one person; the others are only kept.
 var identifying = [...]string{CRMContactID, SendingPlatformContactID, ClayRecordID}
 

@@ -102,6 +102,9 @@ type Envelope struct {
 	// otherwise) at the source before an irreversible action.
 	Signed     bool   `json:"signed"`
 	AuthMethod string `json:"authmethod"`
+	// Erasure, on an event an erasure rewrote (`exacto forget`, pkg/privacy), names
+	// it: the forgotten person's anonymous id. Such an event is never acted on again.
+	Erasure string `json:"erasure,omitempty"`
 }
 
 // Data is the normalised content of an event. Which fields are set depends on the type;
@@ -141,6 +144,9 @@ type Contact struct {
 	Phone      string `json:"phone,omitempty"`
 	Name       string `json:"name,omitempty"`
 	ExternalID string `json:"external_id,omitempty"`
+	// Anonymous, alone, names a person who was forgotten (pkg/privacy): a keyed hash
+	// of their identity, the same in every event about them, and nothing else.
+	Anonymous string `json:"anonymous,omitempty"`
 }
 
 // Campaign is the sequence or campaign the event belongs to.
@@ -299,6 +305,13 @@ func Complete(typ string, d Data) bool {
 	return false
 }
 
+// AnonymousKey starts the contact key of a forgotten person.
+const AnonymousKey = "anonymous:"
+
+// Erased reports whether an erasure made e (pkg/privacy): an event about a forgotten
+// person, or one an erasure rewrote. The projector counts it; no consumer acts on it.
+func (e *Envelope) Erased() bool { return e.Erasure != "" }
+
 // ContactKey names the person an event is about, for serialising a consumer's work on
 // one contact: the e-mail (case-folded, plus-alias kept: "a+x@" and "a@" stay two keys
 // here, matched later by the projector), else the phone, else the provider's contact
@@ -306,6 +319,8 @@ func Complete(typ string, d Data) bool {
 func (e *Envelope) ContactKey() string {
 	if c := e.Data.Contact; c != nil {
 		switch {
+		case c.Anonymous != "":
+			return AnonymousKey + c.Anonymous
 		case c.Email != "":
 			return "email:" + strings.ToLower(strings.TrimSpace(c.Email))
 		case c.Phone != "":

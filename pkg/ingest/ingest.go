@@ -20,6 +20,7 @@ import (
 
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/providers"
 	"exacto.dev/pkg/providers/registry"
 	"exacto.dev/pkg/stream"
@@ -224,11 +225,12 @@ type Store struct {
 	index, arrivals jetstream.KeyValue
 	publish         Publish
 	own             bool // publish is PublishOne: each delivery's events are made durable here (Durable)
+	forgotten       *privacy.Forgotten
 	log             *slog.Logger
 }
 
-// OpenStore binds the index of stored ids and the arrival counts; publish nil
-// publishes each event on its own.
+// OpenStore binds the index of stored ids and the arrival counts, and watches the
+// forgotten people until ctx ends; publish nil publishes each event on its own.
 func OpenStore(ctx context.Context, js jetstream.JetStream, publish Publish, log *slog.Logger) (*Store, error) {
 	s := &Store{js: js, publish: publish, log: log}
 	if s.publish == nil {
@@ -243,6 +245,9 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, publish Publish, log
 	}
 	if s.arrivals, err = js.KeyValue(ctx, stream.Arrivals); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.Arrivals, err)
+	}
+	if s.forgotten, err = privacy.WatchForgotten(ctx, js); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -281,6 +286,12 @@ func (s *Store) Store(ctx context.Context, envs []envelope.Envelope) (Result, er
 		} else if stored {
 			dups = append(dups, env.ID)
 			continue
+		}
+		// A forgotten person's event keeps nothing of them (exacto forget): it is
+		// stored anonymized, counted by the projections, acted on by no one.
+		if anon, ok := s.forgotten.Of(env); ok {
+			privacy.Anonymize(env, anon)
+			s.log.Info("an event about a forgotten person stored anonymized", "id", env.ID, "anonymous", anon)
 		}
 		msg, err := stream.EventMessage(ctx, *env)
 		if err != nil {

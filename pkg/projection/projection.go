@@ -249,13 +249,8 @@ func external(env envelope.Envelope) []extID {
 	out := make([]extID, 0, 3)
 	p := env.Provider
 	if c := env.Data.Contact; c != nil && c.ExternalID != "" {
-		switch p {
-		case "instantly", "smartlead":
-			out = append(out, extID{contacts.SendingPlatformContactID, p + ":" + c.ExternalID})
-		case "hubspot":
-			out = append(out, extID{contacts.CRMContactID, p + ":" + c.ExternalID})
-		case "clay":
-			out = append(out, extID{contacts.ClayRecordID, p + ":" + c.ExternalID})
+		if kind := contacts.ProviderKind(p); kind != "" {
+			out = append(out, extID{kind, p + ":" + c.ExternalID})
 		}
 	}
 	if c := env.Data.Campaign; c != nil && c.ID != "" {

@@ -101,12 +101,16 @@ func (r Reader) ContactByKey(ctx context.Context, tenant, kind, value string) (C
 			return r.Contact(ctx, tenant, rec.ContactID)
 		}
 	}
-	if kind != "email" && kind != "phone" {
-		return Contact{}, false, nil
-	}
-	c := &envelope.Contact{Email: value}
-	if kind == "phone" {
+	var c *envelope.Contact
+	switch kind {
+	case "email":
+		c = &envelope.Contact{Email: value}
+	case "phone":
 		c = &envelope.Contact{Phone: value}
+	case "anonymous": // a forgotten person (pkg/privacy)
+		c = &envelope.Contact{Anonymous: value}
+	default:
+		return Contact{}, false, nil
 	}
 	who, err := identify(ctx, nil, envelope.Envelope{Tenant: tenant, Data: envelope.Data{Contact: c}})
 	if err != nil {

@@ -74,8 +74,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/projection"
 	"exacto.dev/pkg/suppression"
 )
@@ -180,9 +182,12 @@ type Pass struct {
 	Reader      projection.Reader
 	Suppression *suppression.List
 	Publish     Publisher
-	Log         *slog.Logger
-	DryRun      bool
-	Now         func() time.Time
+	// Forgotten are the people erased (pkg/privacy): a finding about one of them is
+	// dropped, never recorded nor repaired — a platform still holds them, Exacto must not.
+	Forgotten *privacy.Forgotten
+	Log       *slog.Logger
+	DryRun    bool
+	Now       func() time.Time
 
 	// MaxCRMContacts bounds how many contacts one pass reads at HubSpot for their deals
 	// and meetings (DefaultMaxCRMContacts when 0).
@@ -268,6 +273,9 @@ func Run(ctx context.Context, p *Pass, q *Queue) (Report, error) {
 			p.Log.Warn("reconcile check failed", "tenant", p.Tenant, "check", c.Name, "error", err)
 		}
 		for _, f := range fs {
+			if p.forgotten(f) {
+				continue
+			}
 			f, isNew, applied, err := p.settle(ctx, q, f)
 			if err != nil {
 				return rep, err
@@ -283,6 +291,21 @@ func Run(ctx context.Context, p *Pass, q *Queue) (Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// forgotten reports whether f is about a person who was forgotten.
+func (p *Pass) forgotten(f Finding) bool {
+	if p.Forgotten.Named(p.Tenant, contacts.Key("email", f.Contact)) {
+		return true
+	}
+	for _, env := range []*envelope.Envelope{f.apply, f.Proposed} {
+		if env != nil {
+			if _, ok := p.Forgotten.Of(env); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // settle applies f's safe repair and records f in q.

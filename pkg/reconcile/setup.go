@@ -11,6 +11,7 @@ import (
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/projection"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/pkg/suppression"
@@ -23,6 +24,7 @@ type Deps struct {
 	Suppression *suppression.List
 	Queue       *Queue
 	Publish     Publisher
+	Forgotten   *privacy.Forgotten
 }
 
 // Open binds the deployment's projections, lists and diff queue in js. cfg gives the
@@ -49,13 +51,17 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg *config.Config) (*Dep
 		return nil, err
 	}
 	q.Publish, q.Fresh = d.Publish, cfg.DLQ.Fresh
-	return &Deps{Reader: projection.Reader{Stores: stores, Dir: dir}, Suppression: suppression.New(stream.DurableKV(js, skv)), Queue: q, Publish: d.Publish}, nil
+	forgotten, err := privacy.WatchForgotten(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Deps{Reader: projection.Reader{Stores: stores, Dir: dir}, Suppression: suppression.New(stream.DurableKV(js, skv)), Queue: q, Publish: d.Publish, Forgotten: forgotten}, nil
 }
 
 // Pass is a pass of tenant over d with clients.
 func (d *Deps) Pass(tenant string, clients accounts.Clients, log *slog.Logger, dryRun bool) *Pass {
 	return &Pass{Tenant: tenant, Clients: clients, Reader: d.Reader, Suppression: d.Suppression,
-		Publish: d.Publish, Log: log, DryRun: dryRun}
+		Publish: d.Publish, Log: log, DryRun: dryRun, Forgotten: d.Forgotten}
 }
 
 // RunTenant runs one pass of tenant.

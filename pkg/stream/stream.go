@@ -60,6 +60,10 @@ const (
 	// QuarantineActions records every replay of a quarantined delivery: who, why, when,
 	// what it stored.
 	QuarantineActions = "EXACTO_QUARANTINE_ACTIONS"
+	// Privacy holds the deployment's key for hashing people's identities and the
+	// erasures made with it (pkg/privacy): who was forgotten, by a keyed hash only, by
+	// whom and why. Synced: a lost erasure would let a forgotten person's next event in.
+	Privacy = "EXACTO_PRIVACY"
 	// ProjectionPrefix starts the projections' buckets (pkg/projection):
 	// EXACTO_PROJ_CONTACTS, _CAMPAIGNS, _SUPPRESSION live; a replay's go into
 	// EXACTO_PROJ_<PROJECTION>_<NAME>.
@@ -193,6 +197,8 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		{Bucket: Guards, Description: "consumer.event id -> effect-once record", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: a suppression does not expire.
 		{Bucket: Suppression, Description: "tenant.contact -> why and since when it is suppressed", Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		// No TTL: an erasure outlives everything (pkg/privacy).
+		{Bucket: Privacy, Description: "hash key; tenant.keyed hash -> a forgotten person; erasures: who, why, when", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		// No TTL: audit records and findings stay until an operator removes them.
 		{Bucket: DLQActions, Description: "consumer.event id -> replays and discards of its dead letter", Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: Diffs, Description: "tenant.finding id -> a reconciliation finding and its repair", Storage: jetstream.FileStorage, Replicas: o.Replicas},
@@ -268,6 +274,11 @@ type Subscription struct {
 	// letter, a success after either. Its other events are completed once its
 	// consumer's ack floor has passed them (consumer.Status).
 	Idempotent bool
+	// Forgotten: the service takes the events an erasure made (pkg/privacy: about a
+	// forgotten person, or rewritten) — the projector counts them. Every other service
+	// leaves them alone: nothing of the person is left to act on, nobody may act on
+	// them, and a rewritten event was acted on as it first was.
+	Forgotten bool
 }
 
 // Consumer service names, which are also their durable consumers' names.
@@ -311,7 +322,7 @@ var Subscriptions = []Subscription{
 	{Durable: Suppressor, Subjects: subjects("lead.unsubscribed", "email.bounced", "email.complained", "reply.classified"),
 		AckWait: 30 * time.Second, MaxDeliver: 10, BackoffBase: time.Second, BackoffMax: 5 * time.Minute, MaxAckPending: 1000, Workers: 8, Urgent: true},
 	{Durable: Projector, Subjects: []string{"events.>"},
-		AckWait: 30 * time.Second, MaxDeliver: 20, BackoffBase: 500 * time.Millisecond, BackoffMax: time.Minute, MaxAckPending: 5000, Workers: 4, Idempotent: true},
+		AckWait: 30 * time.Second, MaxDeliver: 20, BackoffBase: 500 * time.Millisecond, BackoffMax: time.Minute, MaxAckPending: 5000, Workers: 4, Idempotent: true, Forgotten: true},
 }
 
 // SubscriptionOf finds a service's subscription by name.

@@ -1,0 +1,488 @@
+package privacy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/projection"
+	"exacto.dev/pkg/stream"
+)
+
+// ErasedFromHeader, on an event an erasure rewrote, is the sequence of the event it
+// replaces (erased from the stream since).
+const ErasedFromHeader = "Exacto-Erased-From"
+
+// rewriting suffixes the bucket an erasure copies a bucket's current entries into while
+// it rewrites it; a run that died halfway finishes from it.
+const rewriting = "__ERASING"
+
+// complete is the key that says a rewrite's copy holds every entry.
+const complete = "_copy_complete"
+
+// idOnly are the buckets that hold ids, sequences and leases only, never anything
+// naming a person: an erasure leaves them as they are.
+var idOnly = []string{stream.Privacy, stream.EventIndex, stream.Arrivals, stream.ContactLocks, stream.ConsumerCheckpoints}
+
+// Report is what an erasure changed.
+type Report struct {
+	// Events rewritten on EXACTO_EVENTS (each stored again, erased, in place of the
+	// original, which is erased from disk); About of them were about the person.
+	Events int `json:"events"`
+	About  int `json:"about"`
+	// Deleted: messages erased from other streams (dead letters, outcomes, quarantine).
+	Deleted map[string]int `json:"deleted,omitempty"`
+	// Removed: entries removed or changed in buckets; Rewritten: buckets written anew,
+	// so that no earlier revision of an entry stays on disk.
+	Removed   map[string]int `json:"removed,omitempty"`
+	Rewritten []string       `json:"rewritten,omitempty"`
+}
+
+// Erase removes p's personal data from everything js's deployment keeps, and reports
+// what it changed. The consumers must be paused and idle (the caller's job): they
+// write the buckets rewritten here.
+func Erase(ctx context.Context, js jetstream.JetStream, p *Person) (Report, error) {
+	r := Report{Deleted: map[string]int{}, Removed: map[string]int{}}
+	// The names in events about them name them in other events too.
+	if _, err := each(ctx, js, stream.Events, "events."+p.Tenant+".>", 0, func(m jetstream.Msg) error {
+		var env envelope.Envelope
+		if json.Unmarshal(m.Data(), &env) == nil && p.About(&env) && env.Data.Contact != nil {
+			p.AddWord(env.Data.Contact.Name)
+			p.AddWord(env.Data.Contact.ExternalID)
+		}
+		return nil
+	}); err != nil {
+		return r, err
+	}
+	last, err := rewriteEvents(ctx, js, p, 0, &r)
+	if err != nil {
+		return r, err
+	}
+	// What a gateway stored before it learnt of the erasure (its watch of the
+	// forgotten set lags by a moment).
+	if _, err := rewriteEvents(ctx, js, p, last, &r); err != nil {
+		return r, err
+	}
+	if err := eraseMessages(ctx, js, p, &r); err != nil {
+		return r, err
+	}
+	if err := eraseBuckets(ctx, js, p, &r); err != nil {
+		return r, err
+	}
+	return r, stream.Durable(ctx, js, stream.Events)
+}
+
+// rewriteEvents stores again, rewritten, every event after sequence from that names p,
+// and erases the original from disk (JetStream's secure delete overwrites it). The
+// copy is on disk before the original goes. It returns the last sequence looked at.
+func rewriteEvents(ctx context.Context, js jetstream.JetStream, p *Person, from uint64, r *Report) (uint64, error) {
+	st, err := js.Stream(ctx, stream.Events)
+	if err != nil {
+		return 0, err
+	}
+	index, err := js.KeyValue(ctx, stream.EventIndex)
+	if err != nil {
+		return 0, err
+	}
+	var originals []uint64
+	flush := func() error {
+		if len(originals) == 0 {
+			return nil
+		}
+		if err := stream.Durable(ctx, js, stream.Events); err != nil {
+			return err
+		}
+		for _, seq := range originals {
+			if err := st.SecureDeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return fmt.Errorf("erase event %d: %w", seq, err)
+			}
+		}
+		originals = originals[:0]
+		return nil
+	}
+	last, err := each(ctx, js, stream.Events, "events."+p.Tenant+".>", from, func(m jetstream.Msg) error {
+		var env envelope.Envelope
+		if err := json.Unmarshal(m.Data(), &env); err != nil {
+			return nil // not an event of Exacto's: nothing it could act on
+		}
+		about := p.About(&env)
+		if !about && !p.Mentions(m.Data()) {
+			return nil
+		}
+		if !p.Rewrite(&env) {
+			return nil
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		data, err := json.Marshal(env)
+		if err != nil {
+			return err
+		}
+		erased := &nats.Msg{Subject: m.Subject(), Data: data, Header: nats.Header{}}
+		erased.Header.Set("Content-Type", "application/cloudevents+json")
+		erased.Header.Set(ErasedFromHeader, strconv.FormatUint(md.Sequence.Stream, 10))
+		ack, err := js.PublishMsg(ctx, erased)
+		if err != nil {
+			return fmt.Errorf("store the erased copy of %s: %w", env.ID, err)
+		}
+		// The id's index entry names the copy: `events show` finds it, and the
+		// provider's retry of the event is still a duplicate.
+		if _, err := index.Put(ctx, env.ID, []byte(strconv.FormatUint(ack.Sequence, 10))); err != nil {
+			return fmt.Errorf("index %s: %w", env.ID, err)
+		}
+		stream.NoteStored(js, ack.Sequence)
+		originals = append(originals, md.Sequence.Stream)
+		r.Events++
+		if about {
+			r.About++
+		}
+		if len(originals) >= 256 {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return last, err
+	}
+	return last, flush()
+}
+
+// eraseMessages erases from disk every message naming p in the streams that are
+// neither EXACTO_EVENTS nor a bucket: dead letters, replays, outcomes, the quarantine.
+func eraseMessages(ctx context.Context, js jetstream.JetStream, p *Person, r *Report) error {
+	names := js.StreamNames(ctx)
+	var all []string
+	for n := range names.Name() {
+		all = append(all, n)
+	}
+	if err := names.Err(); err != nil {
+		return err
+	}
+	for _, name := range all {
+		if name == stream.Events || strings.HasPrefix(name, "KV_") || strings.HasPrefix(name, "OBJ_") {
+			continue
+		}
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		if _, err := each(ctx, js, name, "", 0, func(m jetstream.Msg) error {
+			if !p.Mentions(m.Data()) && !p.mentionsHeaders(m.Headers()) {
+				return nil
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			if err := st.SecureDeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return fmt.Errorf("erase %s %d: %w", name, md.Sequence.Stream, err)
+			}
+			r.Deleted[name]++
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Person) mentionsHeaders(h nats.Header) bool {
+	for _, vs := range h {
+		for _, v := range vs {
+			if p.Mentions([]byte(v)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// eraseBuckets removes every entry naming p from every bucket but those holding ids
+// only, and writes each bucket on disk anew: a bucket keeps earlier revisions of an
+// entry in its files (nats-server drops them from its index, not from the disk), so an
+// entry's old values would outlive its removal.
+func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Report) error {
+	names := js.KeyValueStoreNames(ctx)
+	var all []string
+	for n := range names.Name() {
+		all = append(all, n)
+	}
+	if err := names.Error(); err != nil {
+		return err
+	}
+	slices.Sort(all)
+	for _, name := range all {
+		if strings.HasSuffix(name, rewriting) || slices.Contains(idOnly, name) {
+			continue
+		}
+		kv, err := js.KeyValue(ctx, name)
+		if err != nil {
+			return err
+		}
+		st, err := js.Stream(ctx, "KV_"+name)
+		if err != nil {
+			return err
+		}
+		if err := finishRewrite(ctx, js, kv, st); err != nil {
+			return err
+		}
+		entries, err := current(ctx, kv)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", name, err)
+		}
+		removed := 0
+		for k, v := range entries {
+			next, keep, err := p.scrubEntry(name, v)
+			if err != nil {
+				return fmt.Errorf("bucket %s, %s: %w", name, k, err)
+			}
+			if !keep {
+				delete(entries, k)
+				removed++
+			} else if next != nil {
+				entries[k] = next
+				removed++
+			}
+		}
+		if removed > 0 {
+			r.Removed[name] = removed
+		}
+		if st.CachedInfo().Config.Storage == jetstream.MemoryStorage {
+			// Nothing on disk: the entries are only put right.
+			if err := putRight(ctx, kv, entries); err != nil {
+				return fmt.Errorf("bucket %s: %w", name, err)
+			}
+			continue
+		}
+		if err := rewrite(ctx, js, kv, st, entries); err != nil {
+			return fmt.Errorf("rewrite bucket %s: %w", name, err)
+		}
+		r.Rewritten = append(r.Rewritten, name)
+	}
+	return nil
+}
+
+// scrubEntry decides a bucket entry: dropped (keep false), changed (next), or kept as it
+// is. A campaign shard loses the person's members; any other entry naming them goes.
+func (p *Person) scrubEntry(bucket string, value []byte) (next []byte, keep bool, err error) {
+	if !p.Mentions(value) {
+		return nil, true, nil
+	}
+	if strings.HasPrefix(bucket, stream.ProjectionPrefix+"CAMPAIGNS") {
+		var sh projection.Shard
+		if err := json.Unmarshal(value, &sh); err != nil {
+			return nil, false, nil // unreadable and naming them: it goes
+		}
+		for _, id := range p.ContactIDs {
+			delete(sh.Members, id)
+		}
+		if len(sh.Members) == 0 {
+			return nil, false, nil
+		}
+		out, err := json.Marshal(sh)
+		if err != nil || p.Mentions(out) {
+			return nil, false, err
+		}
+		return out, true, nil
+	}
+	return nil, false, nil
+}
+
+// current reads every entry kv holds now.
+func current(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	out := map[string][]byte{}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			out[e.Key()] = e.Value()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// putRight makes kv hold entries where it held something else (a bucket in memory).
+func putRight(ctx context.Context, kv jetstream.KeyValue, entries map[string][]byte) error {
+	now, err := current(ctx, kv)
+	if err != nil {
+		return err
+	}
+	for k, v := range now {
+		next, ok := entries[k]
+		switch {
+		case !ok:
+			if err := kv.Purge(ctx, k); err != nil {
+				return err
+			}
+		case string(next) != string(v):
+			if _, err := kv.Put(ctx, k, next); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// rewrite makes kv's stream hold entries alone, each once, with nothing before them on
+// disk: the entries are copied into a bucket of their own first (synced), then the
+// stream is purged — nats-server removes the files of a purged stream — and they are
+// written back. A run that dies after the purge is finished from the copy by the next
+// (finishRewrite).
+func rewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, st jetstream.Stream, entries map[string][]byte) error {
+	name := kv.Bucket()
+	cfg := st.CachedInfo().Config
+	tmp, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + rewriting, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		Description: "the entries of " + name + " while an erasure writes it anew"})
+	if err != nil {
+		return err
+	}
+	if err := putAll(ctx, js, tmp.Bucket(), entries); err != nil {
+		return err
+	}
+	if _, err := tmp.Put(ctx, complete, nil); err != nil {
+		return err
+	}
+	if err := st.Purge(ctx); err != nil {
+		return err
+	}
+	if err := putAll(ctx, js, name, entries); err != nil {
+		return err
+	}
+	return js.DeleteKeyValue(ctx, tmp.Bucket())
+}
+
+// finishRewrite finishes a rewrite of kv that died: from its complete copy, or, when
+// the copy is not complete (so the stream was not purged yet), by dropping the copy.
+func finishRewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, st jetstream.Stream) error {
+	tmp, err := js.KeyValue(ctx, kv.Bucket()+rewriting)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Get(ctx, complete); err == nil {
+		entries, err := current(ctx, tmp)
+		if err != nil {
+			return err
+		}
+		delete(entries, complete)
+		if err := st.Purge(ctx); err != nil {
+			return err
+		}
+		if err := putAll(ctx, js, kv.Bucket(), entries); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	return js.DeleteKeyValue(ctx, tmp.Bucket())
+}
+
+// putAll writes entries into bucket, pipelined, and waits for every acknowledgement.
+func putAll(ctx context.Context, js jetstream.JetStream, bucket string, entries map[string][]byte) error {
+	keys := slices.Sorted(maps.Keys(entries))
+	acks := make([]jetstream.PubAckFuture, 0, 1024)
+	wait := func() error {
+		for _, a := range acks {
+			select {
+			case <-a.Ok():
+			case err := <-a.Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		acks = acks[:0]
+		return nil
+	}
+	for _, k := range keys {
+		a, err := js.PublishAsync("$KV."+bucket+"."+k, entries[k])
+		if err != nil {
+			return err
+		}
+		if acks = append(acks, a); len(acks) == cap(acks) {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+	}
+	return wait()
+}
+
+// each calls fn with every message of stream name on filter ("" every subject) after
+// sequence from, up to the last one stored when it starts, in order, and returns that
+// last sequence.
+func each(ctx context.Context, js jetstream.JetStream, name, filter string, from uint64, fn func(jetstream.Msg) error) (uint64, error) {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 || last <= from {
+		return last, nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	if filter != "" {
+		cfg.FilterSubjects = []string{filter}
+	}
+	c, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return last, err
+	}
+	for {
+		batch, err := c.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return last, err
+		}
+		n, done := 0, false
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return last, err
+			}
+			if md.Sequence.Stream > last {
+				done = true
+				continue
+			}
+			if err := fn(m); err != nil {
+				return last, err
+			}
+			done = done || md.Sequence.Stream == last || md.NumPending == 0
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return last, err
+		}
+		if done || n == 0 {
+			return last, nil
+		}
+	}
+}
