@@ -51,7 +51,7 @@ bench:
 	( cd tests && $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 25m ./bench/... ) > $(BENCHLOG) 2>&1; rc=$$?; \
 	grep -E '^(--- FAIL|FAIL|ok|panic:)' $(BENCHLOG); \
 	printf '\n%-9s %-52s %12s %12s %7s  %s\n' section what figure baseline ratio note; \
-	for s in gateway commit fsync requests e2e consumers replay memory; do \
+	for s in gateway commit fsync requests e2e consumers replay memory privacy; do \
 		grep "^BENCH|$$s|" $(BENCHLOG) | awk -F'|' '{printf "%-9s %-52s %12s %12s %7s  %s\n", $$2, $$3, $$4, $$5, $$6, $$7}'; \
 	done; \
 	printf '\nmachine: %s cores%s, %s, %s, %s; make bench took %ss; raw output in %s\n' "$$(nproc)" \

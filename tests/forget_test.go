@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/projection"
@@ -69,28 +71,32 @@ func TestForgetErasesEverywhereAndKeepsSuppressing(t *testing.T) {
 	at := time.Now().Add(-time.Hour)
 	reply := p.post(instantlyEvent("reply_received", "Ana.Lopez@Northwind.example", campaign, "em-ana-1", "Interested! Call me on +1 (555) 010-4477.", at))[0]
 	unsub := p.post(instantlyEvent("lead_unsubscribed", ana, campaign, "em-ana-2", "", at.Add(time.Minute)))[0]
-	bob := p.post(instantlyEvent("reply_received", "bob.stone@northwind.example", campaign, "em-bob-1", "Not me: write to ana.lopez@northwind.example, she decides.", at.Add(2*time.Minute)))[0]
 	p.completedIn(30*time.Second, reply, stream.Stopper, stream.CRMWriter)
 	p.completedIn(30*time.Second, unsub, stream.Suppressor)
-	p.completedIn(30*time.Second, bob, stream.Stopper, stream.CRMWriter)
+	updates := func() int { return len(p.sb.Stops(ana)) + len(p.sb.Raises(ana)) }
+	eventually(t, 10*time.Second, "her reply acted on at Instantly", func() bool { return updates() > 0 })
+	settled(t, p.conn.JS, stream.Stopper)
+	// Bob's reply names her; an operator has paused the stopper, so it waits.
+	ctx := context.Background()
+	if err := consumer.Pause(ctx, p.conn.JS, stream.Stopper, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	bob := p.post(instantlyEvent("reply_received", "bob.stone@northwind.example", campaign, "em-bob-1", "Not me: write to ana.lopez@northwind.example, she decides.", at.Add(2*time.Minute)))[0]
+	p.completedIn(30*time.Second, bob, stream.CRMWriter)
+	// HubSpot says who referred Bob: her address, as a property of his.
+	bobID := p.sb.AddContact("bob.stone@northwind.example", nil)
+	referral := p.postSigned("hubspot", fmt.Appendf(nil, `[{"eventId":4100000001,"subscriptionId":27,"portalId":62515,"appId":1160452,"occurredAt":%d,`+
+		`"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":%s,"propertyName":"referred_by",`+
+		`"propertyValue":"%s","changeSource":"CRM_UI"}]`, at.Add(3*time.Minute).UnixMilli(), bobID, ana))[0]
+	p.completedIn(30*time.Second, referral, stream.CRMWriter)
 	// A delivery naming her that the gateway quarantined (keys differing in case).
 	p.mu.Lock()
 	hook := p.gwURL + "/hooks/instantly/tok-instantly-0123456789"
 	p.mu.Unlock()
-	resp, err := http.Post(hook, "application/json", strings.NewReader(`{"event_type":"reply_received","EVENT_TYPE":"lead_unsubscribed","lead_email":"`+ana+`","timestamp":"`+at.Format(time.RFC3339)+`"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), `"quarantined":1`) {
-		t.Fatalf("the colliding delivery was not quarantined: %d %s", resp.StatusCode, body)
-	}
+	postQuarantined(t, hook, `{"event_type":"reply_received","EVENT_TYPE":"lead_unsubscribed","lead_email":"`+ana+`","timestamp":"`+at.Format(time.RFC3339)+`"}`)
 	settled(t, p.conn.JS, stream.Projector)
-	ctx := context.Background()
 	url := p.conn.Embedded.ClientURL()
 	dir := p.conn.Embedded.StoreDir()
-	updates := func() int { return len(p.sb.Stops(ana)) + len(p.sb.Raises(ana)) }
 	stops := updates()
 	if stops == 0 || len(onDisk(t, dir, ana)) == 0 || len(onDisk(t, dir, phone)) == 0 {
 		t.Fatalf("before the erasure: %d updates at Instantly, address on disk in %v, phone in %v", stops, onDisk(t, dir, ana), onDisk(t, dir, phone))
@@ -137,9 +143,21 @@ func TestForgetErasesEverywhereAndKeepsSuppressing(t *testing.T) {
 	if found := onDisk(t, dir, phone); len(found) > 0 {
 		t.Errorf("the forgotten phone number is still on disk in %v", found)
 	}
-	// Bob's reply is kept, her address in it replaced.
+	// The operator's pause stays; once resumed, the stopper acts on Bob's reply (his,
+	// rewritten, not hers).
+	if c, err := p.conn.JS.Consumer(ctx, stream.Events, stream.Stopper); err != nil || !c.CachedInfo().Paused {
+		t.Errorf("the stopper the operator paused was resumed by the erasure (%v)", err)
+	}
+	if err := consumer.Resume(ctx, p.conn.JS, stream.Stopper); err != nil {
+		t.Fatal(err)
+	}
+	p.completedIn(30*time.Second, bob, stream.Stopper)
+	if len(p.sb.Stops("bob.stone@northwind.example"))+len(p.sb.Raises("bob.stone@northwind.example")) == 0 {
+		t.Error("Bob's reply, which named her, was never acted on")
+	}
+	// Bob's reply is kept, her address in it replaced; it is still his, acted on.
 	bobEnv := storedEnvelope(t, p, bob)
-	if bobEnv.Data.Contact.Email != "bob.stone@northwind.example" || !strings.Contains(bobEnv.Data.Message.Text, "write to [erased], she decides") {
+	if bobEnv.Data.Contact.Email != "bob.stone@northwind.example" || !strings.Contains(bobEnv.Data.Message.Text, "write to [erased], she decides") || bobEnv.Rewritten() {
 		t.Errorf("bob's reply after the erasure: %+v %+v", bobEnv.Data.Contact, bobEnv.Data.Message)
 	}
 	// Hers is about an anonymous contact, its counts kept.
@@ -198,9 +216,16 @@ func TestForgetErasesEverywhereAndKeepsSuppressing(t *testing.T) {
 	if notes := p.notesFor(again); len(notes) != 0 {
 		t.Errorf("her later reply was written to the CRM: %v", notes)
 	}
+	// HubSpot names her by an id Exacto never linked to her: the CRM writer asks
+	// HubSpot who that is, and its answer about her is stored anonymized.
+	newID := p.sb.AddContact(ana, nil)
+	byID := p.postSigned("hubspot", fmt.Appendf(nil, `[{"eventId":4100000002,"subscriptionId":27,"portalId":62515,"appId":1160452,"occurredAt":%d,`+
+		`"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":%s,"propertyName":"lifecyclestage",`+
+		`"propertyValue":"lead","changeSource":"CRM_UI"}]`, time.Now().UnixMilli(), newID))[0]
+	p.completedIn(30*time.Second, byID, stream.CRMWriter)
 	settled(t, p.conn.JS, stream.Projector)
 	if found := onDisk(t, dir, ana); len(found) > 0 {
-		t.Errorf("her later reply put the address on disk again: %v", found)
+		t.Errorf("her later events put the address on disk again: %v", found)
 	}
 
 	// A second run finds nothing left and is recorded too.
@@ -216,6 +241,26 @@ func TestForgetErasesEverywhereAndKeepsSuppressing(t *testing.T) {
 	if bytes.Contains(bytes.ToLower(data), []byte(ana)) {
 		t.Errorf("the erasure record names her: %s", data)
 	}
+}
+
+// postQuarantined posts body to url, which must quarantine it, and returns its
+// quarantine id.
+func postQuarantined(t *testing.T, url, body string) string {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Quarantined int    `json:"quarantined"`
+		ID          string `json:"quarantine_id"`
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(data, &answer); err != nil || resp.StatusCode != 200 || answer.Quarantined != 1 || answer.ID == "" {
+		t.Fatalf("the delivery was not quarantined: %d %s", resp.StatusCode, data)
+	}
+	return answer.ID
 }
 
 // storedEnvelope reads event id from the stream, through the index of stored ids.

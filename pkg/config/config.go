@@ -222,7 +222,39 @@ type Tenant struct {
 	// wins; a rule with no condition matches every reply.
 	Routing   []Route   `yaml:"routing"`
 	Reconcile Reconcile `yaml:"reconcile"`
+	Retention Retention `yaml:"retention"`
 	Line      int       `yaml:"-"`
+}
+
+// Retention is how long a tenant's history keeps what it does not need for ever
+// (`exacto retention`, pkg/privacy): 0 keeps it all.
+type Retention struct {
+	// Payloads: events stored longer ago lose their raw payload and free texts (message
+	// subject and text, evidence, reasons, the contact's name); quarantined deliveries
+	// and dead letters that old are deleted.
+	Payloads Age `yaml:"payloads"`
+	// Events: events stored longer ago that the projections do not need are deleted;
+	// those they need are kept, compacted as Payloads says.
+	Events Age `yaml:"events"`
+}
+
+// Age is a duration that also reads whole days ("90d").
+type Age struct{ time.Duration }
+
+// UnmarshalYAML reads "90d", or a Go duration ("2160h").
+func (a *Age) UnmarshalYAML(n *yaml.Node) error {
+	if days, ok := strings.CutSuffix(n.Value, "d"); ok {
+		if d, err := strconv.Atoi(days); err == nil && d >= 0 {
+			a.Duration = time.Duration(d) * 24 * time.Hour
+			return nil
+		}
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not an age (90d, or a duration: 2160h)", n.Line, n.Value)
+	}
+	a.Duration = v
+	return nil
 }
 
 // Platforms are one tenant's accounts at the platforms Exacto acts on.
@@ -753,6 +785,14 @@ func (c *Config) Validate() error {
 	for _, t := range c.Tenants {
 		if t.EventLimit < 0 {
 			fail(t.Line, "tenant %s: event_limit must be positive", t.ID)
+		}
+		for _, r := range []struct {
+			what string
+			age  time.Duration
+		}{{"payloads", t.Retention.Payloads.Duration}, {"events", t.Retention.Events.Duration}} {
+			if r.age != 0 && r.age < 24*time.Hour {
+				fail(t.Line, "tenant %s: retention.%s %s: want at least a day (1d), or leave it out to keep everything", t.ID, r.what, r.age)
+			}
 		}
 	}
 	if c.Gateway.StoreLimit < 0 || c.Gateway.MinFreeDisk < 0 {

@@ -146,6 +146,9 @@ func TestRefusals(t *testing.T) {
 		{"a rate that is NaN", "gateway: {rate_limit: {endpoint: NaN}}\n" + good, goodEnv, `line 1: "NaN" is not a positive rate a second (or off)`},
 		{"a rate that is no number", "gateway: {rate_limit: {tenant: lots}}\n" + good, goodEnv, `line 1: "lots" is not a positive rate a second (or off)`},
 		{"a negative event limit", strings.Replace(good, "  - id: acme\n", "  - id: acme\n    event_limit: -5\n", 1), goodEnv, "tenant acme: event_limit must be positive"},
+		{"a retention under a day", strings.Replace(good, "  - id: acme\n", "  - id: acme\n    retention: {payloads: 12h}\n", 1), goodEnv, "tenant acme: retention.payloads 12h0m0s: want at least a day (1d)"},
+		{"a retention that is no age", strings.Replace(good, "  - id: acme\n", "  - id: acme\n    retention: {events: forever}\n", 1), goodEnv, `"forever" is not an age (90d, or a duration: 2160h)`},
+		{"a negative retention", strings.Replace(good, "  - id: acme\n", "  - id: acme\n    retention: {events: -3d}\n", 1), goodEnv, `"-3d" is not an age`},
 		{"a negative store limit", "gateway: {store_limit: -1}\n" + good, goodEnv, "gateway.store_limit and gateway.min_free_disk are sizes in bytes"},
 		{"a negative burst", "gateway: {rate_limit: {burst: -1s}}\n" + good, goodEnv, "gateway.rate_limit.burst must be positive"},
 		{"negative max event age", strings.Replace(good, "        tolerance: 5m\n", "        max_event_age: -1h\n", 1), goodEnv,
@@ -494,5 +497,15 @@ func TestMemoryLimit(t *testing.T) {
 		if _, err := Parse([]byte("memory_limit: "+bad+"\n"+good), "f", env(goodEnv)); err == nil || !strings.Contains(err.Error(), "memory_limit") {
 			t.Errorf("memory_limit %q: error %v, want one naming memory_limit", bad, err)
 		}
+	}
+}
+
+func TestRetention(t *testing.T) {
+	c, err := Parse([]byte(strings.Replace(good, "  - id: acme\n", "  - id: acme\n    retention: {payloads: 90d, events: 17520h}\n", 1)), "exacto.yaml", env(goodEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Tenants[0].Retention; r.Payloads.Duration != 90*24*time.Hour || r.Events.Duration != 730*24*time.Hour {
+		t.Fatalf("retention %+v", r)
 	}
 }

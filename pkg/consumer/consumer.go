@@ -30,6 +30,7 @@ import (
 
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/pkg/telemetry"
@@ -173,6 +174,10 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", stream.ContactLocks, err)
 	}
+	forgotten, err := privacy.WatchForgotten(ctx, js)
+	if err != nil {
+		return err
+	}
 	name := o.Sub.Name()
 	cl := contactLocks{kv: locks, scope: name, lease: o.Sub.AckWait}
 	if !o.Sub.Idempotent { // an idempotent service takes no lease
@@ -183,10 +188,11 @@ func Run(ctx context.Context, o Options) error {
 		defer o.Solo.leave() // after every attempt has ended
 	}
 	r := &runner{o: o, name: name, js: js, guard: guard.New(guards, name, o.Sub.AckWait),
-		locks:    cl,
-		settlers: newSettlers(4 * o.Workers),
-		stopped:  func() bool { return ctx.Err() != nil },
-		backoff:  retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}}
+		locks:     cl,
+		forgotten: forgotten,
+		settlers:  newSettlers(4 * o.Workers),
+		stopped:   func() bool { return ctx.Err() != nil },
+		backoff:   retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
 		Conn:   o.NC,
 		Logger: watermill.NopLogger{},
@@ -315,6 +321,9 @@ type runner struct {
 	js    jetstream.JetStream
 	guard *guard.Guard
 	locks contactLocks
+	// forgotten are the people erased: an event about one of them that a gateway
+	// stored before it learnt of the erasure is anonymized before anyone sees it.
+	forgotten *privacy.Forgotten
 	// delivered maps each watermill message to its JetStream message, which the
 	// runner alone answers (watermill forgets a message once a worker takes it).
 	delivered sync.Map
@@ -470,7 +479,10 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		}
 	}()
 	var a guard.Attempt
-	leftAlone := env.Erased() && !r.o.Sub.Forgotten // see stream.Subscription.Forgotten
+	if anon, ok := r.forgotten.Of(&env); ok {
+		privacy.Anonymize(&env, anon)
+	}
+	leftAlone := env.Rewritten() && !r.o.Sub.Forgotten // see stream.Subscription.Forgotten
 	if r.o.Sub.Idempotent || leftAlone || (r.o.Acts != nil && !r.o.Acts(env)) {
 		a = r.guard.Assume(env.ID, delivered) // nothing to claim
 	} else {

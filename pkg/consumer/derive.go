@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/stream"
 )
 
@@ -15,8 +16,9 @@ import (
 // their ids are deterministic, the index of stored ids catches a republish after the
 // duplicate window (a worker resumed after a crash), and Nats-Msg-Id one within it.
 type Deriver struct {
-	js    jetstream.JetStream
-	index jetstream.KeyValue
+	js        jetstream.JetStream
+	index     jetstream.KeyValue
+	forgotten *privacy.Forgotten
 	// publish, when set, stores through the process's group committer: the derived
 	// events of concurrent attempts (and webhooks) share one fsync.
 	publish func(ctx context.Context, msg *nats.Msg) (wait func() (duplicate bool, err error), err error)
@@ -28,13 +30,18 @@ func (d *Deriver) Via(publish func(ctx context.Context, msg *nats.Msg) (func() (
 	return d
 }
 
-// NewDeriver binds the index once, so publishing costs no lookup of the bucket.
+// NewDeriver binds the index once, so publishing costs no lookup of the bucket, and
+// watches the forgotten people until ctx ends.
 func NewDeriver(ctx context.Context, js jetstream.JetStream) (*Deriver, error) {
 	index, err := js.KeyValue(ctx, stream.EventIndex)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", stream.EventIndex, err)
 	}
-	return &Deriver{js: js, index: index}, nil
+	forgotten, err := privacy.WatchForgotten(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Deriver{js: js, index: index, forgotten: forgotten}, nil
 }
 
 // Publish stores env unless it is stored already. In a runner's attempt through a
@@ -43,6 +50,11 @@ func NewDeriver(ctx context.Context, js jetstream.JetStream) (*Deriver, error) {
 func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
 	if stored, err := stream.Stored(ctx, d.index, env.ID); err != nil || stored {
 		return err
+	}
+	// A fact about a forgotten person (a CRM's answer naming them) keeps nothing of
+	// them, as the gateway stores their events.
+	if anon, ok := d.forgotten.Of(&env); ok {
+		privacy.Anonymize(&env, anon)
 	}
 	msg, err := stream.EventMessage(ctx, env)
 	if err != nil {

@@ -105,6 +105,9 @@ type Envelope struct {
 	// Erasure, on an event an erasure rewrote (`exacto forget`, pkg/privacy), names
 	// it: the forgotten person's anonymous id. Such an event is never acted on again.
 	Erasure string `json:"erasure,omitempty"`
+	// Compacted, on an event the tenant's retention rewrote, says its raw payload and
+	// free texts are gone; what the projections count of it stays.
+	Compacted bool `json:"compacted,omitempty"`
 }
 
 // Data is the normalised content of an event. Which fields are set depends on the type;
@@ -308,9 +311,10 @@ func Complete(typ string, d Data) bool {
 // AnonymousKey starts the contact key of a forgotten person.
 const AnonymousKey = "anonymous:"
 
-// Erased reports whether an erasure made e (pkg/privacy): an event about a forgotten
-// person, or one an erasure rewrote. The projector counts it; no consumer acts on it.
-func (e *Envelope) Erased() bool { return e.Erasure != "" }
+// Rewritten reports whether e was made by an erasure or the retention (pkg/privacy): an
+// event about a forgotten person, or one stored again in place of its original. The
+// projector counts it; no consumer acts on it.
+func (e *Envelope) Rewritten() bool { return e.Erasure != "" || e.Compacted }
 
 // ContactKey names the person an event is about, for serialising a consumer's work on
 // one contact: the e-mail (case-folded, plus-alias kept: "a+x@" and "a@" stay two keys

@@ -19,8 +19,8 @@ import (
 	"exacto.dev/pkg/stream"
 )
 
-// ErasedFromHeader, on an event an erasure rewrote, is the sequence of the event it
-// replaces (erased from the stream since).
+// ErasedFromHeader, on an event an erasure or the retention rewrote, is the sequence of
+// the event it replaces (erased from the stream since).
 const ErasedFromHeader = "Exacto-Erased-From"
 
 // rewriting suffixes the bucket an erasure copies a bucket's current entries into while
@@ -56,7 +56,7 @@ func Erase(ctx context.Context, js jetstream.JetStream, p *Person) (Report, erro
 	// The names in events about them name them in other events too.
 	if _, err := each(ctx, js, stream.Events, "events."+p.Tenant+".>", 0, func(m jetstream.Msg) error {
 		var env envelope.Envelope
-		if json.Unmarshal(m.Data(), &env) == nil && p.About(&env) && env.Data.Contact != nil {
+		if envelope.Decode(m.Data(), &env) == nil && p.About(&env) && env.Data.Contact != nil {
 			p.AddWord(env.Data.Contact.Name)
 			p.AddWord(env.Data.Contact.ExternalID)
 		}
@@ -64,6 +64,9 @@ func Erase(ctx context.Context, js jetstream.JetStream, p *Person) (Report, erro
 	}); err != nil {
 		return r, err
 	}
+	// The index writer is let finish first: an entry it wrote late for an original
+	// would name the erased event instead of its copy.
+	indexed(ctx, js, 30*time.Second)
 	last, err := rewriteEvents(ctx, js, p, 0, &r)
 	if err != nil {
 		return r, err
@@ -82,10 +85,52 @@ func Erase(ctx context.Context, js jetstream.JetStream, p *Person) (Report, erro
 	return r, stream.Durable(ctx, js, stream.Events)
 }
 
+// indexed waits up to within until the gateway's index writer has indexed every event.
+func indexed(ctx context.Context, js jetstream.JetStream, within time.Duration) {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		c, err := js.Consumer(ctx, stream.Events, stream.IndexConsumer)
+		if err != nil {
+			return // no index writer here
+		}
+		info, err := c.Info(ctx)
+		if err != nil || info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+	}
+}
+
 // rewriteEvents stores again, rewritten, every event after sequence from that names p,
-// and erases the original from disk (JetStream's secure delete overwrites it). The
-// copy is on disk before the original goes. It returns the last sequence looked at.
+// and erases the original from disk. It returns the last sequence looked at.
 func rewriteEvents(ctx context.Context, js jetstream.JetStream, p *Person, from uint64, r *Report) (uint64, error) {
+	return rewriteHistory(ctx, js, p.Tenant, from, 0, func(env *envelope.Envelope, _ *jetstream.MsgMetadata, data []byte) verdict {
+		about := p.About(env)
+		if !about && !p.Mentions(data) || !p.Rewrite(env) {
+			return keep
+		}
+		r.Events++
+		if about {
+			r.About++
+		}
+		return rewritten
+	})
+}
+
+// verdict is what becomes of one event of the history.
+type verdict int
+
+const (
+	keep      verdict = iota
+	rewritten         // stored again as judge left it, the original erased
+	removed           // erased
+)
+
+// rewriteHistory passes every event of tenant after sequence from (up to upTo, 0: the
+// last stored) to judge. An event judged rewritten is stored again as judge left it,
+// on its subject, with ErasedFromHeader, and the index of stored ids names the copy;
+// once the copies are on disk the originals (and the removed events) are erased with
+// JetStream's secure delete, which overwrites their bytes. It returns the last sequence
+// looked at.
+func rewriteHistory(ctx context.Context, js jetstream.JetStream, tenant string, from, upTo uint64, judge func(env *envelope.Envelope, md *jetstream.MsgMetadata, data []byte) verdict) (uint64, error) {
 	st, err := js.Stream(ctx, stream.Events)
 	if err != nil {
 		return 0, err
@@ -94,61 +139,61 @@ func rewriteEvents(ctx context.Context, js jetstream.JetStream, p *Person, from 
 	if err != nil {
 		return 0, err
 	}
-	var originals []uint64
+	var gone []uint64
 	flush := func() error {
-		if len(originals) == 0 {
+		if len(gone) == 0 {
 			return nil
 		}
 		if err := stream.Durable(ctx, js, stream.Events); err != nil {
 			return err
 		}
-		for _, seq := range originals {
+		for _, seq := range gone {
 			if err := st.SecureDeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				return fmt.Errorf("erase event %d: %w", seq, err)
 			}
 		}
-		originals = originals[:0]
+		gone = gone[:0]
 		return nil
 	}
-	last, err := each(ctx, js, stream.Events, "events."+p.Tenant+".>", from, func(m jetstream.Msg) error {
-		var env envelope.Envelope
-		if err := json.Unmarshal(m.Data(), &env); err != nil {
-			return nil // not an event of Exacto's: nothing it could act on
-		}
-		about := p.About(&env)
-		if !about && !p.Mentions(m.Data()) {
-			return nil
-		}
-		if !p.Rewrite(&env) {
-			return nil
-		}
+	last, err := each(ctx, js, stream.Events, "events."+tenant+".>", from, func(m jetstream.Msg) error {
 		md, err := m.Metadata()
 		if err != nil {
 			return err
 		}
-		data, err := json.Marshal(env)
-		if err != nil {
-			return err
+		if upTo > 0 && md.Sequence.Stream > upTo {
+			return nil
 		}
-		erased := &nats.Msg{Subject: m.Subject(), Data: data, Header: nats.Header{}}
-		erased.Header.Set("Content-Type", "application/cloudevents+json")
-		erased.Header.Set(ErasedFromHeader, strconv.FormatUint(md.Sequence.Stream, 10))
-		ack, err := js.PublishMsg(ctx, erased)
-		if err != nil {
-			return fmt.Errorf("store the erased copy of %s: %w", env.ID, err)
+		var env envelope.Envelope
+		if err := envelope.Decode(m.Data(), &env); err != nil {
+			return nil // not an event of Exacto's: nothing it could act on
 		}
-		// The id's index entry names the copy: `events show` finds it, and the
-		// provider's retry of the event is still a duplicate.
-		if _, err := index.Put(ctx, env.ID, []byte(strconv.FormatUint(ack.Sequence, 10))); err != nil {
-			return fmt.Errorf("index %s: %w", env.ID, err)
+		switch judge(&env, md, m.Data()) {
+		case keep:
+			return nil
+		case rewritten:
+			data, err := json.Marshal(env)
+			if err != nil {
+				return err
+			}
+			again := &nats.Msg{Subject: m.Subject(), Data: data, Header: nats.Header{}}
+			again.Header.Set("Content-Type", "application/cloudevents+json")
+			again.Header.Set(ErasedFromHeader, strconv.FormatUint(md.Sequence.Stream, 10))
+			ack, err := js.PublishMsg(ctx, again)
+			if err != nil {
+				return fmt.Errorf("store the rewritten copy of %s: %w", env.ID, err)
+			}
+			// The id's index entry names the copy: `events show` finds it, and the
+			// provider's retry of the event is still a duplicate.
+			if _, err := index.Put(ctx, env.ID, []byte(strconv.FormatUint(ack.Sequence, 10))); err != nil {
+				return fmt.Errorf("index %s: %w", env.ID, err)
+			}
+			stream.NoteStored(js, ack.Sequence)
+		case removed:
+			if err := index.Delete(ctx, env.ID); err != nil {
+				return fmt.Errorf("index %s: %w", env.ID, err)
+			}
 		}
-		stream.NoteStored(js, ack.Sequence)
-		originals = append(originals, md.Sequence.Stream)
-		r.Events++
-		if about {
-			r.About++
-		}
-		if len(originals) >= 256 {
+		if gone = append(gone, md.Sequence.Stream); len(gone) >= 256 {
 			return flush()
 		}
 		return nil
@@ -275,7 +320,11 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 }
 
 // scrubEntry decides a bucket entry: dropped (keep false), changed (next), or kept as it
-// is. A campaign shard loses the person's members; any other entry naming them goes.
+// is. The person's own entries go (their contact and directory records, index entries,
+// suppression entries: Person.owns); a campaign shard loses their member; an entry of
+// someone else's that names them (a property whose value is their address) has it
+// replaced, as that person's events have — so the live projection still equals a
+// rebuild from the rewritten history.
 func (p *Person) scrubEntry(bucket string, value []byte) (next []byte, keep bool, err error) {
 	if !p.Mentions(value) {
 		return nil, true, nil
@@ -295,6 +344,12 @@ func (p *Person) scrubEntry(bucket string, value []byte) (next []byte, keep bool
 		if err != nil || p.Mentions(out) {
 			return nil, false, err
 		}
+		return out, true, nil
+	}
+	if p.owns(value) {
+		return nil, false, nil
+	}
+	if out := p.scrubValue(value); out != nil && !p.Mentions(out) {
 		return out, true, nil
 	}
 	return nil, false, nil
@@ -362,10 +417,18 @@ func rewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 	if _, err := tmp.Put(ctx, complete, nil); err != nil {
 		return err
 	}
+	// The copy is on disk before the bucket is purged, the bucket written back before
+	// the copy goes: a power cut loses neither.
+	if err := stream.Durable(ctx, js, "KV_"+tmp.Bucket()); err != nil {
+		return err
+	}
 	if err := st.Purge(ctx); err != nil {
 		return err
 	}
 	if err := putAll(ctx, js, name, entries); err != nil {
+		return err
+	}
+	if err := stream.Durable(ctx, js, "KV_"+name); err != nil {
 		return err
 	}
 	return js.DeleteKeyValue(ctx, tmp.Bucket())
@@ -391,6 +454,9 @@ func finishRewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 			return err
 		}
 		if err := putAll(ctx, js, kv.Bucket(), entries); err != nil {
+			return err
+		}
+		if err := stream.Durable(ctx, js, "KV_"+kv.Bucket()); err != nil {
 			return err
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -457,8 +523,9 @@ func each(ctx context.Context, js jetstream.JetStream, name, filter string, from
 	if err != nil {
 		return last, err
 	}
-	for {
-		batch, err := c.Fetch(256, jetstream.FetchMaxWait(time.Second))
+	// A fetch waits until its batch is full: each asks for no more than are pending.
+	for want, empty := 256, 0; ; {
+		batch, err := c.Fetch(want, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			return last, err
 		}
@@ -469,6 +536,7 @@ func each(ctx context.Context, js jetstream.JetStream, name, filter string, from
 			if err != nil {
 				return last, err
 			}
+			want = int(min(256, max(md.NumPending, 1)))
 			if md.Sequence.Stream > last {
 				done = true
 				continue
@@ -481,8 +549,24 @@ func each(ctx context.Context, js jetstream.JetStream, name, filter string, from
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return last, err
 		}
-		if done || n == 0 {
+		if done {
 			return last, nil
+		}
+		if n > 0 {
+			empty = 0
+			continue
+		}
+		// Nothing came: the end, if the server has nothing more for the filter (the last
+		// message stored may be another tenant's); else a slow server.
+		info, err := c.Info(ctx)
+		if err != nil {
+			return last, err
+		}
+		if info.NumPending == 0 {
+			return last, nil
+		}
+		if empty++; empty == 30 {
+			return last, fmt.Errorf("reading %s: nothing came for 30 s with %d messages pending", name, info.NumPending)
 		}
 	}
 }

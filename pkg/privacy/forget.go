@@ -62,9 +62,9 @@ func Find(ctx context.Context, js jetstream.JetStream, tenant, address string) (
 	if err != nil {
 		return nil, false, err
 	}
-	kv, err := js.KeyValue(ctx, stream.Privacy)
+	kv, err := privacyBucket(ctx, js)
 	if err != nil {
-		return nil, false, fmt.Errorf("bucket %s: %w", stream.Privacy, err)
+		return nil, false, err
 	}
 	h, err := OpenHasher(ctx, kv)
 	if err != nil {
@@ -97,12 +97,22 @@ func Find(ctx context.Context, js jetstream.JetStream, tenant, address string) (
 	return NewPerson(tenant, anon, keys, ids), again, nil
 }
 
+// privacyBucket is the privacy bucket, each write on disk before it returns (the
+// embedded server syncs it only when asked, stream.DurableKV).
+func privacyBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, stream.Privacy)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", stream.Privacy, err)
+	}
+	return stream.DurableKV(js, kv), nil
+}
+
 // Remember adds p to the forgotten set, each key by its keyed hash: from now on a
 // gateway stores an event about them anonymized, and no consumer acts on it.
 func Remember(ctx context.Context, js jetstream.JetStream, p *Person) error {
-	kv, err := js.KeyValue(ctx, stream.Privacy)
+	kv, err := privacyBucket(ctx, js)
 	if err != nil {
-		return fmt.Errorf("bucket %s: %w", stream.Privacy, err)
+		return err
 	}
 	h, err := OpenHasher(ctx, kv)
 	if err != nil {
@@ -118,9 +128,9 @@ func Remember(ctx context.Context, js jetstream.JetStream, p *Person) error {
 
 // Record keeps run in the privacy bucket.
 func Record(ctx context.Context, js jetstream.JetStream, run Run) error {
-	kv, err := js.KeyValue(ctx, stream.Privacy)
+	kv, err := privacyBucket(ctx, js)
 	if err != nil {
-		return fmt.Errorf("bucket %s: %w", stream.Privacy, err)
+		return err
 	}
 	data, err := json.Marshal(run)
 	if err != nil {

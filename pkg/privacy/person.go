@@ -198,8 +198,9 @@ func (p *Person) scrub(s string) string {
 }
 
 // Rewrite makes env keep nothing of the person: an event about them is anonymized
-// (Anonymize), in any other every text that names them has it replaced. It reports
-// whether env changed; a changed env carries the erasure's anonymous id.
+// (Anonymize: it carries the erasure's anonymous id, and no consumer acts on it), in
+// any other every text that names them has it replaced (it is still someone else's
+// event, acted on as before). It reports whether env changed.
 func (p *Person) Rewrite(env *envelope.Envelope) bool {
 	if p.About(env) {
 		Anonymize(env, p.Anonymous)
@@ -217,10 +218,37 @@ func (p *Person) Rewrite(env *envelope.Envelope) bool {
 		env.PayloadSHA256 = hex.EncodeToString(sum[:])
 		changed = true
 	}
-	if changed {
-		env.Erasure = p.Anonymous
-	}
 	return changed
+}
+
+// owns reports whether data (a bucket's value) is the person's own: it holds one of
+// their identity keys as a JSON string, or one of their contact ids.
+func (p *Person) owns(data []byte) bool {
+	for _, k := range p.Keys {
+		if bytes.Contains(data, []byte(`"`+k+`"`)) {
+			return true
+		}
+	}
+	for _, id := range p.ContactIDs {
+		if bytes.Contains(data, []byte(id)) {
+			return true
+		}
+	}
+	return false
+}
+
+// scrubValue is a bucket's JSON value with what names the person replaced in place
+// (the value keeps its fields and their order), or nil when the replacing would not
+// leave valid JSON.
+func (p *Person) scrubValue(data []byte) []byte {
+	out := []byte(p.scrub(string(data)))
+	for _, w := range p.words {
+		out = bytes.ReplaceAll(out, []byte(`"`+w+`"`), []byte(`"`+erasedText+`"`))
+	}
+	if !json.Valid(out) {
+		return nil
+	}
+	return out
 }
 
 // texts are the strings of env that may hold someone's words or ids.

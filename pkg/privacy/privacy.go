@@ -32,8 +32,12 @@ const (
 	erasurePrefix = "erasure."
 )
 
-// Erased is what an erased event's raw payload becomes.
-var Erased = json.RawMessage(`{"erased":true}`)
+// Erased is what an erased or compacted event's raw payload becomes; erasedSHA256 its
+// SHA-256, the event's payloadsha256 then.
+var (
+	Erased       = json.RawMessage(`{"erased":true}`)
+	erasedSHA256 = func() string { sum := sha256.Sum256(Erased); return hex.EncodeToString(sum[:]) }()
+)
 
 // Hasher hashes identity keys with the deployment's key: whoever reads the privacy
 // bucket's entries cannot test an address against them without that key.
@@ -141,8 +145,7 @@ func Anonymize(env *envelope.Envelope, anon string) {
 		c.Evidence = nil
 	}
 	d.Raw = Erased
-	sum := sha256.Sum256(Erased)
-	env.PayloadSHA256 = hex.EncodeToString(sum[:])
+	env.PayloadSHA256 = erasedSHA256
 	env.Erasure = anon
 }
 

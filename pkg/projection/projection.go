@@ -344,6 +344,19 @@ func apply(ctx context.Context, s Stores, dir Identities, env envelope.Envelope)
 	return applyNamed(ctx, s, dir, env, name(ctx, dir, env))
 }
 
+// Needs reports whether the projections need env: whether it changes a contact's
+// lifecycle, or links keys of a contact in the directory (an event that names one key
+// only adds nothing a record needs: a contact's id derives from its keys). A replay
+// without an event it does not need gives what a replay with it gives (the retention
+// removes such events past its age, pkg/privacy).
+func Needs(env envelope.Envelope) bool {
+	if len(lifecycle.Keys(env)) > 0 || env.Type == envelope.TypeContactIdentified {
+		return true
+	}
+	seen, named := directorySeen(env, external(env))
+	return named && len(seen.Keys()) > 1
+}
+
 // named is who an event is about, as apply needs it: what the lifecycle follows of it,
 // what the directory knows its contact by, and the contact that is (skip: nothing to
 // apply). A replay names each event ahead of applying it, in order, beside the applying.

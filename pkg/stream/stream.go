@@ -274,10 +274,11 @@ type Subscription struct {
 	// letter, a success after either. Its other events are completed once its
 	// consumer's ack floor has passed them (consumer.Status).
 	Idempotent bool
-	// Forgotten: the service takes the events an erasure made (pkg/privacy: about a
-	// forgotten person, or rewritten) — the projector counts them. Every other service
-	// leaves them alone: nothing of the person is left to act on, nobody may act on
-	// them, and a rewritten event was acted on as it first was.
+	// Forgotten: the service takes the events an erasure or the retention made
+	// (pkg/privacy: about a forgotten person, or stored again in place of an original)
+	// — the projector counts them. Every other service leaves them alone: nothing of
+	// a forgotten person is left to act on, nobody may act on them, and a rewritten
+	// event was acted on as it first was.
 	Forgotten bool
 }
 
@@ -528,7 +529,8 @@ func Stored(ctx context.Context, index jetstream.KeyValue, id string) (bool, err
 }
 
 // Load reads the stored event id through the index of stored events; found is false
-// when the index does not hold it (never stored, or older than the index's TTL).
+// when the index does not hold it (never stored, or older than the index's TTL) or the
+// event is gone (removed by the retention, pkg/privacy).
 func Load(ctx context.Context, js jetstream.JetStream, id string) (env envelope.Envelope, found bool, err error) {
 	index, err := js.KeyValue(ctx, EventIndex)
 	if err != nil {
@@ -550,6 +552,9 @@ func Load(ctx context.Context, js jetstream.JetStream, id string) (env envelope.
 		return env, false, err
 	}
 	m, err := st.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return env, false, nil
+	}
 	if err != nil {
 		return env, false, fmt.Errorf("event %s at sequence %d: %w", id, seq, err)
 	}

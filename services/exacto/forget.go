@@ -5,14 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
+	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/lifecycle"
 	"exacto.dev/pkg/privacy"
+	"exacto.dev/pkg/projection"
 	"exacto.dev/pkg/stream"
 )
 
@@ -66,26 +73,54 @@ func forget(ctx context.Context, js jetstream.JetStream, out io.Writer, tenant, 
 	if err != nil {
 		return err
 	}
+	warnIfNotSuppressed(ctx, js, out, tenant, address)
 	if err := privacy.Remember(ctx, js, p); err != nil {
 		return err
 	}
-	resume, err := pauseAll(ctx, js)
-	defer resume()
+	h, err := pauseAll(ctx, js)
 	if err != nil {
+		h.resume()
 		return err
 	}
 	fmt.Fprintf(out, "consumers paused; erasing %s (%d identity keys) ...\n", p.Anonymous, len(p.Keys))
 	report, err := privacy.Erase(ctx, js, p)
 	if err != nil {
-		return fmt.Errorf("erasure of %s stopped: %w (run it again: it goes on where it stopped)", p.Anonymous, err)
+		// A bucket may be half written back: a consumer resumed now would write into it,
+		// and the next run, finishing it from its copy, would lose that write.
+		until := h.hold(24 * time.Hour)
+		return fmt.Errorf("erasure of %s stopped: %w\nThe consumers stay paused until %s: run the same command again, it finishes the erasure and resumes them",
+			p.Anonymous, err, until.Format(time.RFC3339))
 	}
+	h.resume()
 	run := privacy.Run{Tenant: tenant, Anonymous: p.Anonymous, By: by, Why: why, At: time.Now().UTC(), Again: again, Keys: len(p.Keys), Report: report}
 	if err := privacy.Record(ctx, js, run); err != nil {
 		return fmt.Errorf("erased, but the record of it was not kept: %w", err)
 	}
-	fmt.Fprintf(out, "forgotten as %s: %d events rewritten (%d about them), dead letters, outcomes and quarantine: %d messages erased, %d bucket entries removed, %d buckets rewritten\n",
+	fmt.Fprintf(out, "forgotten as %s: %d events rewritten (%d about them), dead letters, outcomes and quarantine: %d messages erased, %d bucket entries removed or changed, %d buckets rewritten\n",
 		p.Anonymous, report.Events, report.About, total(report.Deleted), total(report.Removed), len(report.Rewritten))
 	return nil
+}
+
+// warnIfNotSuppressed says when the person is not suppressed: an erasure makes Exacto
+// leave them alone, it tells no platform to stop e-mailing them.
+func warnIfNotSuppressed(ctx context.Context, js jetstream.JetStream, out io.Writer, tenant, address string) {
+	stores, err := projection.Open(ctx, js, "", 1)
+	if err != nil {
+		return
+	}
+	dir, err := contacts.Open(ctx, js)
+	if err != nil {
+		return
+	}
+	key, _ := privacy.Identify(address)
+	kind, value, _ := strings.Cut(key, ":")
+	c, found, err := projection.Reader{Stores: stores, Dir: dir}.ContactByKey(ctx, tenant, kind, value)
+	if err != nil || !found {
+		return
+	}
+	if st := c.View().Status; !lifecycle.Terminal(st) {
+		fmt.Fprintf(out, "warning: this contact is %s, not suppressed: Exacto will leave them alone from now on, but a platform with an active sequence for them still e-mails them; unsubscribe them there (or send Exacto their unsubscribe) first\n", st)
+	}
 }
 
 func total(m map[string]int) int {
@@ -96,48 +131,99 @@ func total(m map[string]int) int {
 	return n
 }
 
-// pauseAll pauses every consumer service and waits until none holds an event: they
-// write the buckets an erasure rewrites. resume resumes them (also after an error).
-func pauseAll(ctx context.Context, js jetstream.JetStream) (resume func(), err error) {
-	var paused []string
-	resume = func() {
-		for _, d := range paused {
-			if err := consumer.Resume(context.WithoutCancel(ctx), js, d); err != nil {
-				fmt.Printf("resume %s: %v (the server resumes it at %s)\n", d, err, time.Now().Add(forgetPause).Format(time.RFC3339))
-			}
-		}
-	}
-	until := time.Now().Add(forgetPause)
+// held are the consumers an erasure paused (not those an operator had paused: they
+// stay as they were), kept paused while it runs.
+type held struct {
+	js      jetstream.JetStream
+	durable []string
+	stop    chan struct{}
+	renewed sync.WaitGroup
+}
+
+// pauseAll pauses every consumer service that is running unpaused and waits until none
+// is working on an event: they write the buckets an erasure rewrites. The pause is
+// renewed while the erasure runs; should the command die, the server resumes them
+// after forgetPause.
+func pauseAll(ctx context.Context, js jetstream.JetStream) (*held, error) {
+	h := &held{js: js, stop: make(chan struct{})}
+	var waits []time.Duration
 	for _, s := range stream.Subscriptions {
-		err := consumer.Pause(ctx, js, s.Durable, until)
+		c, err := js.Consumer(ctx, stream.Events, s.Durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue // the service never ran here
 		}
 		if err != nil {
-			return resume, err
+			return h, err
 		}
-		paused = append(paused, s.Durable)
+		info, err := c.Info(ctx)
+		if err != nil {
+			return h, err
+		}
+		if info.Paused {
+			continue // an operator's pause: it makes no write, and stays theirs
+		}
+		if err := consumer.Pause(ctx, js, s.Durable, time.Now().Add(forgetPause)); err != nil {
+			return h, err
+		}
+		h.durable = append(h.durable, s.Durable)
+		waits = append(waits, s.AckWait)
 	}
-	// The projector and the suppressor must be idle: they write the projections, the
-	// contact directory and the suppression list, which the erasure writes anew, and
-	// a write of theirs lost to it would be acked and lost. Another consumer's write
-	// lost to it is a guard's (its attempt is tried again and finds its effect made,
-	// docs/durability.md); those get a moment to finish, no more: one may wait for a
-	// paused one (the CRM writer for a classification).
-	for _, d := range paused {
-		within := 10 * time.Second
-		if d == stream.Projector || d == stream.Suppressor {
-			within = 2 * time.Minute
+	h.renewed.Add(1)
+	go func() {
+		defer h.renewed.Done()
+		tick := time.NewTicker(forgetPause / 5)
+		defer tick.Stop()
+		for {
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+				for _, d := range h.durable {
+					consumer.Pause(context.WithoutCancel(ctx), js, d, time.Now().Add(forgetPause))
+				}
+			}
 		}
-		if err := idle(ctx, js, d, within); err != nil {
-			return resume, err
+	}()
+	// An attempt under way ends within its consumer's ack wait (its handler's context
+	// does): past it, an event still pending is waiting out a retry, not being worked.
+	for i, d := range h.durable {
+		if err := idle(ctx, js, d, waits[i]+5*time.Second); err != nil {
+			return h, err
 		}
 	}
-	return resume, nil
+	return h, nil
 }
 
-// idle waits up to within until durable (and its replays) holds no event, and says
-// whether it does not when it must.
+// resume stops the renewal and resumes the consumers.
+func (h *held) resume() {
+	h.stopRenewing()
+	for _, d := range h.durable {
+		if err := consumer.Resume(context.Background(), h.js, d); err != nil {
+			fmt.Printf("resume %s: %v (the server resumes it within %s)\n", d, err, forgetPause)
+		}
+	}
+}
+
+// hold stops the renewal and keeps the consumers paused for d.
+func (h *held) hold(d time.Duration) time.Time {
+	h.stopRenewing()
+	until := time.Now().Add(d)
+	for _, c := range h.durable {
+		consumer.Pause(context.Background(), h.js, c, until)
+	}
+	return until
+}
+
+func (h *held) stopRenewing() {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	h.renewed.Wait()
+}
+
+// idle waits up to within until durable (and its replays) has no event in hand.
 func idle(ctx context.Context, js jetstream.JetStream, durable string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for _, name := range []string{stream.Events, stream.Replays} {
@@ -145,7 +231,7 @@ func idle(ctx context.Context, js jetstream.JetStream, durable string, within ti
 		if name == stream.Replays {
 			d = stream.Subscription{Durable: durable}.Replays().Durable
 		}
-		for {
+		for time.Now().Before(deadline) {
 			c, err := js.Consumer(ctx, name, d)
 			if errors.Is(err, jetstream.ErrConsumerNotFound) {
 				break
@@ -160,14 +246,76 @@ func idle(ctx context.Context, js jetstream.JetStream, durable string, within ti
 			if info.NumAckPending == 0 {
 				break
 			}
-			if time.Now().After(deadline) {
-				if durable == stream.Projector || durable == stream.Suppressor {
-					return fmt.Errorf("consumer %s still holds %d events after %s: try again later", d, info.NumAckPending, within)
-				}
-				break
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	return nil
+}
+
+// retentionCmd is `exacto retention`: each tenant's retention applied now.
+func retentionCmd() *cobra.Command {
+	var natsURL, tenant, configPath string
+	cmd := &cobra.Command{
+		Use:   "retention [--tenant T] [--config F]",
+		Short: "Apply each tenant's retention now: compact or remove old events, erase old quarantined deliveries and dead letters",
+		Long: `Apply the config's tenants[].retention now, as the reconciler does once a day:
+events stored more than retention.payloads ago lose their raw payload and free texts
+(stored again compacted, the original erased from disk); events stored more than
+retention.events ago that the projections do not need are erased, the others
+compacted; quarantined deliveries and dead letters older than retention.payloads are
+erased. An event a consumer has not handled yet is left for a later run. A replay
+after it equals the live projection.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(configPath, os.Getenv)
+			if err != nil {
+				return err
+			}
+			tenants, err := tenantsOf(cfg, tenant)
+			if err != nil {
+				return err
+			}
+			js, closeConn, err := dial(natsURL)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			for _, t := range tenants {
+				r := t.Retention
+				if r.Payloads.Duration <= 0 && r.Events.Duration <= 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: no retention configured: everything is kept\n", t.ID)
+					continue
+				}
+				got, err := privacy.Retain(cmd.Context(), js, t.ID, r.Payloads.Duration, r.Events.Duration, time.Now())
+				if err != nil {
+					return fmt.Errorf("%s: %w", t.ID, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d events compacted, %d removed, %d left until every consumer has handled them; %d quarantined deliveries and dead letters erased\n",
+					t.ID, got.Compacted, got.Removed, got.Waiting, total(got.Deleted))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
+	cmd.Flags().StringVar(&configPath, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")
+	return cmd
+}
+
+// tenantsOf are cfg's tenants, or the one named tenant ("": all of them).
+func tenantsOf(cfg *config.Config, tenant string) ([]config.Tenant, error) {
+	var out []config.Tenant
+	for _, t := range cfg.Tenants {
+		if tenant == "" || t.ID == tenant {
+			out = append(out, t)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no tenant %q in the config", tenant)
+	}
+	return out, nil
 }

@@ -47,14 +47,9 @@ Platforms without credentials in the config are read at the sandbox of a running
 			if sandboxURL == "" && cfg.SandboxAddr != "" {
 				sandboxURL = "http://" + cfg.SandboxAddr
 			}
-			var tenants []string
-			for _, t := range cfg.Tenants {
-				if tenant == "" || t.ID == tenant {
-					tenants = append(tenants, t.ID)
-				}
-			}
-			if len(tenants) == 0 {
-				return fmt.Errorf("no tenant %q in the config", tenant)
+			tenants, err := tenantsOf(cfg, tenant)
+			if err != nil {
+				return err
 			}
 			js, closeConn, err := dial(natsURL)
 			if err != nil {
@@ -73,10 +68,10 @@ Platforms without credentials in the config are read at the sandbox of a running
 			platforms := accounts.New(cfg, sandboxURL, accounts.Pacing{Limits: limits})
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			for _, t := range tenants {
-				clients, _ := platforms.For(t)
-				rep, err := deps.RunTenant(cmd.Context(), t, clients, log, dryRun)
+				clients, _ := platforms.For(t.ID)
+				rep, err := deps.RunTenant(cmd.Context(), t.ID, clients, log, dryRun)
 				if err != nil {
-					return fmt.Errorf("tenant %s: %w", t, err)
+					return fmt.Errorf("tenant %s: %w", t.ID, err)
 				}
 				printReport(cmd.OutOrStdout(), rep)
 			}

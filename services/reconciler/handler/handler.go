@@ -3,7 +3,9 @@
 // on that interval, the first one FirstDelay after start, and logs a summary of each.
 // A pass that fails is logged and retried at the next tick; passes of one tenant never
 // overlap. A scheduled pass waits while the projector is behind (quiet). `exacto
-// reconcile` runs a pass on demand.
+// reconcile` runs a pass on demand. It also applies each tenant's retention
+// (tenants[].retention, pkg/privacy) once every RetentionEvery, the first time
+// FirstDelay after start; `exacto retention` applies it on demand.
 package handler
 
 import (
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"exacto.dev/pkg/platform/accounts"
+	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/reconcile"
 	"exacto.dev/pkg/service"
 	"exacto.dev/pkg/stream"
@@ -33,6 +36,9 @@ var (
 	MaxQuietWait        = 10 * time.Minute
 )
 
+// RetentionEvery is how often each tenant's retention is applied.
+var RetentionEvery = 24 * time.Hour
+
 // Run runs the schedule until ctx ends.
 func Run(ctx context.Context, env *service.Env, up func()) error {
 	deps, err := reconcile.Open(ctx, env.Conn.JS, env.Config)
@@ -53,28 +59,51 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 		}
 		scheduled++
 		reconcile.ZeroMetrics(ctx, t.ID)
-		wg.Add(1)
-		go func(tenant string) {
-			defer wg.Done()
-			timer := time.NewTimer(min(FirstDelay, every))
-			defer timer.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-timer.C:
-				}
-				quiet(ctx, env, tenant)
-				pass(ctx, env, deps, tenant, clients)
-				timer.Reset(every)
+		tenant := t.ID
+		schedule(ctx, &wg, min(FirstDelay, every), every, func() {
+			quiet(ctx, env, tenant)
+			pass(ctx, env, deps, tenant, clients)
+		})
+	}
+	for _, t := range env.Config.Tenants {
+		r := t.Retention
+		if r.Payloads.Duration <= 0 && r.Events.Duration <= 0 {
+			continue
+		}
+		tenant := t.ID
+		schedule(ctx, &wg, FirstDelay, RetentionEvery, func() {
+			got, err := privacy.Retain(ctx, env.Conn.JS, tenant, r.Payloads.Duration, r.Events.Duration, time.Now())
+			if err != nil && ctx.Err() == nil {
+				env.Log.Warn("retention failed; tried again at the next run", "tenant", tenant, "err", err)
+			} else {
+				env.Log.Info("retention applied", "tenant", tenant, "compacted", got.Compacted, "removed", got.Removed, "waiting", got.Waiting, "erased", got.Deleted)
 			}
-		}(t.ID)
+		})
 	}
 	env.Log.Info("reconciler started", "tenants", scheduled)
 	up()
 	<-ctx.Done()
 	wg.Wait()
 	return nil
+}
+
+// schedule runs run first after first, then every every, until ctx ends; wg counts it.
+func schedule(ctx context.Context, wg *sync.WaitGroup, first, every time.Duration, run func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		timer := time.NewTimer(first)
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+			run()
+			timer.Reset(every)
+		}
+	}()
 }
 
 // quiet waits until the projector's backlog is at most QuietBacklog, at most

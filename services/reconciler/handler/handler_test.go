@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
@@ -163,5 +164,50 @@ func TestPassWaitsForTheProjector(t *testing.T) {
 			t.Fatalf("the projector acked %d of 5", acked)
 		}
 		r.waitPass(t, "acme")
+	}
+}
+
+// A tenant's retention is applied soon after start (and every RetentionEvery): an
+// event stored longer ago than retention.payloads is compacted; the other tenant's,
+// with no retention, is kept whole.
+func TestRetentionIsScheduled(t *testing.T) {
+	r := newReconciled(t)
+	r.env.Config.Tenants[0].Retention.Payloads.Duration = 30 * 24 * time.Hour
+	ctx := context.Background()
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	for _, tenant := range []string{"acme", "quiet"} {
+		env := envelope.Envelope{SpecVersion: "1.0", ID: envelope.ID(tenant, "instantly", "old"), Type: envelope.TypeReplyReceived, Time: old, ReceivedAt: old,
+			Tenant: tenant, Provider: "instantly", Data: envelope.Data{Contact: &envelope.Contact{Email: "ana@northwind.example"}, Message: &envelope.Message{Text: "an old reply"}, Raw: []byte(`{"reply_text":"an old reply"}`)}}
+		msg, err := stream.EventMessage(ctx, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.conn.JS.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.run(t)
+	st, err := r.conn.JS.Stream(ctx, stream.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(tenant string) envelope.Envelope {
+		m, err := st.GetLastMsgForSubject(ctx, stream.EventSubject(tenant, "instantly", envelope.TypeReplyReceived))
+		if err != nil {
+			t.Fatalf("%s's old reply: %v", tenant, err)
+		}
+		var env envelope.Envelope
+		if err := json.Unmarshal(m.Data, &env); err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	for deadline := time.Now().Add(10 * time.Second); !load("acme").Compacted; time.Sleep(25 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("acme's retention was not applied")
+		}
+	}
+	if env := load("quiet"); env.Compacted || env.Data.Message.Text == "" {
+		t.Fatalf("a tenant without retention was compacted: %+v", env.Data)
 	}
 }

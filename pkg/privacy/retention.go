@@ -1,0 +1,170 @@
+package privacy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/projection"
+	"exacto.dev/pkg/stream"
+)
+
+// Retained is what one application of a tenant's retention changed.
+type Retained struct {
+	Tenant string `json:"tenant"`
+	// Compacted events were stored again without their raw payload and free texts;
+	// Removed ones, which the projections do not need, erased.
+	Compacted int `json:"compacted"`
+	Removed   int `json:"removed"`
+	// Waiting: events old enough, left for now because a consumer has not handled them.
+	Waiting int `json:"waiting,omitempty"`
+	// Deleted: quarantined deliveries and dead letters erased, by stream.
+	Deleted map[string]int `json:"deleted,omitempty"`
+}
+
+// Retain applies tenant's retention at now: an event stored before now-payloads (0:
+// never) is compacted (Compact); one stored before now-events (0: never) is removed if
+// the projections do not need it (projection.Needs), else compacted; quarantined
+// deliveries, dead letters and replays of dead letters stored before now-payloads are
+// erased. An event a consumer has not handled yet is left for a later run. What goes
+// is erased from disk as an erasure's (rewriteHistory), so a replay after it equals the
+// live projection: the projector counted every compacted event's copy alike, and a
+// removed event counted for nothing.
+func Retain(ctx context.Context, js jetstream.JetStream, tenant string, payloads, events time.Duration, now time.Time) (Retained, error) {
+	r := Retained{Tenant: tenant, Deleted: map[string]int{}}
+	if payloads <= 0 && events <= 0 {
+		return r, nil
+	}
+	handled, err := handledBy(ctx, js)
+	if err != nil {
+		return r, err
+	}
+	older := func(t time.Time, age time.Duration) bool { return age > 0 && t.Before(now.Add(-age)) }
+	if _, err := rewriteHistory(ctx, js, tenant, 0, 0, func(env *envelope.Envelope, md *jetstream.MsgMetadata, _ []byte) verdict {
+		stored := env.ReceivedAt // a copy's own time is the rewrite's
+		if stored.IsZero() {
+			stored = md.Timestamp
+		}
+		if !older(stored, payloads) && !older(stored, events) {
+			return keep
+		}
+		if !handled(env.StreamSubject(), md.Sequence.Stream) {
+			r.Waiting++
+			return keep
+		}
+		if older(stored, events) && !projection.Needs(*env) {
+			r.Removed++
+			return removed
+		}
+		if !Compact(env) {
+			return keep
+		}
+		r.Compacted++
+		return rewritten
+	}); err != nil {
+		return r, err
+	}
+	if payloads <= 0 {
+		return r, nil
+	}
+	for _, s := range []struct{ name, filter string }{
+		{stream.Quarantine, "quarantine." + tenant + ".>"},
+		{stream.DLQ, "dlq.*." + tenant + ".>"},
+		{stream.Replays, "replay.*." + tenant + ".>"},
+	} {
+		st, err := js.Stream(ctx, s.name)
+		if err != nil {
+			return r, err
+		}
+		if _, err := each(ctx, js, s.name, s.filter, 0, func(m jetstream.Msg) error {
+			md, err := m.Metadata()
+			if err != nil || !older(md.Timestamp, payloads) {
+				return err
+			}
+			if err := st.SecureDeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return fmt.Errorf("erase %s %d: %w", s.name, md.Sequence.Stream, err)
+			}
+			r.Deleted[s.name]++
+			return nil
+		}); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// Compact removes env's raw payload and free texts — a message's subject, text and
+// HTML, a classification's evidence, a bounce's and a meeting's reasons, the contact's
+// name — and keeps what the projections count. It reports whether env changed.
+func Compact(env *envelope.Envelope) bool {
+	if env.Compacted {
+		return false
+	}
+	d := &env.Data
+	if c := d.Contact; c != nil {
+		c.Name = ""
+	}
+	if m := d.Message; m != nil {
+		m.Subject, m.Text, m.HTML = "", "", ""
+	}
+	if c := d.Classification; c != nil {
+		c.Evidence = nil
+	}
+	if b := d.Bounce; b != nil {
+		b.Reason = ""
+	}
+	if m := d.Meeting; m != nil {
+		m.Reason = ""
+	}
+	d.Raw = Erased
+	env.PayloadSHA256 = erasedSHA256
+	env.Compacted = true
+	return true
+}
+
+// handledBy says whether every durable consumer of EXACTO_EVENTS that takes subject has
+// handled the event at seq: its ack floor is past it, or it holds nothing at all.
+func handledBy(ctx context.Context, js jetstream.JetStream) (func(subject string, seq uint64) bool, error) {
+	st, err := js.Stream(ctx, stream.Events)
+	if err != nil {
+		return nil, err
+	}
+	type floor struct {
+		takes stream.Subscription
+		seq   uint64
+	}
+	var floors []floor
+	list := st.ListConsumers(ctx)
+	for info := range list.Info() {
+		if info.Config.Durable == "" {
+			continue // an ordered reader's: it acts on nothing
+		}
+		f := floor{takes: stream.Subscription{Subjects: info.Config.FilterSubjects}, seq: info.AckFloor.Stream}
+		if info.Config.FilterSubject != "" {
+			f.takes.Subjects = append(f.takes.Subjects, info.Config.FilterSubject)
+		}
+		if len(f.takes.Subjects) == 0 {
+			f.takes.Subjects = []string{">"}
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			f.seq = math.MaxUint64
+		}
+		floors = append(floors, f)
+	}
+	if err := list.Err(); err != nil {
+		return nil, err
+	}
+	return func(subject string, seq uint64) bool {
+		for _, f := range floors {
+			if seq > f.seq && f.takes.Takes(subject) {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
