@@ -228,10 +228,20 @@ func TestForgetErasesEverywhereAndKeepsSuppressing(t *testing.T) {
 		t.Errorf("her later events put the address on disk again: %v", found)
 	}
 
-	// A second run finds nothing left and is recorded too.
+	// A second run finds nothing left and is recorded too; the consumers an earlier
+	// run left paused (it failed) are this one's to resume.
+	if err := consumer.Pause(ctx, p.conn.JS, stream.Projector, time.Now().Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := privacy.SetPaused(ctx, p.conn.JS, []string{stream.Projector}); err != nil {
+		t.Fatal(err)
+	}
 	out = runExacto(t, "forget", ana, "--tenant", "acme", "--why", "GDPR request #12, checked", "--by", "dpo", "--nats-url", url)
 	if !strings.Contains(out, "forgotten as "+anon+": 0 events rewritten") {
 		t.Errorf("a second run:\n%s", out)
+	}
+	if c, err := p.conn.JS.Consumer(ctx, stream.Events, stream.Projector); err != nil || c.CachedInfo().Paused {
+		t.Errorf("the projector a failed run left paused is still paused (%v)", err)
 	}
 	runs, err := privacy.Runs(ctx, p.conn.JS, "acme")
 	if err != nil || len(runs) != 2 || runs[0].By != "dpo" || runs[0].Why != "GDPR request #12" || runs[0].About < 2 || runs[0].Again || !runs[1].Again || runs[1].Events != 0 {

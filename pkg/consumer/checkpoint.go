@@ -99,18 +99,7 @@ func from(ctx context.Context, js jetstream.JetStream, streamName string, cfg *j
 
 // checkpointOf is durable's checkpointed ack floor (0: none).
 func checkpointOf(ctx context.Context, kv jetstream.KeyValue, durable string) (uint64, error) {
-	e, err := kv.Get(ctx, durable)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("checkpoint of %s: %w", durable, err)
-	}
-	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("checkpoint of %s: %q: %w", durable, e.Value(), err)
-	}
-	return seq, nil
+	return stream.Checkpoint(ctx, kv, durable)
 }
 
 // KeepCheckpoints writes the ack floor of the consumer bound (nil: none yet) to kv

@@ -483,6 +483,12 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		privacy.Anonymize(&env, anon)
 	}
 	leftAlone := env.Rewritten() && !r.o.Sub.Forgotten // see stream.Subscription.Forgotten
+	if leftAlone && m.Metadata.Get(privacy.ErasedFromHeader) != "" {
+		// A copy stored in place of an event that was handled as it came (or, about a
+		// forgotten person, is never to be): that event's guard record stays as it is.
+		r.ack(ctx, m)
+		return
+	}
 	if r.o.Sub.Idempotent || leftAlone || (r.o.Acts != nil && !r.o.Acts(env)) {
 		a = r.guard.Assume(env.ID, delivered) // nothing to claim
 	} else {

@@ -24,6 +24,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/stream"
 )
@@ -1258,6 +1259,15 @@ func TestErasedEventsAreLeftAlone(t *testing.T) {
 	if _, err := conn.JS.PublishMsg(context.Background(), msg); err != nil {
 		t.Fatal(err)
 	}
+	// A copy an erasure stored in place of an event: its guard record is the original's.
+	erasedCopy := erased
+	erasedCopy.ID = envelope.ID("acme", "instantly", "copy")
+	msg, _ = stream.EventMessage(context.Background(), erasedCopy)
+	msg.Header.Del(jetstream.MsgIDHeader)
+	msg.Header.Set(privacy.ErasedFromHeader, "1")
+	if _, err := conn.JS.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
 	for _, takes := range []bool{false, true} {
 		var calls effects
 		s := sub
@@ -1271,6 +1281,19 @@ func TestErasedEventsAreLeftAlone(t *testing.T) {
 		})
 		if n := calls.get(erased.ID); (n == 1) != takes {
 			t.Errorf("Forgotten %v: the erased event was handled %d times", takes, n)
+		}
+		if !takes {
+			waitFor(t, "every event acked", func() bool {
+				info, err := conn.JS.Consumer(context.Background(), stream.Events, s.Durable)
+				if err != nil {
+					return false
+				}
+				i, err := info.Info(context.Background())
+				return err == nil && i.NumPending == 0 && i.NumAckPending == 0
+			})
+			if rec, _, err := guard.Status(context.Background(), kv, s.Durable, erasedCopy.ID); err != nil || rec.Status != "" || calls.get(erasedCopy.ID) != 0 {
+				t.Errorf("the erased copy: guard record %+v (%v), handled %d times; want none", rec, err, calls.get(erasedCopy.ID))
+			}
 		}
 	}
 }

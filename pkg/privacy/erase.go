@@ -188,11 +188,9 @@ func rewriteHistory(ctx context.Context, js jetstream.JetStream, tenant string, 
 				return fmt.Errorf("index %s: %w", env.ID, err)
 			}
 			stream.NoteStored(js, ack.Sequence)
-		case removed:
-			if err := index.Delete(ctx, env.ID); err != nil {
-				return fmt.Errorf("index %s: %w", env.ID, err)
-			}
 		}
+		// A removed event's index entry stays: the provider's retry of it is still a
+		// duplicate (stream.Load finds the event gone).
 		if gone = append(gone, md.Sequence.Stream); len(gone) >= 256 {
 			return flush()
 		}

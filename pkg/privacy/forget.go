@@ -168,3 +168,44 @@ func Runs(ctx context.Context, js jetstream.JetStream, tenant string) ([]Run, er
 	}
 	return out, nil
 }
+
+// pausedKey keeps the consumers an erasure paused, so that a run after one that failed
+// (they stay paused) knows them from an operator's pauses and resumes them.
+const pausedKey = "paused"
+
+// Paused are the consumers an erasure paused and has not resumed.
+func Paused(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	kv, err := privacyBucket(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, pausedKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	return out, json.Unmarshal(e.Value(), &out)
+}
+
+// SetPaused records the consumers an erasure paused (none: it resumed them).
+func SetPaused(ctx context.Context, js jetstream.JetStream, durables []string) error {
+	kv, err := privacyBucket(ctx, js)
+	if err != nil {
+		return err
+	}
+	if len(durables) == 0 {
+		if err := kv.Delete(ctx, pausedKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return err
+		}
+		return nil
+	}
+	data, err := json.Marshal(durables)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, pausedKey, data)
+	return err
+}

@@ -40,7 +40,13 @@ func Retain(ctx context.Context, js jetstream.JetStream, tenant string, payloads
 	if payloads <= 0 && events <= 0 {
 		return r, nil
 	}
-	handled, err := handledBy(ctx, js)
+	handled, err := handledBy(ctx, js, stream.Events)
+	if err != nil {
+		return r, err
+	}
+	// A forgotten person's event the history still holds (one an erasure running now
+	// has not reached) is compacted anonymized, never stored again in clear.
+	forgotten, err := WatchForgotten(ctx, js)
 	if err != nil {
 		return r, err
 	}
@@ -61,8 +67,12 @@ func Retain(ctx context.Context, js jetstream.JetStream, tenant string, payloads
 			r.Removed++
 			return removed
 		}
-		if !Compact(env) {
+		anon, isForgotten := forgotten.Of(env)
+		if !Compact(env) && !isForgotten {
 			return keep
+		}
+		if isForgotten {
+			Anonymize(env, anon)
 		}
 		r.Compacted++
 		return rewritten
@@ -81,10 +91,18 @@ func Retain(ctx context.Context, js jetstream.JetStream, tenant string, payloads
 		if err != nil {
 			return r, err
 		}
+		// A dead letter sent back to a consumer that has not taken it yet stays.
+		sent, err := handledBy(ctx, js, stream.Replays)
+		if err != nil {
+			return r, err
+		}
 		if _, err := each(ctx, js, s.name, s.filter, 0, func(m jetstream.Msg) error {
 			md, err := m.Metadata()
 			if err != nil || !older(md.Timestamp, payloads) {
 				return err
+			}
+			if s.name == stream.Replays && !sent(m.Subject(), md.Sequence.Stream) {
+				return nil
 			}
 			if err := st.SecureDeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				return fmt.Errorf("erase %s %d: %w", s.name, md.Sequence.Stream, err)
@@ -127,10 +145,12 @@ func Compact(env *envelope.Envelope) bool {
 	return true
 }
 
-// handledBy says whether every durable consumer of EXACTO_EVENTS that takes subject has
-// handled the event at seq: its ack floor is past it, or it holds nothing at all.
-func handledBy(ctx context.Context, js jetstream.JetStream) (func(subject string, seq uint64) bool, error) {
-	st, err := js.Stream(ctx, stream.Events)
+// handledBy says whether every durable consumer of stream name that takes subject has
+// handled the event at seq: its ack floor is past it, or it holds nothing at all. A
+// consumer service that ran but is not bound now (its state in the server's memory,
+// the server restarted) has handled what its checkpoint says, no more.
+func handledBy(ctx context.Context, js jetstream.JetStream, name string) (func(subject string, seq uint64) bool, error) {
+	st, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +159,13 @@ func handledBy(ctx context.Context, js jetstream.JetStream) (func(subject string
 		seq   uint64
 	}
 	var floors []floor
+	bound := map[string]bool{}
 	list := st.ListConsumers(ctx)
 	for info := range list.Info() {
 		if info.Config.Durable == "" {
 			continue // an ordered reader's: it acts on nothing
 		}
+		bound[info.Config.Durable] = true
 		f := floor{takes: stream.Subscription{Subjects: info.Config.FilterSubjects}, seq: info.AckFloor.Stream}
 		if info.Config.FilterSubject != "" {
 			f.takes.Subjects = append(f.takes.Subjects, info.Config.FilterSubject)
@@ -158,6 +180,24 @@ func handledBy(ctx context.Context, js jetstream.JetStream) (func(subject string
 	}
 	if err := list.Err(); err != nil {
 		return nil, err
+	}
+	if name == stream.Events {
+		if kv, err := js.KeyValue(ctx, stream.ConsumerCheckpoints); err == nil {
+			for _, sub := range stream.Subscriptions {
+				if bound[sub.Durable] {
+					continue
+				}
+				seq, err := stream.Checkpoint(ctx, kv, sub.Durable)
+				if err != nil {
+					return nil, err
+				}
+				if seq > 0 {
+					floors = append(floors, floor{takes: sub, seq: seq})
+				}
+			}
+		} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, err
+		}
 	}
 	return func(subject string, seq uint64) bool {
 		for _, f := range floors {

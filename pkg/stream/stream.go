@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -616,4 +617,22 @@ func ProjectionBucket(name, into string, replicas int) jetstream.KeyValueConfig 
 // ReplaySubject is where an operator's replay of an event to consumer is stored.
 func ReplaySubject(consumer, tenant, provider, typ string) string {
 	return "replay." + consumer + "." + tenant + "." + provider + "." + typ
+}
+
+// Checkpoint is durable's ack floor as ConsumerCheckpoints (kv) keeps it (0: none): on
+// one embedded node, where the server keeps consumers' state in memory, what a consumer
+// not bound again since a restart has handled.
+func Checkpoint(ctx context.Context, kv jetstream.KeyValue, durable string) (uint64, error) {
+	e, err := kv.Get(ctx, durable)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint of %s: %w", durable, err)
+	}
+	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint of %s: %q: %w", durable, e.Value(), err)
+	}
+	return seq, nil
 }

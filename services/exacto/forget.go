@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -146,21 +147,32 @@ type held struct {
 // after forgetPause.
 func pauseAll(ctx context.Context, js jetstream.JetStream) (*held, error) {
 	h := &held{js: js, stop: make(chan struct{})}
-	var waits []time.Duration
+	// A run after one that failed finds the consumers that one paused still paused:
+	// they are this erasure's, not an operator's.
+	ours, err := privacy.Paused(ctx, js)
+	if err != nil {
+		return h, err
+	}
+	var pausing []string
 	for _, s := range stream.Subscriptions {
 		c, err := js.Consumer(ctx, stream.Events, s.Durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			continue // the service never ran here
+			continue
 		}
 		if err != nil {
 			return h, err
 		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return h, err
+		if !c.CachedInfo().Paused || slices.Contains(ours, s.Durable) {
+			pausing = append(pausing, s.Durable)
 		}
-		if info.Paused {
-			continue // an operator's pause: it makes no write, and stays theirs
+	}
+	if err := privacy.SetPaused(ctx, js, pausing); err != nil {
+		return h, err
+	}
+	var waits []time.Duration
+	for _, s := range stream.Subscriptions {
+		if !slices.Contains(pausing, s.Durable) {
+			continue // never ran here, or an operator's pause: it makes no write, and stays theirs
 		}
 		if err := consumer.Pause(ctx, js, s.Durable, time.Now().Add(forgetPause)); err != nil {
 			return h, err
@@ -197,9 +209,16 @@ func pauseAll(ctx context.Context, js jetstream.JetStream) (*held, error) {
 // resume stops the renewal and resumes the consumers.
 func (h *held) resume() {
 	h.stopRenewing()
+	ok := true
 	for _, d := range h.durable {
 		if err := consumer.Resume(context.Background(), h.js, d); err != nil {
+			ok = false
 			fmt.Printf("resume %s: %v (the server resumes it within %s)\n", d, err, forgetPause)
+		}
+	}
+	if ok {
+		if err := privacy.SetPaused(context.Background(), h.js, nil); err != nil {
+			fmt.Printf("the record of the paused consumers stays: %v\n", err)
 		}
 	}
 }
