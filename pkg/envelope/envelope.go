@@ -102,8 +102,8 @@ type Envelope struct {
 	// otherwise) at the source before an irreversible action.
 	Signed     bool   `json:"signed"`
 	AuthMethod string `json:"authmethod"`
-	// Erasure, on an event an erasure rewrote (`exacto forget`, pkg/privacy), names
-	// it: the forgotten person's anonymous id. Such an event is never acted on again.
+	// Erasure, on an event about a forgotten person (`exacto forget`, pkg/privacy), is
+	// their anonymous id: nothing else of them is left in it, and no consumer acts on it.
 	Erasure string `json:"erasure,omitempty"`
 	// Compacted, on an event the tenant's retention rewrote, says its raw payload and
 	// free texts are gone; what the projections count of it stays.
