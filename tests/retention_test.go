@@ -92,6 +92,10 @@ func TestRetentionKeepsWhatTheProjectionsNeed(t *testing.T) {
 	if want := "acme: 20 events compacted, 4 removed, 8 left until every consumer has handled them"; !strings.Contains(out, want) {
 		t.Fatalf("retention:\n%s\nwant %q", out, want)
 	}
+	// The compacted copies handled by every consumer that takes them, as the first
+	// run's originals were.
+	settled(t, p.conn.JS, stream.Projector)
+	settled(t, p.conn.JS, stream.IndexConsumer)
 	if err := p.conn.JS.DeleteConsumer(ctx, stream.Events, "lagging"); err != nil {
 		t.Fatal(err)
 	}

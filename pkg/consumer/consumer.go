@@ -479,9 +479,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		}
 	}()
 	var a guard.Attempt
-	if anon, ok := r.forgotten.Of(&env); ok {
-		privacy.Anonymize(&env, anon)
-	}
+	r.forgotten.Anonymize(&env)
 	leftAlone := env.Rewritten() && !r.o.Sub.Forgotten // see stream.Subscription.Forgotten
 	if leftAlone && m.Metadata.Get(privacy.ErasedFromHeader) != "" {
 		// A copy stored in place of an event that was handled as it came (or, about a

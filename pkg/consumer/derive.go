@@ -53,9 +53,7 @@ func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
 	}
 	// A fact about a forgotten person (a CRM's answer naming them) keeps nothing of
 	// them, as the gateway stores their events.
-	if anon, ok := d.forgotten.Of(&env); ok {
-		privacy.Anonymize(&env, anon)
-	}
+	d.forgotten.Anonymize(&env)
 	msg, err := stream.EventMessage(ctx, env)
 	if err != nil {
 		return err

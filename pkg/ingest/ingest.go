@@ -289,9 +289,8 @@ func (s *Store) Store(ctx context.Context, envs []envelope.Envelope) (Result, er
 		}
 		// A forgotten person's event keeps nothing of them (exacto forget): it is
 		// stored anonymized, counted by the projections, acted on by no one.
-		if anon, ok := s.forgotten.Of(env); ok {
-			privacy.Anonymize(env, anon)
-			s.log.Info("an event about a forgotten person stored anonymized", "id", env.ID, "anonymous", anon)
+		if s.forgotten.Anonymize(env) {
+			s.log.Info("an event about a forgotten person stored anonymized", "id", env.ID, "anonymous", env.Erasure)
 		}
 		msg, err := stream.EventMessage(ctx, *env)
 		if err != nil {

@@ -495,8 +495,8 @@ func putAll(ctx context.Context, js jetstream.JetStream, bucket string, entries 
 }
 
 // each calls fn with every message of stream name on filter ("" every subject) after
-// sequence from, up to the last one stored when it starts, in order, and returns that
-// last sequence.
+// sequence from, up to the last one stored when it starts, in order (stream.Scan), and
+// returns that last sequence.
 func each(ctx context.Context, js jetstream.JetStream, name, filter string, from uint64, fn func(jetstream.Msg) error) (uint64, error) {
 	st, err := js.Stream(ctx, name)
 	if err != nil {
@@ -507,7 +507,7 @@ func each(ctx context.Context, js jetstream.JetStream, name, filter string, from
 		return 0, err
 	}
 	last := info.State.LastSeq
-	if info.State.Msgs == 0 || last <= from {
+	if last <= from {
 		return last, nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
@@ -517,54 +517,14 @@ func each(ctx context.Context, js jetstream.JetStream, name, filter string, from
 	if filter != "" {
 		cfg.FilterSubjects = []string{filter}
 	}
-	c, err := st.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return last, err
-	}
-	// A fetch waits until its batch is full: each asks for no more than are pending.
-	for want, empty := 256, 0; ; {
-		batch, err := c.Fetch(want, jetstream.FetchMaxWait(time.Second))
+	return last, stream.Scan(ctx, st, cfg, func(m jetstream.Msg) error {
+		md, err := m.Metadata()
 		if err != nil {
-			return last, err
+			return err
 		}
-		n, done := 0, false
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return last, err
-			}
-			want = int(min(256, max(md.NumPending, 1)))
-			if md.Sequence.Stream > last {
-				done = true
-				continue
-			}
-			if err := fn(m); err != nil {
-				return last, err
-			}
-			done = done || md.Sequence.Stream == last || md.NumPending == 0
+		if md.Sequence.Stream > last {
+			return nil // stored since it began (a copy this run wrote)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return last, err
-		}
-		if done {
-			return last, nil
-		}
-		if n > 0 {
-			empty = 0
-			continue
-		}
-		// Nothing came: the end, if the server has nothing more for the filter (the last
-		// message stored may be another tenant's); else a slow server.
-		info, err := c.Info(ctx)
-		if err != nil {
-			return last, err
-		}
-		if info.NumPending == 0 {
-			return last, nil
-		}
-		if empty++; empty == 30 {
-			return last, fmt.Errorf("reading %s: nothing came for 30 s with %d messages pending", name, info.NumPending)
-		}
-	}
+		return fn(m)
+	})
 }

@@ -118,11 +118,12 @@ func Keys(env *envelope.Envelope) []string {
 }
 
 // Anonymize makes env an event about the forgotten person anon: the contact is anon
-// alone, and every field that could name or describe them is emptied — the message's
-// addresses, subject and text, a meeting's invitee, a property's value, an opportunity's
-// name, a bounce's reason, a classification's evidence, the raw payload. What the
-// projections count stays: the type, the times, the campaign, the statuses and labels.
+// alone, and every field that could name or describe them is emptied — what Compact
+// empties, and the message's addresses and URL, a property's value, an opportunity's
+// name. What the projections count stays: the type, the times, the campaign, the
+// statuses and labels.
 func Anonymize(env *envelope.Envelope, anon string) {
+	dropTexts(env)
 	d := &env.Data
 	d.Contact = &envelope.Contact{Anonymous: anon}
 	env.Subject, env.ObjectID = "", ""
@@ -130,7 +131,7 @@ func Anonymize(env *envelope.Envelope, anon string) {
 		d.Message = &envelope.Message{ID: m.ID, InReplyTo: m.InReplyTo, Kind: m.Kind, Auto: m.Auto}
 	}
 	if m := d.Meeting; m != nil {
-		m.Invitee, m.Reason = "", ""
+		m.Invitee = ""
 	}
 	if p := d.Property; p != nil {
 		p.Value = ""
@@ -138,15 +139,31 @@ func Anonymize(env *envelope.Envelope, anon string) {
 	if o := d.Opportunity; o != nil {
 		o.Name = ""
 	}
-	if b := d.Bounce; b != nil {
-		b.Reason = ""
+	env.Erasure = anon
+}
+
+// dropTexts empties env's raw payload and free texts: a message's subject, text and
+// HTML, a classification's evidence, a bounce's and a meeting's reasons, the contact's
+// name.
+func dropTexts(env *envelope.Envelope) {
+	d := &env.Data
+	if c := d.Contact; c != nil {
+		c.Name = ""
+	}
+	if m := d.Message; m != nil {
+		m.Subject, m.Text, m.HTML = "", "", ""
 	}
 	if c := d.Classification; c != nil {
 		c.Evidence = nil
 	}
+	if b := d.Bounce; b != nil {
+		b.Reason = ""
+	}
+	if m := d.Meeting; m != nil {
+		m.Reason = ""
+	}
 	d.Raw = Erased
 	env.PayloadSHA256 = erasedSHA256
-	env.Erasure = anon
 }
 
 // Forgotten is the set of forgotten people, kept current by watching the privacy
@@ -221,6 +238,15 @@ func (f *Forgotten) Of(env *envelope.Envelope) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// Anonymize anonymizes env if it is about a forgotten person (Anonymize), and says so.
+func (f *Forgotten) Anonymize(env *envelope.Envelope) bool {
+	anon, ok := f.Of(env)
+	if ok {
+		Anonymize(env, anon)
+	}
+	return ok
 }
 
 // Named reports whether tenant's identity key (Keys' form) is forgotten.

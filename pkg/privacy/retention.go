@@ -67,12 +67,9 @@ func Retain(ctx context.Context, js jetstream.JetStream, tenant string, payloads
 			r.Removed++
 			return removed
 		}
-		anon, isForgotten := forgotten.Of(env)
-		if !Compact(env) && !isForgotten {
+		anonymized := forgotten.Anonymize(env)
+		if compacted := Compact(env); !compacted && !anonymized {
 			return keep
-		}
-		if isForgotten {
-			Anonymize(env, anon)
 		}
 		r.Compacted++
 		return rewritten
@@ -116,31 +113,13 @@ func Retain(ctx context.Context, js jetstream.JetStream, tenant string, payloads
 	return r, nil
 }
 
-// Compact removes env's raw payload and free texts — a message's subject, text and
-// HTML, a classification's evidence, a bounce's and a meeting's reasons, the contact's
-// name — and keeps what the projections count. It reports whether env changed.
+// Compact removes env's raw payload and free texts (dropTexts) and keeps what the
+// projections count. It reports whether env changed.
 func Compact(env *envelope.Envelope) bool {
 	if env.Compacted {
 		return false
 	}
-	d := &env.Data
-	if c := d.Contact; c != nil {
-		c.Name = ""
-	}
-	if m := d.Message; m != nil {
-		m.Subject, m.Text, m.HTML = "", "", ""
-	}
-	if c := d.Classification; c != nil {
-		c.Evidence = nil
-	}
-	if b := d.Bounce; b != nil {
-		b.Reason = ""
-	}
-	if m := d.Meeting; m != nil {
-		m.Reason = ""
-	}
-	d.Raw = Erased
-	env.PayloadSHA256 = erasedSHA256
+	dropTexts(env)
 	env.Compacted = true
 	return true
 }
