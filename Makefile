@@ -8,7 +8,7 @@ BIN     := bin/exacto
 STATICCHECK := bin/staticcheck
 NATSCLI     := bin/nats
 
-.PHONY: run build test vet lint fmt-check bench chaos clean
+.PHONY: run build test test-deps vet lint fmt-check bench chaos clean
 
 build:
 	$(GO) build -o $(BIN) ./services/exacto
@@ -19,8 +19,12 @@ run: build
 # Test artifacts (the console's screenshots) go to TEST_OUTPUT.
 TEST_OUTPUT ?= $(CURDIR)/.exacto/test-output
 
-test: fmt-check vet lint $(NATSCLI)
+test: test-deps fmt-check vet lint $(NATSCLI)
 	EXACTO_TEST_OUTPUT=$(TEST_OUTPUT) EXACTO_TEST_NATS_CLI=$(CURDIR)/$(NATSCLI) $(GO) test -count=1 -timeout 20m $(PKGS)
+
+# chromium and strace, through apt-get when missing (scripts/test-deps says what else to do).
+test-deps:
+	@./scripts/test-deps
 
 vet:
 	$(GO) vet $(PKGS)

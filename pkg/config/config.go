@@ -321,6 +321,30 @@ func (c *Config) Tenant(id string) (*Tenant, bool) {
 	return nil, false
 }
 
+// Endpoint returns the endpoint with id and its tenant (nil, nil when none has it).
+func (c *Config) Endpoint(id string) (*Tenant, *Endpoint) {
+	for i := range c.Tenants {
+		t := &c.Tenants[i]
+		for j := range t.Endpoints {
+			if t.Endpoints[j].ID == id {
+				return t, &t.Endpoints[j]
+			}
+		}
+	}
+	return nil, nil
+}
+
+// EndpointIDs lists every endpoint's id, in the config's order.
+func (c *Config) EndpointIDs() []string {
+	var ids []string
+	for _, t := range c.Tenants {
+		for _, e := range t.Endpoints {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
+}
+
 // Owner is who answers for tenant's dead letters of event type typ ("" if nobody is
 // configured).
 func (c *Config) Owner(tenant, typ string) string {

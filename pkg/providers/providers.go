@@ -104,6 +104,47 @@ type Event struct {
 	Data            envelope.Data
 }
 
+// Lead is whom a sample is about and in which campaign; an empty field keeps the
+// sample's own. A provider whose deliveries carry no such field refuses it.
+type Lead struct{ Email, Campaign string }
+
+// SampleLead is the lead a Sample was given, each empty field given its default; an
+// error names a field set that provider's deliveries do not carry (an empty default
+// means it carries none).
+func SampleLead(provider string, given []Lead, email, campaign string) (Lead, error) {
+	l := Lead{Email: email, Campaign: campaign}
+	if len(given) > 1 {
+		return l, fmt.Errorf("%s: a sample is about one lead", provider)
+	}
+	if len(given) == 0 {
+		return l, nil
+	}
+	g := given[0]
+	switch {
+	case g.Email != "" && email == "":
+		return l, fmt.Errorf("%s: its deliveries name no lead by e-mail (--email does not apply)", provider)
+	case g.Campaign != "" && campaign == "":
+		return l, fmt.Errorf("%s: its deliveries carry no campaign (--campaign does not apply)", provider)
+	}
+	if g.Email != "" {
+		l.Email = g.Email
+	}
+	if g.Campaign != "" {
+		l.Campaign = g.Campaign
+	}
+	return l, nil
+}
+
+// Seed is what a sample's ids derive from beside the event and its time: "" for the
+// provider's own lead (its samples keep the ids they always had), so that another lead
+// or campaign at the same time is another event, not a retry.
+func (l Lead) Seed(own Lead) string {
+	if l == own {
+		return ""
+	}
+	return "|" + l.Email + "|" + l.Campaign
+}
+
 // Spec describes one provider for the registry.
 type Spec struct {
 	Name string
@@ -134,8 +175,9 @@ type Spec struct {
 	// Events lists the event names Sample accepts, the first being the default of
 	// `exacto send`.
 	Events []string
-	// Sample builds a realistic body of the named event, as the provider would post it.
-	Sample func(event string, now time.Time) ([]byte, error)
+	// Sample builds a realistic body of the named event, as the provider would post it,
+	// about the lead given (at most one; `exacto send --email --campaign`) or its own.
+	Sample func(event string, now time.Time, lead ...Lead) ([]byte, error)
 	// Sign signs a delivery exactly as the provider would: it returns the headers to
 	// send and the body (changed only by providers that carry their secret in it).
 	Sign func(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error)

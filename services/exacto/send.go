@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,61 +24,38 @@ import (
 )
 
 func sendCmd() *cobra.Command {
-	var provider, event, to, secret, signingSecret, at, sandboxURL string
+	var f sendFlags
 	cmd := &cobra.Command{
 		Use:   "send",
 		Short: "Sign and send a realistic webhook exactly as a provider would",
-		Long: `Sign and send a realistic webhook exactly as provider P would, to try a set-up
-without the provider. Without --secret, the secret of the endpoint named in --to is
-taken from the config (or the built-in demo); so is its signing secret, for a Smartlead
-endpoint with signing_secrets (X-Smartlead-Signature), without --signing-secret.`,
-		Example: "  exacto send --provider instantly --event reply_received --to http://127.0.0.1:8080/hooks/instantly/demo-instantly-token",
-		Args:    cobra.NoArgs,
+		Long: `Sign and send a realistic webhook exactly as a provider would, to try a set-up
+without the provider. --endpoint ID takes the provider, the URL and the secret from the
+config (--config, else ./exacto.yaml, else the built-in demo); --to URL sends elsewhere.
+It refuses to send unsigned to a provider that signs: when the endpoint's secret cannot
+be read (an unset environment variable, another directory's config), it says which.
+--email and --campaign make the sample about that lead and campaign (each its own event).
+
+Events each provider's samples cover (the first is the default):
+` + sampleEventList(),
+		Example: `  exacto send --endpoint instantly --event reply_received --email ana@example.com
+  exacto send --provider instantly --event email_opened --to http://127.0.0.1:8080/hooks/instantly/demo-instantly-token`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			spec, ok := registry.Lookup(provider)
-			if !ok {
-				return fmt.Errorf("unknown provider %q (known: %s)", provider, strings.Join(registry.Names(), ", "))
-			}
-			if event == "" {
-				event = spec.Events[0]
-			}
-			if !contains(spec.Events, event) {
-				return fmt.Errorf("provider %s has no sample event %q (known: %s)", provider, event, strings.Join(spec.Events, ", "))
-			}
-			if to == "" {
-				return fmt.Errorf("--to is required: the endpoint URL, e.g. http://127.0.0.1:8080/hooks/ID/TOKEN")
-			}
-			if signingSecret != "" && spec.SignOptional == nil {
-				return fmt.Errorf("--signing-secret: provider %s has no optional signature (only smartlead)", provider)
-			}
-			if _, _, e := endpointOf(to); e != nil {
-				if secret == "" && len(e.Secrets) > 0 {
-					secret = e.Secrets[0].Value
-				}
-				if signingSecret == "" && spec.SignOptional != nil && len(e.SigningSecrets) > 0 {
-					signingSecret = e.SigningSecrets[0].Value
-				}
-			}
-			eventTime := time.Now()
-			if at != "" {
-				t, err := time.Parse(time.RFC3339, at)
-				if err != nil {
-					return fmt.Errorf("--at %q: want an RFC 3339 time such as 2026-12-02T10:00:00Z", at)
-				}
-				eventTime = t
-			}
-			sample, err := spec.Sample(event, eventTime)
+			d, err := f.outgoing()
 			if err != nil {
 				return err
 			}
+			for _, note := range d.notes {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)
+			}
 			// A platform the built-in sandbox stands in for must hold what the webhook says
 			// happened, as the real one would: consumers confirm unsigned events there.
-			if sb := sandboxFor(to, provider, sandboxURL); sb != "" {
-				if err := tellSandbox(cmd.Context(), sb, provider, sample); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "note: the sandbox at %s was not told (%v): the event will not be confirmed at its source\n", sb, err)
+			if d.sandbox != "" {
+				if err := tellSandbox(cmd.Context(), d.sandbox, d.spec.Name, d.body); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: the sandbox at %s was not told (%v): the event will not be confirmed at its source\n", d.sandbox, err)
 				}
 			}
-			status, body, err := send(cmd.Context(), spec, sample, secret, signingSecret, to, time.Now())
+			status, body, err := send(cmd.Context(), d.spec, d.body, d.secret, d.signingSecret, d.to, time.Now())
 			if err != nil {
 				return err
 			}
@@ -87,15 +66,139 @@ endpoint with signing_secrets (X-Smartlead-Signature), without --signing-secret.
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&provider, "provider", "", "provider to impersonate: "+strings.Join(registry.Names(), ", "))
-	cmd.Flags().StringVar(&event, "event", "", "event to send (default: the provider's first sample event)")
-	cmd.Flags().StringVar(&to, "to", "", "endpoint URL")
-	cmd.Flags().StringVar(&secret, "secret", "", "signing secret (default: the endpoint's first secret in the config)")
-	cmd.Flags().StringVar(&signingSecret, "signing-secret", "", "smartlead: also sign X-Smartlead-Signature with this (default: the endpoint's first signing_secrets entry in the config)")
-	cmd.Flags().StringVar(&at, "at", "", "the event's time, RFC 3339 (default now); the same --at sends the same event again, as a provider's retry would")
-	cmd.Flags().StringVar(&sandboxURL, "sandbox", "", `the built-in sandbox standing in for Instantly or Smartlead, told first what the webhook says happened (default: the config's sandbox when the endpoint's tenant has no account there; "none" tells nothing)`)
-	cmd.MarkFlagRequired("provider")
+	fl := cmd.Flags()
+	fl.StringVar(&f.endpoint, "endpoint", "", "the config's endpoint to send to: its provider, URL and secret")
+	fl.StringVar(&f.config, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")
+	fl.StringVar(&f.provider, "provider", "", "provider to impersonate, with --to: "+strings.Join(registry.Names(), ", "))
+	fl.StringVar(&f.event, "event", "", "event to send (default: the provider's first sample event; listed above)")
+	fl.StringVar(&f.to, "to", "", "endpoint URL (default, with --endpoint: the config's gateway address)")
+	fl.StringVar(&f.email, "email", "", "the lead's e-mail (default: the sample's own)")
+	fl.StringVar(&f.campaign, "campaign", "", "the campaign's id (default: the sample's own)")
+	fl.StringVar(&f.secret, "secret", "", "signing secret (default: the endpoint's first secret in the config)")
+	fl.StringVar(&f.signingSecret, "signing-secret", "", "smartlead: also sign X-Smartlead-Signature with this (default: the endpoint's first signing_secrets entry in the config)")
+	fl.StringVar(&f.at, "at", "", "the event's time, RFC 3339 (default now); the same --at sends the same event again, as a provider's retry would")
+	fl.StringVar(&f.sandbox, "sandbox", "", `the built-in sandbox standing in for Instantly or Smartlead, told first what the webhook says happened (default: the config's sandbox when the endpoint's tenant has no account there; "none" tells nothing)`)
 	return cmd
+}
+
+// sendFlags are what `exacto send` was given.
+type sendFlags struct {
+	endpoint, config, provider, event, to, email, campaign, secret, signingSecret, at, sandbox string
+}
+
+// outgoing is what `exacto send` posts, and where.
+type outgoing struct {
+	spec                  providers.Spec
+	body                  []byte
+	to, sandbox           string
+	secret, signingSecret string
+	notes                 []string // said on stderr before sending
+}
+
+// outgoing resolves the flags against the config: the endpoint, its secrets, the
+// sample. Every refusal names what to give instead.
+func (f sendFlags) outgoing() (outgoing, error) {
+	var d outgoing
+	cfg, cfgErr := config.Load(f.config, os.Getenv)
+	var t *config.Tenant
+	var e *config.Endpoint
+	switch {
+	case f.endpoint != "":
+		if cfgErr != nil {
+			return d, fmt.Errorf("--endpoint %s: %w", f.endpoint, cfgErr)
+		}
+		if t, e = cfg.Endpoint(f.endpoint); e == nil {
+			return d, fmt.Errorf("--endpoint %s: no such endpoint in %s (endpoints: %s)", f.endpoint, cfg.Source, strings.Join(cfg.EndpointIDs(), ", "))
+		}
+		if f.provider != "" && f.provider != e.Provider {
+			return d, fmt.Errorf("--provider %s: endpoint %s is a %s endpoint", f.provider, e.ID, e.Provider)
+		}
+		f.provider = e.Provider
+		if f.to == "" {
+			f.to = fmt.Sprintf("http://%s/hooks/%s/%s", dialable(cfg.HTTPAddr), e.ID, e.PathToken.Value)
+		}
+	case f.to == "":
+		return d, fmt.Errorf("--endpoint ID or --to URL is required (endpoint ids are in the config)")
+	case f.provider == "":
+		return d, fmt.Errorf("--provider is required with --to (known: %s)", strings.Join(registry.Names(), ", "))
+	case cfgErr == nil:
+		t, e = cfg.Endpoint(endpointInURL(f.to))
+	}
+	spec, ok := registry.Lookup(f.provider)
+	if !ok {
+		return d, fmt.Errorf("unknown provider %q (known: %s)", f.provider, strings.Join(registry.Names(), ", "))
+	}
+	d.spec, d.to = spec, f.to
+	if f.event == "" {
+		f.event = spec.Events[0]
+	}
+	if !slices.Contains(spec.Events, f.event) {
+		return d, fmt.Errorf("provider %s has no sample event %q (known: %s)", spec.Name, f.event, strings.Join(spec.Events, ", "))
+	}
+	if f.signingSecret != "" && spec.SignOptional == nil {
+		return d, fmt.Errorf("--signing-secret: provider %s has no optional signature (only smartlead)", spec.Name)
+	}
+	d.secret, d.signingSecret = f.secret, f.signingSecret
+	if e != nil {
+		if d.secret == "" && len(e.Secrets) > 0 {
+			d.secret = e.Secrets[0].Value
+		}
+		if d.signingSecret == "" && spec.SignOptional != nil && len(e.SigningSecrets) > 0 {
+			d.signingSecret = e.SigningSecrets[0].Value
+		}
+	}
+	if d.secret == "" {
+		// Unsigned is a bare 401 from an endpoint that expects a secret: say why instead.
+		switch {
+		case cfgErr != nil:
+			return d, fmt.Errorf("no secret to sign with: the config did not load (%v); set what it names, or give --secret", cfgErr)
+		case e == nil && spec.NeedsSecret:
+			return d, fmt.Errorf("no secret to sign with: endpoint %q of %s is not in %s; give --secret, or --config with the config that has it", endpointInURL(f.to), f.to, cfg.Source)
+		case e == nil:
+			d.notes = append(d.notes, fmt.Sprintf("endpoint %q is not in %s: sent without a secret header, as an endpoint without secrets takes it", endpointInURL(f.to), cfg.Source))
+		}
+	}
+	eventTime := time.Now()
+	if f.at != "" {
+		at, err := time.Parse(time.RFC3339, f.at)
+		if err != nil {
+			return d, fmt.Errorf("--at %q: want an RFC 3339 time such as 2026-12-02T10:00:00Z", f.at)
+		}
+		eventTime = at
+	}
+	body, err := spec.Sample(f.event, eventTime, providers.Lead{Email: f.email, Campaign: f.campaign})
+	if err != nil {
+		return d, err
+	}
+	d.body = body
+	if cfgErr == nil {
+		d.sandbox = sandboxFor(cfg, t, spec.Name, f.sandbox)
+	} else if f.sandbox != "none" {
+		d.sandbox = f.sandbox
+	}
+	return d, nil
+}
+
+// sampleEventList is each provider's sample events, a line each.
+func sampleEventList() string {
+	var b strings.Builder
+	for _, name := range registry.Names() {
+		spec, _ := registry.Lookup(name)
+		fmt.Fprintf(&b, "  %-10s %s\n", name, strings.Join(spec.Events, ", "))
+	}
+	return b.String()
+}
+
+// dialable is addr as a client reaches it: a wildcard listen address is this host.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // send posts body as spec signs it now (with signingSecret too, when set, for a
@@ -127,44 +230,30 @@ func send(ctx context.Context, spec providers.Spec, body []byte, secret, signing
 	return resp.StatusCode, string(b), nil
 }
 
-// endpointOf finds the endpoint named in the URL's path, and its tenant, in the
-// config (or the built-in demo).
-func endpointOf(to string) (*config.Config, *config.Tenant, *config.Endpoint) {
+// endpointInURL is the endpoint id in a gateway URL's path (/hooks/ID/TOKEN), or "".
+func endpointInURL(to string) string {
 	u, err := url.Parse(to)
 	if err != nil {
-		return nil, nil, nil
+		return ""
 	}
 	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
 	if len(parts) < 2 || parts[0] != "hooks" {
-		return nil, nil, nil
+		return ""
 	}
-	cfg, err := config.Load("", os.Getenv)
-	if err != nil {
-		return nil, nil, nil
-	}
-	for i := range cfg.Tenants {
-		t := &cfg.Tenants[i]
-		for j := range t.Endpoints {
-			if t.Endpoints[j].ID == parts[1] {
-				return cfg, t, &t.Endpoints[j]
-			}
-		}
-	}
-	return cfg, nil, nil
+	return parts[1]
 }
 
-// sandboxFor is the sandbox to tell of a webhook of provider sent to `to`: flag when
-// given ("none": none), else the config's sandbox when the endpoint's tenant has no
-// account at provider; "" when no sandbox stands in for provider.
-func sandboxFor(to, provider, flag string) string {
+// sandboxFor is the sandbox to tell of a webhook of provider to tenant t's endpoint:
+// flag when given ("none": none), else the config's sandbox when t has no account at
+// provider; "" when no sandbox stands in for provider.
+func sandboxFor(cfg *config.Config, t *config.Tenant, provider, flag string) string {
 	if provider != "instantly" && provider != "smartlead" || flag == "none" {
 		return ""
 	}
 	if flag != "" {
 		return flag
 	}
-	cfg, t, _ := endpointOf(to)
-	if cfg == nil || t == nil {
+	if t == nil {
 		return ""
 	}
 	if (provider == "instantly" && t.Platforms.Instantly != nil) || (provider == "smartlead" && t.Platforms.Smartlead != nil) {
@@ -173,7 +262,7 @@ func sandboxFor(to, provider, flag string) string {
 	if cfg.SandboxURL != "" {
 		return cfg.SandboxURL
 	}
-	return "http://" + cfg.SandboxAddr
+	return "http://" + dialable(cfg.SandboxAddr)
 }
 
 // tellSandbox posts body to the sandbox's happened control route.
@@ -199,13 +288,4 @@ func tellSandbox(ctx context.Context, sandboxURL, provider string, body []byte) 
 		return fmt.Errorf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

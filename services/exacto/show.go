@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/lifecycle"
 	"exacto.dev/pkg/projection"
@@ -25,13 +27,17 @@ func campaignCmd() *cobra.Command {
 }
 
 func showCmd(what, arg, short string) *cobra.Command {
-	var natsURL, tenant string
+	var natsURL, tenant, configFile string
 	cmd := &cobra.Command{Use: what, Short: short + " (live projection)"}
 	show := &cobra.Command{
 		Use:   "show " + arg,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			tenant, err := tenantOrOnly(tenant, configFile)
+			if err != nil {
+				return err
+			}
 			js, closeConn, err := dial(natsURL)
 			if err != nil {
 				return err
@@ -86,10 +92,27 @@ func showCmd(what, arg, short string) *cobra.Command {
 			return nil
 		},
 	}
-	show.Flags().StringVar(&tenant, "tenant", "demo", "tenant id")
+	show.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the config's tenant, when it has one)")
+	show.Flags().StringVar(&configFile, "config", "", "config file naming the tenants (default ./exacto.yaml, else the built-in demo)")
 	show.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
 	cmd.AddCommand(show)
 	return cmd
+}
+
+// tenantOrOnly is the tenant given, else the config's only one: a config of several
+// tenants makes --tenant required, saying which there are.
+func tenantOrOnly(given, configFile string) (string, error) {
+	if given != "" {
+		return given, nil
+	}
+	cfg, err := config.Load(configFile, os.Getenv)
+	if err != nil {
+		return "", fmt.Errorf("--tenant is required: the config did not load to tell its tenant (%w)", err)
+	}
+	if ids := cfg.TenantIDs(); len(ids) != 1 {
+		return "", fmt.Errorf("--tenant is required: %s has %d tenants (%s)", cfg.Source, len(ids), strings.Join(ids, ", "))
+	}
+	return cfg.Tenants[0].ID, nil
 }
 
 // contactKey reads what `contact show` was given: an e-mail, an id of a system

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/platform"
@@ -68,8 +69,10 @@ The exit code is 0 when every invariant held, 1 otherwise.`,
 				return err
 			}
 			defer closeConn()
-			if _, _, e := endpointOf(strings.TrimRight(gateway, "/") + "/hooks/" + sc.Endpoint + "/" + sc.PathToken); sc.Secret == "" && e != nil && len(e.Secrets) > 0 {
-				sc.Secret = e.Secrets[0].Value
+			if cfg, err := config.Load("", os.Getenv); err == nil && sc.Secret == "" {
+				if _, e := cfg.Endpoint(sc.Endpoint); e != nil && len(e.Secrets) > 0 {
+					sc.Secret = e.Secrets[0].Value
+				}
 			}
 			sim := &simulation{sc: sc, gateway: strings.TrimRight(gateway, "/"), sandbox: strings.TrimRight(sandboxURL, "/"),
 				admin: strings.TrimRight(admin, "/"), js: js, out: cmd.OutOrStdout(), drain: drain}

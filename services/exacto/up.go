@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/console"
 	"exacto.dev/pkg/service"
 	"exacto.dev/services/gateway/server"
@@ -147,9 +150,77 @@ func banner(env *service.Env, httpAddr string) {
 			fmt.Fprintf(w, "    %-10s %-10s %s\n", t.ID, e.Provider, url)
 		}
 	}
+	natsURL := cfg.NATS.URL
+	if conn.Embedded != nil {
+		natsURL = fmt.Sprintf("nats://%s", conn.Embedded.Addr())
+	}
+	fmt.Fprint(w, tryIt(cfg, invokedAs(), natsURL, natsCLIPath()))
 	if demo {
-		e := cfg.Tenants[0].Endpoints[0]
-		fmt.Fprintf(w, "  try it:\n    exacto send --provider %s --event email_opened --to http://%s/hooks/%s/%s\n", e.Provider, httpAddr, e.ID, e.PathToken.Value)
 		fmt.Fprintf(w, "  (demo config: its secrets are public; write exacto.yaml for real traffic)\n")
 	}
+}
+
+// tryIt is the banner's commands, as they run from where exacto was started: a webhook
+// to the config's first endpoint, then the stream it landed in.
+func tryIt(cfg *config.Config, self, natsURL, natsCLI string) string {
+	if len(cfg.Tenants) == 0 || len(cfg.Tenants[0].Endpoints) == 0 {
+		return ""
+	}
+	e := cfg.Tenants[0].Endpoints[0]
+	configFlag := ""
+	if cfg.Source != "built-in demo" && cfg.Source != config.DefaultFile {
+		configFlag = " --config " + shellQuote(cfg.Source)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  try it (another terminal, this directory):\n    %s send --endpoint %s%s\n", self, e.ID, configFlag)
+	if natsCLI != "" {
+		fmt.Fprintf(&b, "    %s --server %s stream info EXACTO_EVENTS\n", natsCLI, natsURL)
+	} else {
+		fmt.Fprintf(&b, "    (to look at the stream with the stock nats CLI: make bin/nats, then ./bin/nats --server %s stream info EXACTO_EVENTS)\n", natsURL)
+	}
+	showFlag := ""
+	if natsURL != nats.DefaultURL {
+		showFlag = " --nats-url " + natsURL
+	}
+	fmt.Fprintf(&b, "    (then %s events show ID%s, with an id it answered: the event, its arrivals, its status in every worker)\n", self, showFlag)
+	return b.String()
+}
+
+// invokedAs is how to run this binary again from the working directory: as it was
+// started (./bin/exacto under make run, exacto from PATH), or through go run.
+func invokedAs() string {
+	self := os.Args[0]
+	switch {
+	case strings.Contains(self, "go-build"):
+		return "go run ./services/exacto"
+	case filepath.IsAbs(self):
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, self); err == nil && !strings.HasPrefix(rel, "..") {
+				return "./" + rel
+			}
+		}
+	}
+	return shellQuote(self)
+}
+
+// natsCLIPath is the nats CLI as the banner can name it: ./bin/nats (make bin/nats),
+// else one on PATH, else "".
+func natsCLIPath() string {
+	if st, err := os.Stat(filepath.Join("bin", "nats")); err == nil && !st.IsDir() {
+		return "./bin/nats"
+	}
+	if _, err := exec.LookPath("nats"); err == nil {
+		return "nats"
+	}
+	return ""
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:=@", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"exacto.dev/pkg/providers"
 )
 
 // sampleEvents are provider types of Default, the first being the default of `exacto
@@ -15,8 +17,13 @@ var sampleEvents = []string{"reply.created", "email.sent", "email.opened", "emai
 
 // Sample builds a delivery of event as a sender configured like Default posts it: one
 // event with id, type and created_at. The same event and now give the same bytes.
-func Sample(event string, now time.Time) ([]byte, error) {
-	contact := map[string]any{"email": "ana.souza@example.com", "name": "Ana Souza"}
+func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error) {
+	own := providers.Lead{Email: "ana.souza@example.com"}
+	lead, err := providers.SampleLead("generic", given, own.Email, "")
+	if err != nil {
+		return nil, err
+	}
+	contact := map[string]any{"email": lead.Email, "name": "Ana Souza"}
 	var data map[string]any
 	switch event {
 	case "reply.created":
@@ -31,15 +38,18 @@ func Sample(event string, now time.Time) ([]byte, error) {
 	case "contact.updated":
 		data = map[string]any{"contact": contact, "property": map[string]any{"name": "lifecycle_stage", "value": "lead"}}
 	case "account.updated":
+		if lead != own {
+			return nil, fmt.Errorf("generic: an account.updated delivery is about no lead (--email does not apply)")
+		}
 		data = map[string]any{"account": map[string]any{"id": "acc_7f3c", "plan": "team"}}
 	default:
 		return nil, fmt.Errorf("generic: no sample for event %q (known: %v)", event, sampleEvents)
 	}
-	sum := sha256.Sum256([]byte(event + "|" + now.UTC().Format(time.RFC3339Nano)))
+	sum := sha256.Sum256([]byte(event + "|" + now.UTC().Format(time.RFC3339Nano) + lead.Seed(own)))
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	err := enc.Encode(struct {
+	err = enc.Encode(struct {
 		ID        string         `json:"id"`
 		Type      string         `json:"type"`
 		CreatedAt string         `json:"created_at"`

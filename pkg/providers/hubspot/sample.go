@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"exacto.dev/pkg/providers"
 )
 
 // sampleEvents lists the deliveries Sample builds, a contact property change first (the
@@ -40,7 +42,12 @@ type sample struct {
 // HubSpot's webhooks guide. Event ids are derived from event and now, so the same
 // arguments give the same bytes, as HubSpot's retry of a batch would (attemptNumber
 // aside).
-func Sample(event string, now time.Time) ([]byte, error) {
+func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error) {
+	// HubSpot's webhooks name a contact by its object id; an e-mail appears only as a
+	// property's new value.
+	if _, err := providers.SampleLead("hubspot", given, "", ""); err != nil {
+		return nil, err
+	}
 	at := now.UnixMilli() - 1800
 	n := func(i int, s sample) sample {
 		s.EventID = sampleEventID(event, now, i)

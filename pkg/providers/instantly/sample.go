@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"exacto.dev/pkg/providers"
 )
 
 // sampleEvents lists the events Sample builds, reply_received first (the default of
@@ -46,7 +48,12 @@ type sample struct {
 
 // Sample builds a realistic delivery of event at now. The same event and now give the
 // same bytes, as a retry by Instantly would.
-func Sample(event string, now time.Time) ([]byte, error) {
+func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error) {
+	own := providers.Lead{Email: "jordan.lee@acme.example", Campaign: "5a4f1d2e-8c7b-4e6a-b3d9-2f0e1c7a6b58"}
+	lead, err := providers.SampleLead("instantly", given, own.Email, own.Campaign)
+	if err != nil {
+		return nil, err
+	}
 	known := false
 	for _, e := range sampleEvents {
 		known = known || e == event
@@ -58,8 +65,14 @@ func Sample(event string, now time.Time) ([]byte, error) {
 		Timestamp:    now.UTC().Format("2006-01-02T15:04:05.000Z"),
 		EventType:    event,
 		Workspace:    "0e3c5e7a-3b1f-4a8e-9d2c-6f1b2a7c9e41",
-		CampaignID:   "5a4f1d2e-8c7b-4e6a-b3d9-2f0e1c7a6b58",
+		CampaignID:   lead.Campaign,
 		CampaignName: "Q4 Founders Outreach",
+	}
+	switch event {
+	case "campaign_completed", "account_error":
+		if lead.Email != own.Email {
+			return nil, fmt.Errorf("instantly: a %s delivery is about no lead (--email does not apply)", event)
+		}
 	}
 	switch event {
 	case "campaign_completed":
@@ -68,12 +81,12 @@ func Sample(event string, now time.Time) ([]byte, error) {
 		s.EmailAccount = "maya@outbound.example.com"
 		return marshal(s)
 	}
-	s.LeadEmail, s.FirstName, s.CompanyName = "jordan.lee@acme.example", "Jordan", "Acme Corp"
+	s.LeadEmail, s.FirstName, s.CompanyName = lead.Email, "Jordan", "Acme Corp"
 	switch event {
 	case "email_sent", "email_opened", "link_clicked", "email_link_clicked", "email_bounced", "reply_received", "auto_reply_received":
 		first := true
 		s.EmailAccount, s.Step, s.Variant, s.IsFirst = "maya@outbound.example.com", 1, 1, &first
-		s.EmailID = uuid(event, now)
+		s.EmailID = uuid(event+lead.Seed(own), now)
 		s.EmailSubject = "Quick question about Acme's onboarding"
 	}
 	switch event {

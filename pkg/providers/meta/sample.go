@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"exacto.dev/pkg/providers"
 )
 
 // sampleEvents lists the deliveries Sample builds, a WhatsApp text message first (the
@@ -24,7 +26,11 @@ const (
 // Sample builds a realistic post of event at now, shaped like the examples of Meta's
 // webhook references. Ids are derived from event and now, so the same arguments give
 // the same bytes, as Meta's retry of a post would.
-func Sample(event string, now time.Time) ([]byte, error) {
+func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error) {
+	// Meta's deliveries name a phone number or a page-scoped id, never an e-mail.
+	if _, err := providers.SampleLead("meta", given, "", ""); err != nil {
+		return nil, err
+	}
 	secs := now.UTC().Unix()
 	ms := now.UTC().UnixMilli()
 	id := func(n int) string { return "wamid.HBgLMTY1MDU1NTEyMzQVAgASGBQz" + sampleID(event, now, n) }

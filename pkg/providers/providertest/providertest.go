@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,6 +182,42 @@ func Run(t *testing.T, s Suite) {
 			t.Error("a sample of an unknown event")
 		}
 	})
+	t.Run("another lead is another event about them", func(t *testing.T) {
+		p := s.provider(t, s.Secret)
+		other := providers.Lead{Email: "other.lead@example.org", Campaign: "4242"}
+		for _, field := range []providers.Lead{{Email: other.Email}, {Campaign: other.Campaign}} {
+			for _, event := range s.Spec.Events {
+				body, err := s.Spec.Sample(event, Now, field)
+				if err != nil {
+					// A provider refuses a field its deliveries do not carry, by name.
+					if !strings.Contains(err.Error(), "does not apply") {
+						t.Fatalf("%s %+v: %v", event, field, err)
+					}
+					continue
+				}
+				own := events(t, p, s.deliver(t, s.example(t, event, s.Secret, Now).Body))
+				theirs := events(t, p, s.deliver(t, body))
+				if len(own) != len(theirs) {
+					t.Fatalf("%s %+v: %d events, the sample's own lead gives %d", event, field, len(theirs), len(own))
+				}
+				for i, ev := range theirs {
+					if ev.Key == own[i].Key {
+						t.Errorf("%s %+v: the same key as the sample's own lead: a retry, not another event", event, field)
+					}
+					// A field the event does not carry is refused, not ignored.
+					if field.Email != "" && (ev.Data.Contact == nil || ev.Data.Contact.Email != field.Email) {
+						t.Errorf("%s: contact %+v, want %s", event, ev.Data.Contact, field.Email)
+					}
+					if field.Campaign != "" && (ev.Data.Campaign == nil || ev.Data.Campaign.ID != field.Campaign) {
+						t.Errorf("%s: campaign %+v, want %s", event, ev.Data.Campaign, field.Campaign)
+					}
+				}
+			}
+		}
+		if _, err := s.Spec.Sample(s.Spec.Events[0], Now, other, other); err == nil {
+			t.Error("a sample of two leads")
+		}
+	})
 	t.Run("redelivery keeps identity", func(t *testing.T) {
 		p := s.provider(t, s.Secret)
 		for _, event := range s.Spec.Events {
@@ -281,6 +318,29 @@ func known(typ string) bool {
 		}
 	}
 	return false
+}
+
+// deliver is body signed now as the provider signs it.
+func (s Suite) deliver(t *testing.T, body []byte) *providers.Request {
+	t.Helper()
+	h, body, err := s.Spec.Sign(http.MethodPost, s.URL, body, s.Secret, Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.signOptional(h, body)
+	return &providers.Request{Method: http.MethodPost, URL: s.URL, Header: h, Body: body, Now: Now}
+}
+
+func events(t *testing.T, p providers.Provider, r *providers.Request) []providers.Event {
+	t.Helper()
+	if err := p.Verify(r); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := p.Events(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }
 
 func keys(t *testing.T, p providers.Provider, r *providers.Request) []string {

@@ -5,7 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
+
+	"exacto.dev/pkg/providers"
 )
 
 // sampleEvents lists the events Sample builds, EMAIL_REPLY first (the default of
@@ -18,11 +21,20 @@ var sampleEvents = []string{
 // Sample builds a realistic delivery of event at now, shaped like the examples of
 // Smartlead's webhook guide, with an empty secret_key that Sign fills in. The same event
 // and now give the same bytes, as a retry by Smartlead would.
-func Sample(event string, now time.Time) ([]byte, error) {
+func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error) {
+	own := providers.Lead{Email: "dana.kim@globex.example", Campaign: "91812"}
+	lead, err := providers.SampleLead("smartlead", given, own.Email, own.Campaign)
+	if err != nil {
+		return nil, err
+	}
+	campaign, err := strconv.Atoi(lead.Campaign)
+	if err != nil || campaign <= 0 {
+		return nil, fmt.Errorf("smartlead: campaign %q: Smartlead's campaign ids are numbers", lead.Campaign)
+	}
 	ts := now.UTC().Format("2006-01-02T15:04:05.000000+00:00")
 	// The e-mail sent is shared by the events about it; replies and bounces are their own.
-	e := sha256.Sum256([]byte(ts))
-	h := sha256.Sum256([]byte(event + "|" + ts))
+	e := sha256.Sum256([]byte(ts + lead.Seed(own)))
+	h := sha256.Sum256([]byte(event + "|" + ts + lead.Seed(own)))
 	statsID := fmt.Sprintf("%x-%x-%x-%x-%x", e[0:4], e[4:6], e[6:8], e[8:10], e[10:16])
 	sent := map[string]any{
 		"message_id": fmt.Sprintf("<%x@mail.outbound.example.com>", e[16:24]),
@@ -37,19 +49,19 @@ func Sample(event string, now time.Time) ([]byte, error) {
 		"event_type":      event,
 		"event_timestamp": ts,
 		"secret_key":      "",
-		"campaign_id":     91812,
+		"campaign_id":     campaign,
 		"campaign_name":   "Ops leaders - EMEA",
 		"campaign_status": "ACTIVE",
 		"client_id":       nil,
 		"description":     "",
 		"metadata":        map[string]any{"webhook_created_at": "2026-01-12T09:14:40.843Z"},
 	}
-	lead := map[string]any{
+	leadFields := map[string]any{
 		"stats_id":             statsID,
 		"sl_email_lead_id":     "1482956",
 		"sl_email_lead_map_id": 1438627,
 		"from_email":           "sam@outbound.example.com",
-		"to_email":             "dana.kim@globex.example",
+		"to_email":             lead.Email,
 		"to_name":              "Dana Kim",
 		"subject":              "Outbound stack at Globex",
 		"sequence_number":      1,
@@ -58,12 +70,12 @@ func Sample(event string, now time.Time) ([]byte, error) {
 	}
 	switch event {
 	case "EMAIL_SENT", "EMAIL_OPEN":
-		copyInto(b, lead)
+		copyInto(b, leadFields)
 	case "EMAIL_LINK_CLICK":
-		copyInto(b, lead)
+		copyInto(b, leadFields)
 		b["link_details"] = []string{"https://outbound.example.com/case-study"}
 	case "EMAIL_BOUNCE":
-		copyInto(b, lead)
+		copyInto(b, leadFields)
 		b["bounce_message"] = map[string]any{
 			"message_id": fmt.Sprintf("<%x@mx.globex.example>", h[24:32]),
 			"html":       "",
@@ -71,8 +83,8 @@ func Sample(event string, now time.Time) ([]byte, error) {
 			"time":       ts,
 		}
 	case "EMAIL_REPLY":
-		copyInto(b, lead)
-		b["sl_lead_email"] = "dana.kim@globex.example"
+		copyInto(b, leadFields)
+		b["sl_lead_email"] = lead.Email
 		b["stats_thread_id"] = statsID
 		b["time_replied"] = ts
 		b["subject"] = "Re: Outbound stack at Globex"
@@ -83,19 +95,25 @@ func Sample(event string, now time.Time) ([]byte, error) {
 			"time":       ts,
 		}
 	case "LEAD_UNSUBSCRIBED":
-		copyInto(b, lead)
+		copyInto(b, leadFields)
 		delete(b, "stats_id")
 	case "LEAD_CATEGORY_UPDATED":
 		b["lead_id"] = 1482956
-		b["to_email"], b["to_name"], b["from_email"] = "dana.kim@globex.example", "Dana Kim", "sam@outbound.example.com"
+		b["to_email"], b["to_name"], b["from_email"] = lead.Email, "Dana Kim", "sam@outbound.example.com"
 		b["lead_category"] = map[string]any{"old_id": nil, "old_name": nil, "new_id": 1, "new_name": "Interested"}
-		b["lead_data"] = map[string]any{"email": "dana.kim@globex.example", "first_name": "Dana", "last_name": "Kim", "company_name": "Globex"}
+		b["lead_data"] = map[string]any{"email": lead.Email, "first_name": "Dana", "last_name": "Kim", "company_name": "Globex"}
 		b["app_url"] = "https://app.smartlead.ai/app/master-inbox?leadMap=1438627"
 	case "UNTRACKED_REPLIES":
+		if lead.Campaign != own.Campaign {
+			return nil, fmt.Errorf("smartlead: an UNTRACKED_REPLIES delivery carries no campaign (--campaign does not apply)")
+		}
 		for _, k := range []string{"campaign_id", "campaign_name", "campaign_status", "client_id"} {
 			delete(b, k)
 		}
 		b["sender_detail"] = "Lee Park <lee.park@initech.example>"
+		if lead.Email != own.Email {
+			b["sender_detail"] = lead.Email
+		}
 		b["recipient_detail"] = "sam@outbound.example.com"
 		b["subject"] = "Saw your note"
 		b["visible_text"] = "Saw your note - who handles partnerships?\n"

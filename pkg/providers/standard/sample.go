@@ -3,6 +3,8 @@ package standard
 import (
 	"fmt"
 	"time"
+
+	"exacto.dev/pkg/providers"
 )
 
 // sampleEvents lists the events Sample builds.
@@ -10,15 +12,26 @@ var sampleEvents = []string{"reply.received", "lead.unsubscribed", "contact.upda
 
 // Sample builds a realistic Standard Webhooks body at now (type, timestamp, data); the
 // same event and now give the same bytes.
-func Sample(event string, now time.Time) ([]byte, error) {
+func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error) {
+	own := providers.Lead{Email: "sam.lead@example.com", Campaign: "cmp_q4_outbound"}
+	lead, err := providers.SampleLead("standard", given, own.Email, own.Campaign)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case event == "invoice.paid" && lead != own:
+		return nil, fmt.Errorf("standard: an invoice.paid delivery is about no lead (--email does not apply, nor --campaign)")
+	case event == "contact.updated" && lead.Campaign != own.Campaign:
+		return nil, fmt.Errorf("standard: a contact.updated delivery carries no campaign (--campaign does not apply)")
+	}
 	ts := now.UTC().Format(time.RFC3339)
 	switch event {
 	case "reply.received":
-		return fmt.Appendf(nil, `{"type":"reply.received","timestamp":%q,"data":{"id":"lead_8f2a","email":"sam.lead@example.com","name":"Sam Lead","campaign_id":"cmp_q4_outbound","message_id":"<CAF8b2x@mail.example.com>","subject":"Re: Quick question","text":"Sounds interesting, can we talk Thursday?"}}`, ts), nil
+		return fmt.Appendf(nil, `{"type":"reply.received","timestamp":%q,"data":{"id":"lead_8f2a","email":%q,"name":"Sam Lead","campaign_id":%q,"message_id":"<CAF8b2x@mail.example.com>","subject":"Re: Quick question","text":"Sounds interesting, can we talk Thursday?"}}`, ts, lead.Email, lead.Campaign), nil
 	case "lead.unsubscribed":
-		return fmt.Appendf(nil, `{"type":"lead.unsubscribed","timestamp":%q,"data":{"id":"lead_8f2a","email":"sam.lead@example.com","campaign_id":"cmp_q4_outbound"}}`, ts), nil
+		return fmt.Appendf(nil, `{"type":"lead.unsubscribed","timestamp":%q,"data":{"id":"lead_8f2a","email":%q,"campaign_id":%q}}`, ts, lead.Email, lead.Campaign), nil
 	case "contact.updated":
-		return fmt.Appendf(nil, `{"type":"contact.updated","timestamp":%q,"data":{"id":"lead_8f2a","email":"sam.lead@example.com","name":"Sam Lead"}}`, ts), nil
+		return fmt.Appendf(nil, `{"type":"contact.updated","timestamp":%q,"data":{"id":"lead_8f2a","email":%q,"name":"Sam Lead"}}`, ts, lead.Email), nil
 	case "invoice.paid":
 		return fmt.Appendf(nil, `{"type":"invoice.paid","timestamp":%q,"data":{"id":"inv_01","amount":2000}}`, ts), nil
 	}
