@@ -1,11 +1,14 @@
 package tests
 
 import (
+	"bufio"
 	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -147,6 +150,93 @@ func TestMakeTestInstallsWhatItNeeds(t *testing.T) {
 		got, _ := os.ReadFile(calls)
 		if string(got) != tc.want {
 			t.Errorf("chromium at %s: apt-get was asked %q, want %q", tc.chromium, got, tc.want)
+		}
+	}
+}
+
+// A second `exacto up` beside a running one says at once which data dir or port is
+// taken and by which process; Ctrl-C says what it drains and when it is done.
+func TestSecondUpSaysWhatIsTakenAndCtrlCSaysWhatItDrains(t *testing.T) {
+	n := newNode(t, "")
+	n.start()
+	holder := "pid " + strconv.Itoa(n.cmd.Process.Pid) + " (exacto up)"
+	second := func(extra ...string) string {
+		cmd := exec.Command(exactoBin, "up")
+		cmd.Dir, cmd.Env = n.dir, append(n.env(), extra...)
+		began := time.Now()
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("a second exacto up started:\n%s", out)
+		}
+		if took := time.Since(began); took > 10*time.Second {
+			t.Errorf("the second exacto up took %v to give up", took)
+		}
+		return string(out)
+	}
+	if out := second(); !strings.Contains(out, "data dir "+filepath.Join(n.dir, "data")+" is in use by "+holder) {
+		t.Errorf("same data dir: %s", out)
+	}
+	if out := second("EXACTO_DATA_DIR=" + t.TempDir()); !strings.Contains(out, "nats.listen "+n.natsAddr+" is in use by "+holder+": stop it, or set nats.listen (EXACTO_NATS_LISTEN) to another address") {
+		t.Errorf("same NATS port: %s", out)
+	}
+	if out := second("EXACTO_DATA_DIR="+t.TempDir(), "EXACTO_NATS_LISTEN="+freePort(t)); !strings.Contains(out, "in use by "+holder) {
+		t.Errorf("same sandbox, admin and gateway ports: %s", out)
+	}
+	n.cmd.Process.Signal(syscall.SIGINT)
+	if err := n.cmd.Wait(); err != nil {
+		t.Fatalf("after Ctrl-C: %v\n%s", err, n.out.String())
+	}
+	out := n.out.String()
+	for _, want := range []string{"exacto: stopping: the gateway answers the requests in hand", "the workers (classifier, crmwriter", "exacto: stopped in "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("after Ctrl-C the output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// `exacto tail` prints events as they are stored, one line each, filtered by tenant,
+// provider and type: the ones of the last minutes with --since, then new ones.
+func TestTailPrintsEventsAsStored(t *testing.T) {
+	n := newNode(t, "")
+	n.start()
+	url := "nats://" + n.natsAddr
+	send := func(args ...string) {
+		t.Helper()
+		if out, err := n.run(append([]string{"send"}, args...)...); err != nil || !strings.HasPrefix(out, "200 ") {
+			t.Fatalf("send %v: %v\n%s", args, err, out)
+		}
+	}
+	// A new event while tail waits: it is printed as it is stored.
+	live := exec.Command(exactoBin, "tail", "--provider", "stripe", "--count", "1", "--nats-url", url)
+	live.Dir, live.Env = n.dir, n.env()
+	liveOut := &syncBuffer{}
+	live.Stdout = liveOut
+	said, _ := live.StderrPipe()
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Its consumer is made once it says so: events from then on.
+	if line, err := bufio.NewReader(said).ReadString('\n'); err != nil || !strings.HasPrefix(line, "tail: the events of events.*.stripe.> from now on") {
+		t.Fatalf("tail said %q (%v)", line, err)
+	}
+	send("--endpoint", "instantly", "--event", "email_opened", "--email", "ana@example.com")
+	send("--endpoint", "instantly", "--event", "reply_received", "--email", "bo@example.com", "--campaign", "q4-founders")
+	send("--endpoint", "stripe")
+	if err := live.Wait(); err != nil || !regexp.MustCompile(`^\S+Z  demo  stripe  contact\.updated  ev_\S+  jenny\.rosen@example\.com\n$`).MatchString(liveOut.String()) {
+		t.Fatalf("live tail: %v\n%q", err, liveOut.String())
+	}
+	out, err := n.run("tail", "--provider", "instantly", "--type", "email.opened", "--since", "5m", "--count", "1", "--nats-url", url)
+	if err != nil || !strings.Contains(out, "  demo  instantly  email.opened  ev_") || !strings.Contains(out, "ana@example.com") || !strings.Contains(out, "unsigned") {
+		t.Fatalf("tail --since: %v\n%s", err, out)
+	}
+	// A derived event says what it says and where it came from.
+	out, err = n.run("tail", "--type", "reply.classified", "--since", "5m", "--count", "1", "--nats-url", url)
+	if err != nil || !regexp.MustCompile(`  demo  instantly  reply\.classified  ev_\S+  bo@example\.com  campaign q4-founders  \w+ \d\.\d\d  from ev_\S+\n$`).MatchString(out) {
+		t.Fatalf("tail of a derived event: %v\n%s", err, out)
+	}
+	for _, bad := range [][]string{{"--type", "reply.*"}, {"--tenant", "a b"}, {"--count", "-1"}} {
+		if out, err := n.run(append([]string{"tail", "--nats-url", url}, bad...)...); err == nil {
+			t.Errorf("tail %v was taken:\n%s", bad, out)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/listen"
 	"exacto.dev/pkg/stream"
 )
 
@@ -116,7 +117,7 @@ func Start(o Options) (*server.Server, error) {
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
 		s.Shutdown()
-		return nil, errors.New("embedded nats did not start within 30s (is the port in use?)")
+		return nil, fmt.Errorf("embedded nats did not start within 30s (listening on %s)", o.Listen)
 	}
 	if !s.JetStreamEnabled() {
 		s.Shutdown()
@@ -135,6 +136,7 @@ type Conn struct {
 	syncer   *syncer
 	syncSub  *nats.Subscription
 	withdraw func() // the syncer, as this process's connections to the server see it
+	unlock   func() // the data dir's lock, once the embedded server is down
 }
 
 // Open connects to url, or, when url is empty, starts the embedded server and connects
@@ -144,8 +146,22 @@ func Open(url string, o Options, name string) (*Conn, error) {
 	opts := connOptions(name)
 	if url == "" {
 		o.SelfSync = o.Cluster == nil && !o.ServerSync && (o.Sync == "" || o.Sync == "always")
+		unlock, err := lockDataDir(o.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		c.unlock = unlock
+		// A taken port is said at once (nats-server would retry for 30 s); -1 is its
+		// random port.
+		if _, port, _ := net.SplitHostPort(o.Listen); port != "-1" {
+			if err := listen.Free("nats.listen", o.Listen); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
 		s, err := Start(o)
 		if err != nil {
+			c.Close()
 			return nil, err
 		}
 		c.Embedded = s
@@ -230,6 +246,9 @@ func (c *Conn) Close() {
 	if c.Embedded != nil {
 		c.Embedded.Shutdown()
 		c.Embedded.WaitForShutdown()
+	}
+	if c.unlock != nil {
+		c.unlock()
 	}
 }
 

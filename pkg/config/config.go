@@ -503,7 +503,7 @@ func Parse(data []byte, source string, getenv func(string) string) (*Config, err
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: %w", source, err)
+		return nil, explain(data, source, err)
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err == nil {

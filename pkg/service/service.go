@@ -26,6 +26,7 @@ import (
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/ingest"
+	"exacto.dev/pkg/listen"
 	"exacto.dev/pkg/memlimit"
 	"exacto.dev/pkg/platform"
 	"exacto.dev/pkg/platform/accounts"
@@ -150,7 +151,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	limits, err := conn.JS.KeyValue(ctx, stream.RateLimits)
 	var ln net.Listener
 	if err == nil {
-		ln, err = net.Listen("tcp", cfg.AdminAddr)
+		ln, err = listen.TCP("admin_addr", cfg.AdminAddr)
 	}
 	if err != nil {
 		conn.Close()

@@ -27,7 +27,7 @@ func main() {
 	root.AddCommand(upCmd(), gatewayCmd(), sendCmd(), eventsCmd(), workerCmd(),
 		partCmd(stream.Projector, "Run the projector alone against EXACTO_NATS_URL"),
 		partCmd(stream.Reconciler, "Run the scheduled reconciliation alone against EXACTO_NATS_URL"),
-		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), quarantineCmd(), reconcileCmd(), classifyCmd(), simulateCmd(), forgetCmd(), retentionCmd())
+		replayCmd(), contactCmd(), campaignCmd(), dlqCmd(), quarantineCmd(), reconcileCmd(), classifyCmd(), simulateCmd(), forgetCmd(), retentionCmd(), tailCmd())
 	bindEnv(root)
 	stopProfile := cpuProfile()
 	stopHeap := heapProfile()

@@ -33,12 +33,15 @@ func replayCmd() *cobra.Command {
 	var natsURL, name, since, into string
 	var fromSeq uint64
 	var progress, restart bool
+	var waitLive time.Duration
 	cmd := &cobra.Command{
 		Use:   "replay --projection NAME [--from-seq N | --since T] [--into NAME | --into sqlite:FILE]",
 		Short: "Rebuild a projection from the stream and report its difference to the live one",
 		Long: `Rebuild the projections from EXACTO_EVENTS (from sequence N, from time T, or from the
 first event) and report how projection NAME (contacts, campaigns, suppression) differs
-from the live one: key counts and the first differing keys.
+from the live one: key counts and the first differing keys. The comparison waits (up to
+--wait-live) for the live projector to have handled the events the rebuild did, and
+says how far behind it still is if it has not.
 
 --into NAME writes the rebuild into the buckets EXACTO_PROJ_<PROJECTION>_<NAME>;
 --into sqlite:FILE into an SQLite file with one table per projection, for SQL. Without
@@ -78,7 +81,7 @@ a contact the directory did not know yet is added to it.`,
 			}
 			defer closeConn()
 			return replay(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), js, replayRun{
-				projection: name, fromSeq: fromSeq, since: sinceT, target: target, restart: restart, progress: progress || isTerminal(os.Stderr)})
+				projection: name, fromSeq: fromSeq, since: sinceT, target: target, restart: restart, progress: progress || isTerminal(os.Stderr), waitLive: waitLive})
 		},
 	}
 	cmd.Flags().StringVar(&name, "projection", "", "contacts, campaigns or suppression (required)")
@@ -88,6 +91,7 @@ a contact the directory did not know yet is added to it.`,
 	cmd.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
 	cmd.Flags().BoolVar(&progress, "progress", false, "print progress even when stderr is not a terminal")
 	cmd.Flags().BoolVar(&restart, "restart", false, "start over a target that holds an unfinished replay with another projection or start")
+	cmd.Flags().DurationVar(&waitLive, "wait-live", 30*time.Second, "how long to wait for the live projector to handle what the rebuild did before comparing (it is behind right after a burst)")
 	cmd.MarkFlagRequired("projection")
 	return cmd
 }
@@ -121,6 +125,7 @@ type replayRun struct {
 	target     target
 	restart    bool
 	progress   bool
+	waitLive   time.Duration // how long the comparison waits for the live projector
 }
 
 // start says where r was asked to start, as its checkpoint keeps it: "" (the first
@@ -210,6 +215,14 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 		}
 		return errors.New("replay stopped before the end")
 	}
+	// The live projection is compared once its projector has handled what the rebuild
+	// did: right after a burst it is behind, and that is no difference.
+	handled, err := liveHandled(ctx, js, p.LastSeq, r.waitLive, func(handled uint64) {
+		fmt.Fprintf(out, "waiting up to %v for the live projector: it has handled the stream up to sequence %d of %d\n", r.waitLive, handled, p.LastSeq)
+	})
+	if err != nil {
+		return err
+	}
 	a, _ := rebuilt.Of(r.projection)
 	b, _ := live.Of(r.projection)
 	d, err := projection.Diff(context.WithoutCancel(ctx), r.projection, a, b)
@@ -223,7 +236,45 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 	fmt.Fprintf(out, "%s: rebuilt %d keys, live %d keys: %d only in the rebuild, %d only live, %d differ\n",
 		r.projection, d.KeysA, d.KeysB, d.OnlyA, d.OnlyB, d.Differ)
 	fmt.Fprintf(out, "first differing keys: %s\n", strings.Join(d.First, " "))
+	if handled < p.LastSeq {
+		fmt.Fprintf(out, "the live projection is %d events behind (its projector has handled the stream up to sequence %d of the %d replayed): "+
+			"the difference may be only that; run the replay again once it has caught up\n", p.LastSeq-handled, handled, p.LastSeq)
+	}
 	return nil
+}
+
+// liveHandled waits up to wait for the live projector to have handled the stream up to
+// seq, saying once that it waits, and returns how far it has (seq when caught up).
+func liveHandled(ctx context.Context, js jetstream.JetStream, seq uint64, wait time.Duration, waiting func(handled uint64)) (uint64, error) {
+	deadline := time.Now().Add(wait)
+	for said := false; ; said = true {
+		c, err := js.Consumer(ctx, stream.Events, stream.Projector)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return 0, nil // no live projector has ever run
+		}
+		if err != nil {
+			return 0, fmt.Errorf("the live projector's progress: %w", err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("the live projector's progress: %w", err)
+		}
+		handled := info.AckFloor.Stream
+		if handled >= seq || info.NumPending+uint64(info.NumAckPending) == 0 {
+			return seq, nil
+		}
+		if time.Now().After(deadline) {
+			return handled, nil
+		}
+		if !said {
+			waiting(handled)
+		}
+		select {
+		case <-ctx.Done():
+			return handled, nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // describeFrom says where opts start (a sequence or a time), for a replay that found

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -64,6 +65,17 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	if err != nil {
 		return err
 	}
+	// Ctrl-C or SIGTERM: say what is drained, and when it is done (after env.Close).
+	stopping := make(chan time.Time, 1)
+	signalled := context.AfterFunc(ctx, func() {
+		stopping <- time.Now()
+		fmt.Fprintln(os.Stderr, drainNotice(embed))
+	})
+	defer func() {
+		if !signalled() { // stopped by a signal, not by an error
+			fmt.Fprintf(os.Stderr, "exacto: stopped in %v; events not handled yet wait in the stream for the next start\n", time.Since(<-stopping).Round(time.Millisecond))
+		}
+	}()
 	defer env.Close()
 	if !embed { // `exacto gateway`: the gateway alone
 		return server.Serve(ctx, env, env.Part())
@@ -108,6 +120,15 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	default:
 		return err
 	}
+}
+
+// drainNotice says what stopping waits for.
+func drainNotice(embed bool) string {
+	if !embed {
+		return "exacto: stopping: the gateway answers the requests in hand and takes no new ones"
+	}
+	return "exacto: stopping: the gateway answers the requests in hand and takes no new ones; the workers (" +
+		strings.Join(runnable(), ", ") + ") finish the attempts in hand; then the store is synced and the embedded NATS shut down"
 }
 
 // banner prints where to point providers.

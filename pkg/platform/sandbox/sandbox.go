@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"exacto.dev/pkg/listen"
 )
 
 // Credentials the sandbox accepts unless Options say otherwise.
@@ -118,7 +120,7 @@ func Listen(opts Options) (*Server, error) {
 	if opts.SmartleadKey == "" {
 		opts.SmartleadKey = SmartleadKey
 	}
-	ln, err := net.Listen("tcp", opts.Addr)
+	ln, err := listen.TCP("sandbox_addr", opts.Addr)
 	if err != nil {
 		return nil, err
 	}

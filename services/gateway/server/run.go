@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/config"
+	"exacto.dev/pkg/listen"
 	"exacto.dev/pkg/service"
 )
 
@@ -32,7 +32,7 @@ func RunWith(ctx context.Context, o Options, ready func(addr string)) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, err := listen.TCP("http_addr", cfg.HTTPAddr)
 	if err != nil {
 		return err
 	}
