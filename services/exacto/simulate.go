@@ -34,7 +34,7 @@ import (
 )
 
 func simulateCmd() *cobra.Command {
-	var file, gateway, natsURL, sandboxURL, admin string
+	var file, gateway, natsURL, sandboxURL, admin, endpoint, tenant, configFile string
 	var drain time.Duration
 	cmd := &cobra.Command{
 		Use:   "simulate --scenario FILE",
@@ -64,18 +64,20 @@ The exit code is 0 when every invariant held, 1 otherwise.`,
 			if err != nil {
 				return err
 			}
+			cfg, cfgErr := config.Load(configFile, os.Getenv)
+			if err := sc.target(cfg, cfgErr, endpoint, tenant); err != nil {
+				return err
+			}
 			js, closeConn, err := dial(natsURL)
 			if err != nil {
 				return err
 			}
 			defer closeConn()
-			if cfg, err := config.Load("", os.Getenv); err == nil && sc.Secret == "" {
-				if _, e := cfg.Endpoint(sc.Endpoint); e != nil && len(e.Secrets) > 0 {
-					sc.Secret = e.Secrets[0].Value
-				}
-			}
 			sim := &simulation{sc: sc, gateway: strings.TrimRight(gateway, "/"), sandbox: strings.TrimRight(sandboxURL, "/"),
 				admin: strings.TrimRight(admin, "/"), js: js, out: cmd.OutOrStdout(), drain: drain}
+			if err := sim.preflight(cmd.Context(), cfg); err != nil {
+				return err
+			}
 			return sim.run(cmd.Context())
 		},
 	}
@@ -85,6 +87,9 @@ The exit code is 0 when every invariant held, 1 otherwise.`,
 	cmd.Flags().StringVar(&sandboxURL, "sandbox", "http://127.0.0.1:8082", "sandbox of the platforms")
 	cmd.Flags().StringVar(&admin, "admin", "http://127.0.0.1:8081", "admin address of the deployment (its /metrics count replies without an owner)")
 	cmd.Flags().DurationVar(&drain, "drain-timeout", 2*time.Minute, "how long to wait for the consumers to drain")
+	cmd.Flags().StringVar(&endpoint, "endpoint", "", "the Instantly endpoint to post to, instead of the scenario's: its tenant, path token and secret from the config")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant whose invariants are checked, instead of the scenario's (default: the endpoint's in the config)")
+	cmd.Flags().StringVar(&configFile, "config", "", "the deployment's config (default ./exacto.yaml, else the built-in demo)")
 	cmd.MarkFlagRequired("scenario")
 	return cmd
 }
@@ -392,6 +397,9 @@ func (s *simulation) run(ctx context.Context) error {
 			}
 		}
 		s.deliver(ctx, d)
+		if i == 0 && d.status/100 == 4 && d.status != http.StatusTooManyRequests {
+			return fmt.Errorf("the gateway refused the first delivery: %d %s: nothing more sent%s", d.status, d.err, refusalHint(d.status))
+		}
 	}
 	fmt.Fprintf(s.out, "sent %d deliveries in %s; waiting for the consumers to drain\n", len(ds), time.Since(began).Round(time.Millisecond))
 	if o := sc.Faults.Outage; o != nil && outageAt >= len(ds) {
@@ -436,6 +444,94 @@ func (s *simulation) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(s.out, "all %d invariants held\n", len(results))
 	return nil
+}
+
+// target points sc at the endpoint given (else the scenario's) as the config has it:
+// its tenant, path token and secret, so that a scenario written for the demo runs
+// against a deployment's own config. A tenant given must be the endpoint's.
+func (sc *scenario) target(cfg *config.Config, cfgErr error, endpoint, tenant string) error {
+	if endpoint != "" {
+		sc.Endpoint = endpoint
+	}
+	var t *config.Tenant
+	var e *config.Endpoint
+	if cfgErr == nil {
+		t, e = cfg.Endpoint(sc.Endpoint)
+	}
+	switch {
+	case e != nil && e.Provider != "instantly":
+		return fmt.Errorf("endpoint %s is a %s endpoint: a scenario posts Instantly's webhooks (give --endpoint with an Instantly one: %s)", e.ID, e.Provider, strings.Join(instantlyEndpoints(cfg), ", "))
+	case e != nil && tenant != "" && tenant != t.ID:
+		return fmt.Errorf("--tenant %s: endpoint %s is tenant %s's", tenant, e.ID, t.ID)
+	case e != nil:
+		sc.Tenant, sc.PathToken = t.ID, e.PathToken.Value
+		if sc.Secret == "" && len(e.Secrets) > 0 {
+			sc.Secret = e.Secrets[0].Value
+		}
+	case endpoint != "" && cfgErr != nil:
+		return fmt.Errorf("--endpoint %s: %w", endpoint, cfgErr)
+	case endpoint != "":
+		return fmt.Errorf("--endpoint %s: no such endpoint in %s (its Instantly endpoints: %s)", endpoint, cfg.Source, strings.Join(instantlyEndpoints(cfg), ", "))
+	}
+	if tenant != "" {
+		sc.Tenant = tenant
+	}
+	return nil
+}
+
+// instantlyEndpoints lists the config's Instantly endpoints ("none" when it has none).
+func instantlyEndpoints(cfg *config.Config) []string {
+	var ids []string
+	if cfg != nil {
+		for _, t := range cfg.Tenants {
+			for _, e := range t.Endpoints {
+				if e.Provider == "instantly" {
+					ids = append(ids, e.ID+" (tenant "+t.ID+")")
+				}
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return []string{"none"}
+	}
+	return ids
+}
+
+// preflight asks the gateway and the sandbox once before a delivery is sent, and says
+// what is wrong instead of sending hundreds of deliveries that will all be refused.
+func (s *simulation) preflight(ctx context.Context, cfg *config.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	// A GET is no delivery: the gateway answers 405 at an endpoint that exists with
+	// that path token, 404 otherwise, and stores nothing.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.hookURL(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("no gateway answers at %s (%v): is exacto up running? (--gateway)", s.gateway, err)
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusMethodNotAllowed:
+	case http.StatusNotFound:
+		return fmt.Errorf("the gateway at %s has no endpoint %q with the path token the scenario uses (404): give --endpoint with the deployment's Instantly endpoint (in %s: %s), and --config if the gateway runs another config",
+			s.gateway, s.sc.Endpoint, cfgSource(cfg), strings.Join(instantlyEndpoints(cfg), ", "))
+	default:
+		return fmt.Errorf("the gateway at %s answered %d to a GET of the endpoint's URL: not an Exacto gateway? (--gateway)", s.gateway, resp.StatusCode)
+	}
+	if err := s.control(ctx, http.MethodDelete, sandbox.ControlFaults, nil); err != nil {
+		return fmt.Errorf("the sandbox of the platforms at %s: %w (--sandbox: exacto up prints its address)", s.sandbox, err)
+	}
+	return nil
+}
+
+func cfgSource(cfg *config.Config) string {
+	if cfg == nil {
+		return "the config (it did not load)"
+	}
+	return cfg.Source
 }
 
 func (s *simulation) hookURL() string {
@@ -488,6 +584,14 @@ func (s *simulation) post(ctx context.Context, body []byte) (int, string, []stri
 	}
 	_ = json.Unmarshal(data, &ans)
 	return resp.StatusCode, strings.TrimSpace(string(data)), ans.IDs
+}
+
+// refusalHint says what a refused delivery usually means.
+func refusalHint(status int) string {
+	if status == http.StatusUnauthorized {
+		return " (the scenario's secret is not the endpoint's: give --config with the gateway's config, or secret: in the scenario)"
+	}
+	return ""
 }
 
 // control calls the sandbox's control API.
