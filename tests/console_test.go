@@ -44,25 +44,14 @@ func screenshotDir(t *testing.T) string {
 	return dir
 }
 
-// The console case in a real headless Chromium: a reply HubSpot rejects is
-// dead-lettered; an operator logs in with the token, finds the event by its id and by
-// the contact's e-mail, sees it dead-lettered in the crmwriter, opens the DLQ and the
-// letter, replays it with a why once the cause is fixed, and sees it completed on the
-// event page; then opens a quarantined delivery. Every page is screenshotted.
-func TestConsoleInChromium(t *testing.T) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("%s is missing (%v): the console test needs Debian's chromium; .ci/run installs it (apt-get install chromium)", chromiumPath, err)
-	}
-	p := startPipeline(t)
-	p.sb.SetNoteWriteFault(sandbox.Fault{Status: 400})
-	p.start(stream.CRMWriter, crmwriter.Run)
-	const contact = "dora@northwind.example"
-	id := p.post(instantlyEvent("reply_received", contact, campaign, "em-console-1", "Sounds good <b>call me</b>", time.Now()))[0]
-	eventually(t, 30*time.Second, id+" dead-lettered", func() bool { return p.status(stream.CRMWriter, id).Status == guard.DeadLetter })
+// consoleToken is the browser tests' console token.
+const consoleToken = "console-token-for-the-browser-test"
 
-	const token = "console-token-for-the-browser-test"
+// consoleServer serves p's console on loopback, behind consoleToken.
+func consoleServer(t *testing.T, p *pipeline) *httptest.Server {
+	t.Helper()
 	cfg := *p.env.Config
-	cfg.Console = config.Console{Token: config.Secret{Ref: "env:EXACTO_CONSOLE_TOKEN", Value: token}}
+	cfg.Console = config.Console{Token: config.Secret{Ref: "env:EXACTO_CONSOLE_TOKEN", Value: consoleToken}}
 	// No Metrics handler: installing one would replace the global meter provider other
 	// tests of this package read (pkg/console's own tests cover reading /metrics), so
 	// the gateway's counters show as "not in this process" here.
@@ -74,7 +63,22 @@ func TestConsoleInChromium(t *testing.T) {
 	console.Mount(mux, h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
+	return srv
+}
 
+// browser is a headless Chromium for one test, with its steps, texts and screenshots.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+}
+
+// openBrowser starts Debian's chromium (headless, 1400 x 1000) for the test's length.
+func openBrowser(t *testing.T) *browser {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Fatalf("%s is missing (%v): the console test needs Debian's chromium; make test installs it (scripts/test-deps)", chromiumPath, err)
+	}
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromiumPath),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
@@ -86,46 +90,71 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1400, 1000),
 	)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	if err := chromedp.Do(browser); err != nil { // starts the browser, with no deadline
+	t.Cleanup(cancelAlloc)
+	br, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(br); err != nil { // starts the browser, with no deadline
 		t.Fatalf("starting %s: %v", chromiumPath, err)
 	}
-	ctx, cancel := context.WithTimeout(browser, 90*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(br, 90*time.Second)
+	t.Cleanup(cancel)
+	return &browser{t: t, ctx: ctx, dir: screenshotDir(t)}
+}
 
-	dir := screenshotDir(t)
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		if !bytes.HasPrefix(png, []byte("\x89PNG\r\n")) || len(png) < 1024 {
-			t.Fatalf("screenshot %s is not a page's PNG (%d bytes)", name, len(png))
-		}
-		path := filepath.Join(dir, name+".png")
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", path)
+// shot saves a screenshot of the whole page as name.png.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			loc, _ := chromedp.Run(ctx, chromedp.Location())
-			t.Fatalf("%s (at %s): %v", what, loc, err)
-		}
+	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n")) || len(png) < 1024 {
+		b.t.Fatalf("screenshot %s is not a page's PNG (%d bytes)", name, len(png))
 	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
+	path := filepath.Join(b.dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
 	}
+	b.t.Logf("screenshot: %s", path)
+}
+
+// do runs steps, failing the test with where the browser was.
+func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		loc, _ := chromedp.Run(b.ctx, chromedp.Location())
+		b.t.Fatalf("%s (at %s): %v", what, loc, err)
+	}
+}
+
+// text is the visible text of the first element sel matches.
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// The console case in a real headless Chromium: a reply HubSpot rejects is
+// dead-lettered; an operator logs in with the token, finds the event by its id and by
+// the contact's e-mail, sees it dead-lettered in the crmwriter, opens the DLQ and the
+// letter, replays it with a why once the cause is fixed, and sees it completed on the
+// event page; then opens a quarantined delivery. Every page is screenshotted.
+func TestConsoleInChromium(t *testing.T) {
+	p := startPipeline(t)
+	p.sb.SetNoteWriteFault(sandbox.Fault{Status: 400})
+	p.start(stream.CRMWriter, crmwriter.Run)
+	const contact = "dora@northwind.example"
+	id := p.post(instantlyEvent("reply_received", contact, campaign, "em-console-1", "Sounds good <b>call me</b>", time.Now()))[0]
+	eventually(t, 30*time.Second, id+" dead-lettered", func() bool { return p.status(stream.CRMWriter, id).Status == guard.DeadLetter })
+
+	srv := consoleServer(t, p)
+	token := consoleToken
+
+	b := openBrowser(t)
+	ctx, do, text, shot := b.ctx, b.do, b.text, b.shot
 
 	// Log in once with the token: the console sets its cookie and drops the token.
 	do("overview", chromedp.Navigate(srv.URL+"/console/?token="+url.QueryEscape(token)), chromedp.WaitVisible(chromedp.CSS("h1")))

@@ -205,11 +205,15 @@ type consumerStatus struct {
 
 type eventData struct {
 	eventRow
-	Subject   string
-	Arrivals  int
-	Consumers []consumerStatus
-	Envelope  json.RawMessage
-	Letters   []letterRef
+	// Derived are the events derived from this one (a reply's classification, the
+	// sequence stopped for it): with Env.Data.Cause, the causal chain both ways.
+	Derived    []envelope.Envelope
+	DerivedErr string
+	Subject    string
+	Arrivals   int
+	Consumers  []consumerStatus
+	Envelope   json.RawMessage
+	Letters    []letterRef
 }
 
 type letterRef struct {
@@ -259,6 +263,9 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u who) {
 			cs.Seen, cs.Record = ok, rec
 		}
 		d.Consumers = append(d.Consumers, cs)
+	}
+	if d.Derived, err = stream.DerivedFrom(ctx, c.js, rw.Env); err != nil {
+		d.DerivedErr = err.Error()
 	}
 	if letters, err := c.dlq.List(ctx, dlqFilterFor(rw.Env)); err == nil {
 		for _, l := range letters {

@@ -71,8 +71,22 @@ func eventsCmd() *cobra.Command {
 					}
 				}
 			}
+			// The causal chain, both ways: what it was derived from, what was derived from it.
+			derived, err := stream.DerivedFrom(ctx, js, env)
+			if err != nil {
+				return err
+			}
+			chain := make([]map[string]any, len(derived))
+			for i, d := range derived {
+				chain[i] = map[string]any{"id": d.ID, "type": d.Type, "at": d.Time}
+				if c := d.Data.Classification; c != nil {
+					chain[i]["classification"] = c
+				}
+			}
 			out := map[string]any{
 				"id":            env.ID,
+				"derived_from":  env.Data.Cause,
+				"derived":       chain,
 				"stream_seq":    seq,
 				"subject":       msg.Subject,
 				"stored_at":     msg.Time,

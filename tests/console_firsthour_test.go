@@ -1,0 +1,90 @@
+package tests
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"exacto.dev/pkg/stream"
+	classifier "exacto.dev/services/classifier/handler"
+	stopper "exacto.dev/services/stopper/handler"
+)
+
+// A reply leads to its classification (label, evidence, confidence, action) and to
+// the sequence stopped for it, and each of those back to the reply: in the console and
+// in `exacto events show`.
+func TestCausalChainBothWays(t *testing.T) {
+	p := startPipeline(t)
+	p.start(stream.Classifier, classifier.Run)
+	p.start(stream.Stopper, stopper.Run)
+	p.sb.AddInstantlyLead(campaign, "noor@northwind.example")
+	id := p.post(instantlyEvent("reply_received", "noor@northwind.example", campaign, "em-chain-1",
+		"Yes, this is exactly what we need. I'm interested.", time.Now()))[0]
+	var classified, stopped string
+	eventually(t, 30*time.Second, "the reply classified and its sequence stopped", func() bool {
+		c, s := p.derived("reply.classified", id), p.derived("sequence.stopped", id)
+		if len(c) == 1 && len(s) == 1 {
+			classified, stopped = c[0]["id"].(string), s[0]["id"].(string)
+		}
+		return classified != "" && stopped != ""
+	})
+
+	// `exacto events show`: derived events one way, the cause the other.
+	var shown struct {
+		DerivedFrom string `json:"derived_from"`
+		Derived     []struct {
+			ID             string `json:"id"`
+			Type           string `json:"type"`
+			Classification *struct {
+				Label    string   `json:"label"`
+				Evidence []string `json:"evidence"`
+				Action   string   `json:"action"`
+			} `json:"classification"`
+		} `json:"derived"`
+	}
+	natsURL := p.conn.Embedded.ClientURL()
+	if err := json.Unmarshal([]byte(runExacto(t, "events", "show", id, "--nats-url", natsURL)), &shown); err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]string{}
+	for _, d := range shown.Derived {
+		types[d.Type] = d.ID
+		if d.Type == "reply.classified" && (d.Classification == nil || d.Classification.Label != "interested" || len(d.Classification.Evidence) == 0 || d.Classification.Action == "") {
+			t.Errorf("the classification shown: %+v", d.Classification)
+		}
+	}
+	if types["reply.classified"] != classified || types["sequence.stopped"] != stopped || shown.DerivedFrom != "" {
+		t.Fatalf("events show %s: derived %v, derived from %q", id, types, shown.DerivedFrom)
+	}
+	if err := json.Unmarshal([]byte(runExacto(t, "events", "show", classified, "--nats-url", natsURL)), &shown); err != nil || shown.DerivedFrom != id {
+		t.Fatalf("events show %s: derived from %q (%v)", classified, shown.DerivedFrom, err)
+	}
+
+	// The console: the reply's page links to both, the classification's back.
+	srv := consoleServer(t, p)
+	b := openBrowser(t)
+	b.do("the reply's page", chromedp.Navigate(srv.URL+"/console/events/"+id+"?token="+url.QueryEscape(consoleToken)), chromedp.WaitVisible(chromedp.CSS("#derived")))
+	row := b.text(`#derived tr[data-type="reply.classified"]`)
+	for _, want := range []string{classified, "interested", "confidence", "evidence: “", "suggested action: "} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the reply's derived classification lacks %q: %s", want, row)
+		}
+	}
+	if row := b.text(`#derived tr[data-type="sequence.stopped"]`); !strings.Contains(row, stopped) {
+		t.Errorf("the reply's derived stop: %s", row)
+	}
+	b.shot("20-event-causal-chain")
+	b.do("to the classification", chromedp.Click(chromedp.CSS(`#derived tr[data-type="reply.classified"] a`)), chromedp.WaitVisible(chromedp.CSS("#consumers")))
+	if h1 := b.text("h1"); !strings.Contains(h1, classified) {
+		t.Fatalf("the classification's page: %s", h1)
+	}
+	b.do("back to the reply", chromedp.Click(chromedp.CSS(`a[href="/console/events/`+id+`"]`)), chromedp.WaitVisible(chromedp.CSS("#derived")))
+	if h1 := b.text("h1"); !strings.Contains(h1, id) {
+		t.Fatalf("back from the classification: %s", h1)
+	}
+	b.shot("21-event-derived-from")
+}
