@@ -2,7 +2,6 @@ package tests
 
 import (
 	"encoding/json"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +66,11 @@ func TestCausalChainBothWays(t *testing.T) {
 	// The console: the reply's page links to both, the classification's back.
 	srv := consoleServer(t, p)
 	b := openBrowser(t)
-	b.do("the reply's page", chromedp.Navigate(srv.URL+"/console/events/"+id+"?token="+url.QueryEscape(consoleToken)), chromedp.WaitVisible(chromedp.CSS("#derived")))
+	// Without credentials the console asks for them, then goes on to the page asked for.
+	b.do("the sign-in page", chromedp.Navigate(srv.URL+"/console/events/"+id), chromedp.WaitVisible(chromedp.CSS("#login")))
+	b.shot("19-login")
+	b.do("sign in", chromedp.SetValue(chromedp.CSS("#login-token"), consoleToken), chromedp.Click(chromedp.CSS("#login-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#derived")))
 	row := b.text(`#derived tr[data-type="reply.classified"]`)
 	for _, want := range []string{classified, "interested", "confidence", "evidence: “", "suggested action: "} {
 		if !strings.Contains(row, want) {

@@ -8,9 +8,11 @@
 //
 // Access: the console is served only when config console.token or console.users is
 // set. A request authenticates with "Authorization: Bearer <token>", with basic auth
-// (a console user), or with the session cookie a browser gets by opening any page once
-// with ?token=<token> (the console then redirects to the same page without it, so the
-// token stays out of the history). Credentials are compared as SHA-256 digests in
+// (a console user), or with the session cookie a browser gets by signing in on the
+// login page every page shows a browser without credentials (token, or user and
+// password; failed sign-ins limited console-wide) or by opening any page once with
+// ?token=<token> (the console then redirects to the same page without it, so the token
+// stays out of the history). Credentials are compared as SHA-256 digests in
 // constant time. Every POST carries a CSRF token bound to the credential it came with
 // (an HMAC of the session, the basic-auth user or the bearer token under a key made at
 // start-up), and a cross-origin Origin header is refused. Pages never show a secret:
@@ -33,6 +35,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -116,10 +120,12 @@ type console struct {
 	key        [32]byte // CSRF and session key, made at start-up
 	mu         sync.Mutex
 	session    map[string]session
+	failed     []time.Time // failed sign-ins of the last loginWindow
 }
 
 type session struct {
 	user    string
+	shared  bool // opened with the shared token: names nobody
 	expires time.Time
 }
 
@@ -191,6 +197,7 @@ func New(o Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
 	mux.Handle("GET "+Prefix+"static/", http.StripPrefix(Prefix+"static/", http.FileServerFS(static)))
+	mux.HandleFunc("POST "+Prefix+"login", c.login)
 	mux.Handle("GET "+Prefix+"{$}", c.auth(c.overview))
 	mux.Handle("GET "+Prefix+"events", c.auth(c.search))
 	mux.Handle("GET "+Prefix+"events/{id}", c.auth(c.event))
@@ -310,19 +317,29 @@ func (c *console) authenticate(r *http.Request) (who, bool) {
 		}
 		c.mu.Unlock()
 		if ok {
-			return who{name: s.user, binding: "session:" + key, shared: true}, true
+			return who{name: s.user, binding: "session:" + key, shared: s.shared}, true
 		}
 	}
 	return who{}, false
 }
 
-// login turns a valid ?token= into a session cookie and redirects to the same URL
-// without the token. It reports whether it answered.
-func (c *console) login(w http.ResponseWriter, r *http.Request) bool {
+// tokenLink turns a valid ?token= (the link `exacto up` prints) into a session cookie
+// and redirects to the same URL without the token. It reports whether it answered.
+func (c *console) tokenLink(w http.ResponseWriter, r *http.Request) bool {
 	tok := r.URL.Query().Get("token")
 	if tok == "" || r.Method != http.MethodGet || !c.hasTok || !digestEq(c.token, tok) {
 		return false
 	}
+	c.startSession(w, r, "console", true)
+	q := r.URL.Query()
+	q.Del("token")
+	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	return true
+}
+
+// startSession gives the browser a session cookie for user.
+func (c *console) startSession(w http.ResponseWriter, r *http.Request, user string, shared bool) {
 	raw := make([]byte, 32)
 	rand.Read(raw)
 	value := base64.RawURLEncoding.EncodeToString(raw)
@@ -340,23 +357,96 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) bool {
 			break
 		}
 	}
-	c.session[base64.RawURLEncoding.EncodeToString(sid[:])] = session{user: "console", expires: now.Add(sessionTTL)}
+	c.session[base64.RawURLEncoding.EncodeToString(sid[:])] = session{user: user, shared: shared, expires: now.Add(sessionTTL)}
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: Prefix, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: c.cfg.Proxies().Scheme(r) == "https", MaxAge: int(sessionTTL / time.Second)})
-	q := r.URL.Query()
-	q.Del("token")
-	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
-	http.Redirect(w, r, u.String(), http.StatusSeeOther)
-	return true
+}
+
+// loginData is the login page's: which credentials the console takes, where to go next.
+type loginData struct {
+	Token, Users bool
+	Next, User   string
+}
+
+// loginPage answers a browser without credentials with the login form (401: the
+// answer is still a refusal), instead of a bare 401 or a basic-auth dialog.
+func (c *console) loginPage(w http.ResponseWriter, r *http.Request, status int, next, user, msg string) {
+	c.render(w, status, "login", who{binding: "login"}, view{Title: "Sign in", Error: msg,
+		Data: loginData{Token: c.hasTok, Users: len(c.users) > 0, Next: next, User: user}})
+}
+
+// wantsPage says whether r is a browser asking for a page (it is shown the login
+// form) rather than a client of the API (it gets a plain 401 and how to authenticate).
+func wantsPage(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.Header.Get("Authorization") == "" && strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+// safeNext is where a login goes on to: a console path, else the overview.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return Prefix
+	}
+	return next
+}
+
+// Failed logins are limited console-wide: a token or password is not guessed at the
+// console's pace.
+const (
+	loginFailures = 20
+	loginWindow   = time.Minute
+)
+
+// login checks the login form's token, or user and password, and opens a session.
+func (c *console) login(w http.ResponseWriter, r *http.Request) {
+	if !c.readForm(w, r) {
+		return
+	}
+	next, user := safeNext(r.PostForm.Get("next")), strings.TrimSpace(r.PostForm.Get("user"))
+	now := c.o.Now()
+	c.mu.Lock()
+	c.failed = slices.DeleteFunc(c.failed, func(t time.Time) bool { return now.Sub(t) > loginWindow })
+	limited := len(c.failed) >= loginFailures
+	c.mu.Unlock()
+	if limited {
+		w.Header().Set("Retry-After", strconv.Itoa(int(loginWindow/time.Second)))
+		c.loginPage(w, r, http.StatusTooManyRequests, next, user, "too many failed sign-ins in the last minute: wait a minute and try again")
+		return
+	}
+	if tok := r.PostForm.Get("token"); tok != "" && c.hasTok && digestEq(c.token, tok) {
+		c.startSession(w, r, "console", true)
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	if pw := r.PostForm.Get("password"); user != "" && pw != "" {
+		match := "" // every user's digest compared, as basic auth does
+		for name, d := range c.users {
+			if digestEq(d, pw) && subtle.ConstantTimeCompare([]byte(name), []byte(user)) == 1 {
+				match = name
+			}
+		}
+		if match != "" {
+			c.startSession(w, r, match, false)
+			http.Redirect(w, r, next, http.StatusSeeOther)
+			return
+		}
+	}
+	c.mu.Lock()
+	c.failed = append(c.failed, now)
+	c.mu.Unlock()
+	c.loginPage(w, r, http.StatusUnauthorized, next, user, "not signed in: wrong token, user or password")
 }
 
 func (c *console) auth(p page) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.login(w, r) {
+		if c.tokenLink(w, r) {
 			return
 		}
 		u, ok := c.authenticate(r)
+		if !ok && wantsPage(r) {
+			c.loginPage(w, r, http.StatusUnauthorized, r.URL.RequestURI(), "", "")
+			return
+		}
 		if !ok {
 			if len(c.users) > 0 {
 				w.Header().Set("WWW-Authenticate", `Basic realm="exacto console", charset="UTF-8"`)
@@ -380,26 +470,35 @@ func (c *console) csrf(u who) string {
 // maxForm bounds a console form: a why and a few fields.
 const maxForm = 64 << 10
 
+// readForm reads a same-origin form of at most maxForm, answering and reporting false
+// when it cannot.
+func (c *console) readForm(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength > maxForm {
+		// Refused unread: a body announced past the limit and trickled in would hold
+		// the connection until the read timeout.
+		w.Header().Set("Connection", "close")
+		c.fail(w, r, http.StatusRequestEntityTooLarge, "the form is too large")
+		return false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, "unreadable form")
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		if ou, err := url.Parse(o); err != nil || ou.Host != r.Host {
+			c.fail(w, r, http.StatusForbidden, "cross-origin request refused")
+			return false
+		}
+	}
+	return true
+}
+
 // post guards a state change: a same-origin request carrying u's CSRF token.
 func (c *console) post(p page) page {
 	return func(w http.ResponseWriter, r *http.Request, u who) {
-		if r.ContentLength > maxForm {
-			// Refused unread: a body announced past the limit and trickled in would
-			// hold the connection until the read timeout.
-			w.Header().Set("Connection", "close")
-			c.fail(w, r, http.StatusRequestEntityTooLarge, "the form is too large")
+		if !c.readForm(w, r) {
 			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-		if err := r.ParseForm(); err != nil {
-			c.fail(w, r, http.StatusBadRequest, "unreadable form")
-			return
-		}
-		if o := r.Header.Get("Origin"); o != "" && o != "null" {
-			if ou, err := url.Parse(o); err != nil || ou.Host != r.Host {
-				c.fail(w, r, http.StatusForbidden, "cross-origin request refused")
-				return
-			}
 		}
 		if got := r.PostForm.Get("csrf"); got == "" || !hmac.Equal([]byte(got), []byte(c.csrf(u))) {
 			c.fail(w, r, http.StatusForbidden, "missing or wrong CSRF token: reload the page and try again")

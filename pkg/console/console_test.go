@@ -1004,3 +1004,61 @@ func TestQuarantineReplay(t *testing.T) {
 		t.Errorf("the open list after the replay:\n%s", body)
 	}
 }
+
+// A browser without credentials gets a login page (still 401), not a bare 401 or a
+// basic-auth dialog; API clients keep the plain 401. The form signs in with the token
+// or a user's password, goes on to the page asked for (never off the console), and
+// failed sign-ins are limited.
+func TestLoginPage(t *testing.T) {
+	f := setup(t)
+	page := func(r *http.Request) { r.Header.Set("Accept", "text/html,application/xhtml+xml") }
+	code, body, h := f.get("/console/events?q=x", page)
+	if code != 401 || !strings.Contains(body, `<form class="login" id="login" method="post" action="/console/login">`) ||
+		!strings.Contains(body, `name="next" value="/console/events?q=x"`) || h.Get("WWW-Authenticate") != "" || strings.Contains(body, "<nav>") {
+		t.Fatalf("browser without credentials: %d %q\n%s", code, h.Get("WWW-Authenticate"), body)
+	}
+	if code, body, h := f.get("/console/", nil); code != 401 || strings.Contains(body, "<form") || h.Get("WWW-Authenticate") == "" {
+		t.Fatalf("API client: %d %q %s", code, h.Get("WWW-Authenticate"), body)
+	}
+	session := func(h http.Header) func(*http.Request) {
+		ck := strings.SplitN(h.Get("Set-Cookie"), ";", 2)[0]
+		return func(r *http.Request) { r.Header.Set("Cookie", ck) }
+	}
+	// The token, going on to the page asked for.
+	code, _, h = f.post("/console/login", url.Values{"token": {consoleToken}, "next": {"/console/events?q=x"}}, nil)
+	if code != http.StatusSeeOther || h.Get("Location") != "/console/events?q=x" || !strings.Contains(h.Get("Set-Cookie"), "HttpOnly") {
+		t.Fatalf("token sign-in: %d %q %q", code, h.Get("Location"), h.Get("Set-Cookie"))
+	}
+	if code, body, _ := f.get("/console/", session(h)); code != 200 || !strings.Contains(body, "signed in as console") {
+		t.Fatalf("after the token sign-in: %d", code)
+	}
+	// A user: named in the session; a next off the console goes to the overview.
+	code, _, h = f.post("/console/login", url.Values{"user": {"ana"}, "password": {anaPassword}, "next": {"//evil.example/x"}}, nil)
+	if code != http.StatusSeeOther || h.Get("Location") != "/console/" {
+		t.Fatalf("user sign-in: %d %q", code, h.Get("Location"))
+	}
+	if code, body, _ := f.get("/console/", session(h)); code != 200 || !strings.Contains(body, "signed in as ana") {
+		t.Fatalf("after the user sign-in: %d", code)
+	}
+	// Refusals: a wrong token or password, a cross-origin form, then too many failures.
+	for name, form := range map[string]url.Values{
+		"wrong token":    {"token": {"nope"}},
+		"wrong password": {"user": {"ana"}, "password": {"nope"}},
+		"unknown user":   {"user": {"bob"}, "password": {anaPassword}},
+		"nothing":        {},
+	} {
+		if code, body, h := f.post("/console/login", form, nil); code != 401 || h.Get("Set-Cookie") != "" || !strings.Contains(body, "not signed in: wrong token, user or password") {
+			t.Errorf("%s: %d %q", name, code, h.Get("Set-Cookie"))
+		}
+	}
+	if code, _, h := f.post("/console/login", url.Values{"token": {consoleToken}}, func(r *http.Request) { r.Header.Set("Origin", "http://evil.example") }); code != 403 || h.Get("Set-Cookie") != "" {
+		t.Errorf("cross-origin sign-in: %d", code)
+	}
+	for range loginFailures {
+		f.post("/console/login", url.Values{"token": {"guess"}}, nil)
+	}
+	code, body, h = f.post("/console/login", url.Values{"token": {consoleToken}}, nil)
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || h.Get("Set-Cookie") != "" || !strings.Contains(body, "too many failed sign-ins") {
+		t.Fatalf("after %d failures, the right token: %d %q", loginFailures, code, h.Get("Set-Cookie"))
+	}
+}
