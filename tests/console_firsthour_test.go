@@ -90,4 +90,16 @@ func TestCausalChainBothWays(t *testing.T) {
 		t.Fatalf("back from the classification: %s", h1)
 	}
 	b.shot("21-event-derived-from")
+
+	// The list: event time, status in each consumer, filtered by type.
+	b.do("the events list", chromedp.Navigate(srv.URL+"/console/events?type=reply.received"), chromedp.WaitVisible(chromedp.CSS("#results")))
+	// The crmwriter and the projector do not run here: the reply waits for them.
+	if r := b.text(`#results tbody`); !strings.Contains(r, id) || strings.Contains(r, classified) || !strings.Contains(r, "stopper completed") || !strings.Contains(r, "crmwriter received") {
+		t.Fatalf("the list of replies: %s", r)
+	}
+	b.do("all events", chromedp.Navigate(srv.URL+"/console/events"), chromedp.WaitVisible(chromedp.CSS("#results")))
+	if r := b.text(`#results tbody`); !strings.Contains(r, classified) || !strings.Contains(r, stopped) {
+		t.Fatalf("the list of all events: %s", r)
+	}
+	b.shot("22-events-list")
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
@@ -1060,5 +1061,50 @@ func TestLoginPage(t *testing.T) {
 	code, body, h = f.post("/console/login", url.Values{"token": {consoleToken}}, nil)
 	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || h.Get("Set-Cookie") != "" || !strings.Contains(body, "too many failed sign-ins") {
 		t.Fatalf("after %d failures, the right token: %d %q", loginFailures, code, h.Get("Set-Cookie"))
+	}
+}
+
+// The events list: filtered by tenant, provider, type and status in the consumers, with
+// each event's time, stored time and status per consumer, paged by stream sequence;
+// a filter it cannot read is refused, saying why.
+func TestEventsListFiltersAndPages(t *testing.T) {
+	f := setup(t, func(o *Options) { o.SearchDepth = 2 }) // a page looks at two sequences
+	auth := bearer(consoleToken)
+	code, body, _ := f.get("/console/events", auth)
+	if code != 200 || !strings.Contains(body, f.evil) || !strings.Contains(body, f.old) || strings.Contains(body, f.fresh) {
+		t.Fatalf("the first page (the two latest): %d\n%s", code, body)
+	}
+	older := regexp.MustCompile(`<a id="older" href="([^"]+)">`).FindStringSubmatch(body)
+	if older == nil || !strings.Contains(body, "crmwriter</span> <span class=\"status warn\">dead_letter") {
+		t.Fatalf("no older link, or no status per consumer:\n%s", body)
+	}
+	code, body, _ = f.get(html.UnescapeString(older[1]), auth)
+	if code != 200 || !strings.Contains(body, f.fresh) || strings.Contains(body, f.evil) || strings.Contains(body, `id="older"`) || !strings.Contains(body, `id="newer"`) {
+		t.Fatalf("the older page: %d\n%s", code, body)
+	}
+	f2 := setup(t)
+	for query, want := range map[string][]string{
+		"provider=instantly&type=reply.received":    {f2.fresh, f2.old, f2.evil},
+		"provider=stripe":                           {},
+		"tenant=acme&status=failed":                 {f2.fresh, f2.old},
+		"status=waiting":                            {f2.fresh, f2.old, f2.evil}, // the classifier has attempted none
+		"status=done":                               {},
+		"from=2000-01-01T00:00&to=2000-01-02T00:00": {},
+	} {
+		code, body, _ := f2.get("/console/events?"+query, auth)
+		if code != 200 {
+			t.Errorf("%s: %d", query, code)
+			continue
+		}
+		for _, id := range []string{f2.fresh, f2.old, f2.evil} {
+			if strings.Contains(body, id) != slices.Contains(want, id) {
+				t.Errorf("%s: listed %s: %v, want %v", query, id, strings.Contains(body, id), slices.Contains(want, id))
+			}
+		}
+	}
+	for _, bad := range []string{"type=reply.*", "status=lost", "from=yesterday", "before=x", "tenant=a%20b"} {
+		if code, body, _ := f2.get("/console/events?"+bad, auth); code != 400 || !strings.Contains(body, `id="error"`) {
+			t.Errorf("%s: %d", bad, code)
+		}
 	}
 }

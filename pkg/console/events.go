@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/providers/registry"
 	"exacto.dev/pkg/stream"
 )
 
@@ -149,23 +152,129 @@ func (c *console) recent(ctx context.Context, depth, limit int, keep func(eventR
 	return out, nil
 }
 
+// pageSize is how many events a page of the list shows.
+const pageSize = 50
+
+// listFilter is the events list's query: a search, the subject's parts, a status in the
+// consumers, a span of stored time, and the page (the events stored before a sequence).
+type listFilter struct {
+	Query                  string
+	Tenant, Provider, Type string
+	Status                 string // "", waiting, failed, done
+	From, To               string // datetime-local, UTC
+	Before                 uint64
+	from, to               time.Time
+}
+
+// statusFilters are the list's status choices.
+var statusFilters = []string{"waiting", "failed", "done"}
+
+func parseListFilter(q url.Values) (listFilter, error) {
+	f := listFilter{Query: strings.TrimSpace(q.Get("q")), Tenant: q.Get("tenant"), Provider: q.Get("provider"),
+		Type: q.Get("type"), Status: q.Get("status"), From: q.Get("from"), To: q.Get("to")}
+	for name, v := range map[string]string{"tenant": f.Tenant, "provider": f.Provider, "type": f.Type} {
+		if strings.ContainsAny(v, " *>\t") || strings.HasPrefix(v, ".") || strings.HasSuffix(v, ".") {
+			return f, fmt.Errorf("%s %q: a name, without spaces, wildcards or edge dots", name, v)
+		}
+	}
+	if f.Status != "" && !slices.Contains(statusFilters, f.Status) {
+		return f, fmt.Errorf("status %q: want one of %s", f.Status, strings.Join(statusFilters, ", "))
+	}
+	for _, t := range []struct {
+		in  string
+		out *time.Time
+	}{{f.From, &f.from}, {f.To, &f.to}} {
+		if t.in == "" {
+			continue
+		}
+		v, err := time.Parse("2006-01-02T15:04", t.in)
+		if err != nil {
+			return f, fmt.Errorf("time %q: want YYYY-MM-DDTHH:MM (UTC)", t.in)
+		}
+		*t.out = v
+	}
+	if b := q.Get("before"); b != "" {
+		v, err := strconv.ParseUint(b, 10, 64)
+		if err != nil || v == 0 {
+			return f, fmt.Errorf("before %q: want a stream sequence", b)
+		}
+		f.Before = v
+	}
+	return f, nil
+}
+
+// subject is the stream subject filter of f's tenant, provider and type.
+func (f listFilter) subject() string {
+	or := func(v, all string) string {
+		if v == "" {
+			return all
+		}
+		return v
+	}
+	return "events." + or(f.Tenant, "*") + "." + or(f.Provider, "*") + "." + or(f.Type, ">")
+}
+
+// inSpan says whether an event stored at t is in f's span of time.
+func (f listFilter) inSpan(t time.Time) bool {
+	return (f.from.IsZero() || !t.Before(f.from)) && (f.to.IsZero() || t.Before(f.to.Add(time.Minute)))
+}
+
+// query is f as URL parameters, with before set to page to the events stored before it.
+func (f listFilter) query(before uint64) string {
+	v := url.Values{}
+	for k, x := range map[string]string{"q": f.Query, "tenant": f.Tenant, "provider": f.Provider, "type": f.Type, "status": f.Status, "from": f.From, "to": f.To} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	if before > 0 {
+		v.Set("before", strconv.FormatUint(before, 10))
+	}
+	return v.Encode()
+}
+
+// eventState is one consumer's status of a listed event.
+type eventState struct {
+	Consumer, Status string
+}
+
+// listed is an event of the list with its status in each consumer that takes it.
+type listed struct {
+	eventRow
+	States []eventState
+	Done   bool // every consumer that takes it completed it
+}
+
 type searchData struct {
-	Query   string
-	Depth   int
-	Results []eventRow
-	Recent  bool // no query: the latest events
+	listFilter
+	Depth            int
+	Results          []listed
+	Recent           bool // no query: the list
+	Older, Newer     string
+	Scanned          string // the sequences a page looked at, when it found fewer than a page
+	Tenants          []string
+	Providers, Types []string
+	StatusChoices    []string
 }
 
 func (c *console) search(w http.ResponseWriter, r *http.Request, u who) {
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
-	q := strings.TrimSpace(r.URL.Query().Get("q"))
-	d := searchData{Query: q, Depth: c.o.SearchDepth}
+	f, ferr := parseListFilter(r.URL.Query())
+	d := searchData{listFilter: f, Depth: c.o.SearchDepth, Tenants: c.cfg.TenantIDs(), Providers: registry.Names(),
+		Types: envelope.AllTypes, StatusChoices: statusFilters}
+	v := view{Title: "Events", Nav: "events", Data: &d}
+	if ferr != nil {
+		v.Error = ferr.Error()
+		c.render(w, http.StatusBadRequest, "events", u, v)
+		return
+	}
+	var rows []eventRow
 	var err error
-	switch {
+	switch q := f.Query; {
 	case q == "":
 		d.Recent = true
-		d.Results, err = c.recent(ctx, 50, 50, func(eventRow) bool { return true })
+		d.Results, err = c.list(ctx, &d)
 	case strings.HasPrefix(q, "ev_"):
 		var seq uint64
 		if seq, err = c.lookup(ctx, q); err == nil && seq > 0 {
@@ -174,25 +283,159 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, u who) {
 				var m *jetstream.RawStreamMsg
 				if m, err = st.GetMsg(ctx, seq); err == nil {
 					if rw, ok := row(seq, m.Time, m.Data); ok {
-						d.Results = []eventRow{rw}
+						rows = []eventRow{rw}
 					}
 				}
 			}
 		}
-		if err == nil && len(d.Results) == 0 { // not indexed (expired): scan as well
+		if err == nil && len(rows) == 0 { // not indexed (expired): scan as well
 			lq := strings.ToLower(q)
-			d.Results, err = c.recent(ctx, c.o.SearchDepth, 100, func(rw eventRow) bool { return rw.matches(lq) })
+			rows, err = c.recent(ctx, c.o.SearchDepth, 100, func(rw eventRow) bool { return rw.matches(lq) })
 		}
 	default:
 		lq := strings.ToLower(q)
-		d.Results, err = c.recent(ctx, c.o.SearchDepth, 100, func(rw eventRow) bool { return rw.matches(lq) })
+		rows, err = c.recent(ctx, c.o.SearchDepth, 100, func(rw eventRow) bool { return rw.matches(lq) })
 	}
-	slices.Reverse(d.Results) // newest first
-	v := view{Title: "Events", Nav: "events", Data: d}
+	if !d.Recent && err == nil {
+		slices.Reverse(rows) // newest first
+		d.Results, err = c.withStates(ctx, rows)
+	}
 	if err != nil {
 		v.Error = "search failed: " + err.Error()
 	}
 	c.render(w, http.StatusOK, "events", u, v)
+}
+
+// list is a page of the events d's filter takes, newest first: the events stored before
+// d.Before (or the latest), looked for among the Depth sequences below it.
+func (c *console) list(ctx context.Context, d *searchData) ([]listed, error) {
+	st, err := c.js.Stream(ctx, stream.Events)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs == 0 {
+		return nil, err
+	}
+	end := info.State.LastSeq
+	if d.Before > 0 {
+		end = min(end, d.Before-1)
+	}
+	if end < info.State.FirstSeq {
+		return nil, nil
+	}
+	start := info.State.FirstSeq
+	if end >= uint64(d.Depth) && end-uint64(d.Depth)+1 > start {
+		start = end - uint64(d.Depth) + 1
+	}
+	var rows []eventRow
+	err = stream.Scan(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.subject()},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start}, func(m jetstream.Msg) error {
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if md.Sequence.Stream > end {
+			return errStop
+		}
+		if rw, ok := row(md.Sequence.Stream, md.Timestamp, m.Data()); ok && d.inSpan(rw.Stored) {
+			rw.Env.Data.Raw = nil // a page holds up to Depth events: not their payloads
+			rows = append(rows, rw)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, err
+	}
+	statuses, err := c.statuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []listed
+	oldest := start // the lowest sequence this page covered
+	for i := len(rows) - 1; i >= 0; i-- {
+		if len(out) == pageSize {
+			oldest = rows[i+1].Seq
+			break
+		}
+		l, err := c.state(ctx, statuses, rows[i])
+		if err != nil {
+			return nil, err
+		}
+		if d.Status == "" || d.Status == "done" && l.Done || d.Status != "done" && l.has(d.Status) {
+			out = append(out, l)
+		}
+	}
+	if oldest > info.State.FirstSeq {
+		d.Older = "/console/events?" + d.query(oldest)
+	}
+	if d.Before > 0 {
+		d.Newer = "/console/events?" + d.query(0)
+	}
+	if len(out) < pageSize {
+		d.Scanned = fmt.Sprintf("sequences %d to %d", oldest, end)
+	}
+	return out, nil
+}
+
+// errStop ends a scan early.
+var errStop = errors.New("stop")
+
+func (c *console) statuses(ctx context.Context) (*consumer.Statuses, error) {
+	kv, err := c.js.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		return nil, err
+	}
+	return consumer.NewStatuses(c.js, kv), nil
+}
+
+// withStates adds each row's status in the consumers.
+func (c *console) withStates(ctx context.Context, rows []eventRow) ([]listed, error) {
+	statuses, err := c.statuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]listed, len(rows))
+	for i, rw := range rows {
+		if out[i], err = c.state(ctx, statuses, rw); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// state is rw with its status in every consumer that takes it.
+func (c *console) state(ctx context.Context, statuses *consumer.Statuses, rw eventRow) (listed, error) {
+	l := listed{eventRow: rw, Done: true}
+	subject := rw.Env.StreamSubject()
+	for _, sub := range stream.Subscriptions {
+		if !sub.Takes(subject) {
+			continue
+		}
+		rec, ok, err := statuses.Of(ctx, sub, rw.Env.ID, rw.Seq)
+		if err != nil {
+			return l, err
+		}
+		status := guard.Received
+		if ok {
+			status = rec.Status
+		}
+		l.Done = l.Done && status == guard.Completed
+		l.States = append(l.States, eventState{Consumer: sub.Name(), Status: status})
+	}
+	return l, nil
+}
+
+// has says whether an event is waiting (some consumer has not completed it and it has
+// not failed) or failed (some consumer failed it: retrying, or dead-lettered).
+func (l listed) has(status string) bool {
+	for _, s := range l.States {
+		failed := s.Status == guard.RetryableFailed || s.Status == guard.DeadLetter
+		if status == "failed" && failed || status == "waiting" && !failed && s.Status != guard.Completed {
+			return true
+		}
+	}
+	return false
 }
 
 // consumerStatus is one consumer's guard record of an event.
