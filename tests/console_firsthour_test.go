@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -102,4 +103,27 @@ func TestCausalChainBothWays(t *testing.T) {
 		t.Fatalf("the list of all events: %s", r)
 	}
 	b.shot("22-events-list")
+
+	// Refused deliveries: a wrong path token and a GET, each with why.
+	p.mu.Lock()
+	base := p.gwURL
+	p.mu.Unlock()
+	resp, err := http.Post(base+"/hooks/instantly/not-the-token-0123456789", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp, err = http.Get(base + "/hooks/instantly/tok-instantly-0123456789"); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	eventually(t, 10*time.Second, "two refusals logged", func() bool {
+		b.do("refused", chromedp.Navigate(srv.URL+"/console/rejected"), chromedp.WaitVisible(chromedp.CSS("h1")))
+		r, _ := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS("main")))
+		return strings.Contains(r, "not_found") && strings.Contains(r, "method_not_allowed")
+	})
+	if r := b.text(`#rejected tr[data-status="404"]`); !strings.Contains(r, "instantly") || !strings.Contains(r, "wrong path token") || strings.Contains(r, "not-the-token") {
+		t.Fatalf("the 404 refused: %s", r)
+	}
+	b.shot("23-refused")
 }

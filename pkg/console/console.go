@@ -205,6 +205,7 @@ func New(o Options) (http.Handler, error) {
 	mux.Handle("GET "+Prefix+"dlq/{seq}", c.auth(c.letter))
 	mux.Handle("POST "+Prefix+"dlq/{seq}/replay", c.auth(c.post(c.replay)))
 	mux.Handle("POST "+Prefix+"dlq/{seq}/discard", c.auth(c.post(c.discard)))
+	mux.Handle("GET "+Prefix+"rejected", c.auth(c.rejected))
 	mux.Handle("GET "+Prefix+"quarantine", c.auth(c.quarantineList))
 	mux.Handle("GET "+Prefix+"quarantine/{id}", c.auth(c.quarantined))
 	mux.Handle("POST "+Prefix+"quarantine/{id}/replay", c.auth(c.post(c.quarantineReplay)))

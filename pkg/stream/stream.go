@@ -58,6 +58,9 @@ const (
 	// Quarantine keeps every verified delivery the gateway could not turn into events
 	// (pkg/quarantine), one message each on quarantine.<tenant>.<endpoint>.<id>.
 	Quarantine = "EXACTO_QUARANTINE"
+	// Rejected is a bounded log of the deliveries the gateway refused (Rejection):
+	// what a user pointing a provider at Exacto needs to see why it is refused.
+	Rejected = "EXACTO_REJECTED"
 	// QuarantineActions records every replay of a quarantined delivery: who, why, when,
 	// what it stored.
 	QuarantineActions = "EXACTO_QUARANTINE_ACTIONS"
@@ -108,11 +111,12 @@ type Options struct {
 //   - EventIndex: the index writer re-indexes from the stream on start (Indexer).
 //   - ContactIDs and the live projections: the projector applies again, from the
 //     stream, what followed its last checkpoint (services/projector).
+//   - Rejected: the log of refused deliveries, a help to whoever sets up a provider.
 //
 // In a cluster (replicas above 1) nats-server refuses async persist: there the Raft
 // log already shares one append among many writes.
 var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex,
-	"KV_" + ContactIDs, "KV_" + ProjectionPrefix + "CONTACTS", "KV_" + ProjectionPrefix + "CAMPAIGNS", "KV_" + ProjectionPrefix + "SUPPRESSION"}
+	"KV_" + ContactIDs, "KV_" + ProjectionPrefix + "CONTACTS", "KV_" + ProjectionPrefix + "CAMPAIGNS", "KV_" + ProjectionPrefix + "SUPPRESSION", Rejected}
 
 // persistMode is how the stream named name persists under o.
 func (o Options) persistMode(name string) jetstream.PersistModeType {
@@ -175,6 +179,16 @@ func Streams(o Options) []jetstream.StreamConfig {
 			MaxMsgsPerSubject: halfBlocks,
 			Duplicates:        o.DuplicateWindow,
 			Replicas:          o.Replicas,
+		},
+		{
+			Name:        Rejected,
+			Description: "the deliveries the gateway refused: when, which endpoint, the answer and why (never a secret)",
+			Subjects:    []string{RejectedSubject},
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.Replicas,
+			Discard:     jetstream.DiscardOld,
+			MaxMsgs:     RejectedKept,
+			MaxAge:      7 * 24 * time.Hour,
 		},
 		{
 			// No MaxAge: a quarantined delivery stays until an operator purges it.

@@ -20,6 +20,7 @@ type access struct {
 	start                    time.Time
 	method, endpoint, remote string
 	tenant, provider, reason string
+	message                  string // the refusal's, as the sender was answered
 	status, bytes            int
 	stored, duplicates       int
 }
@@ -35,6 +36,9 @@ func (s *Server) logAccess(a *access) {
 		slog.Int("status", a.status), slog.String("reason", a.reason),
 		slog.Int("bytes", a.bytes), slog.Int("stored", a.stored), slog.Int("duplicates", a.duplicates),
 		slog.Duration("took", time.Since(a.start)), slog.String("remote", a.remote))
+	if a.status >= 400 {
+		s.rejections.record(a)
+	}
 }
 
 // closeChunked closes the connection after answering a chunked request. Go's server

@@ -57,6 +57,7 @@ type Server struct {
 	admission      *admission
 	proxies        forwarded.Trusted // whose X-Forwarded-Proto is believed
 	store          *storeGuard
+	rejections     *rejections // the log of refused deliveries
 	// commits coalesces concurrent events into atomic batches (nil: group commit off,
 	// every event its own publish and fsync); ownCommits: made here, closed by Close.
 	commits    *ingest.Committer
@@ -99,6 +100,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	var err error
 	s.store = newStoreGuard(o.JS, o.Config, o.StoreDir, s.now)
+	s.rejections = newRejections(o.JS.Conn(), s.now)
 	if s.metrics, err = newMetrics(o.Config.WorkflowVersion, s.store); err != nil {
 		return nil, err
 	}
@@ -204,7 +206,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 	defer s.logAccess(rec)
 	ep := s.route(r.PathValue("endpoint"), r.PathValue("token"))
 	if ep == nil {
-		rec.status, rec.reason = http.StatusNotFound, "not_found"
+		rec.status, rec.reason, rec.message = http.StatusNotFound, "not_found", "no such webhook endpoint, or a wrong path token"
 		notFound(w)
 		return
 	}
@@ -226,7 +228,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		}
 		fallthrough
 	default:
-		rec.status, rec.reason = http.StatusMethodNotAllowed, "method_not_allowed"
+		rec.status, rec.reason, rec.message = http.StatusMethodNotAllowed, "method_not_allowed", "use POST"
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, rec.status, rec.reason, "use POST")
 		return
@@ -339,7 +341,7 @@ func (s *Server) refuseOverCap(w http.ResponseWriter, rec *access) {
 }
 
 func (s *Server) reject(w http.ResponseWriter, rec *access, status int, code, msg string) {
-	rec.status, rec.reason = status, code
+	rec.status, rec.reason, rec.message = status, code, msg
 	s.metrics.rejected(rec.tenant, rec.provider, code)
 	writeError(w, status, code, msg)
 }
