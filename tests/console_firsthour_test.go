@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"exacto.dev/pkg/reconcile"
 	"exacto.dev/pkg/stream"
 	classifier "exacto.dev/services/classifier/handler"
 	stopper "exacto.dev/services/stopper/handler"
@@ -126,4 +128,26 @@ func TestCausalChainBothWays(t *testing.T) {
 		t.Fatalf("the 404 refused: %s", r)
 	}
 	b.shot("23-refused")
+
+	// A reconciliation finding: its contact's e-mail, full-width texts, linked events.
+	kv, err := p.conn.JS.KeyValue(context.Background(), stream.Diffs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	fd, _ := json.Marshal(reconcile.Finding{ID: "fd_console", Kind: reconcile.MissedReply, Tenant: "acme", Provider: "instantly",
+		Contact: "noor@northwind.example", Campaign: campaign, Where: "instantly lead of noor@northwind.example in campaign " + campaign,
+		Found:  "a reply at Instantly the projection does not have; the last event seen for the lead is " + id,
+		Repair: "store the reply (proposed: approve to publish it)", Status: reconcile.StatusOpen, FirstSeen: now, LastSeen: now, Passes: 1})
+	if _, err := kv.Put(context.Background(), "acme.fd_console", fd); err != nil {
+		t.Fatal(err)
+	}
+	b.do("diffs", chromedp.Navigate(srv.URL+"/console/diffs"), chromedp.WaitVisible(chromedp.CSS(`section[data-finding="fd_console"]`)))
+	b.do("the finding's event", chromedp.Click(chromedp.CSS(`section[data-finding="fd_console"] dd a[href="/console/events/`+id+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#derived")))
+	b.do("back to diffs", chromedp.Navigate(srv.URL+"/console/diffs"), chromedp.WaitVisible(chromedp.CSS(`section[data-finding="fd_console"]`)))
+	if h := b.text(`section[data-finding="fd_console"] h3`); !strings.Contains(h, "noor@northwind.example") {
+		t.Fatalf("the finding's heading: %s", h)
+	}
+	b.shot("24-diffs")
 }

@@ -849,7 +849,7 @@ func TestApproveProposedRepair(t *testing.T) {
 		return err == nil && m.Header.Get(jetstream.MsgIDHeader) == id
 	}
 	page, tok := f.form("/console/diffs", auth)
-	if !strings.Contains(page, "<td><code>fd_fresh</code></td><td>acme</td><td>instantly</td><td>missed_reply</td>") || !strings.Contains(page, "fd_stale") {
+	if !regexp.MustCompile(`<section class="finding" data-finding="fd_fresh">\s*<h3><span class="status warn">open</span> missed_reply`).MatchString(page) || !strings.Contains(page, "fd_stale") {
 		t.Fatalf("diffs page:\n%s", page)
 	}
 	decide := func(id, decision, why string) string {
@@ -1105,6 +1105,42 @@ func TestEventsListFiltersAndPages(t *testing.T) {
 	for _, bad := range []string{"type=reply.*", "status=lost", "from=yesterday", "before=x", "tenant=a%20b"} {
 		if code, body, _ := f2.get("/console/events?"+bad, auth); code != 400 || !strings.Contains(body, `id="error"`) {
 			t.Errorf("%s: %d", bad, code)
+		}
+	}
+}
+
+// A finding reads at a glance: its contact's e-mail in its heading, its where, found
+// and repair in full width, every envelope id in them a link to the event.
+func TestDiffsShowContactsAndLinkEvents(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	kv, err := f.js.KeyValue(ctx, stream.Diffs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	fd := reconcile.Finding{ID: "fd_links", Kind: reconcile.DuplicateContact, Tenant: "acme", Provider: "exacto", Contact: "dup@northwind.example",
+		Where: "projection contacts ct_0a, ct_0b", Found: "two contact records for one e-mail; the last reply " + f.fresh + " <b>named</b> both",
+		Repair: "merge them", Status: reconcile.StatusOpen, FirstSeen: now, LastSeen: now, Passes: 2}
+	data, _ := json.Marshal(fd)
+	if _, err := kv.Put(ctx, "acme.fd_links", data); err != nil {
+		t.Fatal(err)
+	}
+	code, page, _ := f.get("/console/diffs", bearer(consoleToken))
+	i := strings.Index(page, `data-finding="fd_links"`)
+	if code != 200 || i < 0 {
+		t.Fatalf("diffs: %d\n%s", code, page)
+	}
+	section := page[i:]
+	section = section[:strings.Index(section, "</section>")]
+	for _, want := range []string{
+		`<a href="/console/events?q=dup%40northwind.example">dup@northwind.example</a>`,
+		`<a href="/console/events/` + f.fresh + `"><code>` + f.fresh + `</code></a>`,
+		"&lt;b&gt;named&lt;/b&gt;", // the text escaped around the links
+		"found 2× since",
+	} {
+		if !strings.Contains(section, want) {
+			t.Errorf("the finding lacks %s:\n%s", want, section)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -47,6 +48,7 @@ var funcs = template.FuncMap{
 		}
 		return b.String()
 	},
+	"linkIDs": linkIDs,
 	"statusClass": func(s string) string {
 		switch s {
 		case "completed", "approved", "applied", "closed", "replayed", "ok":
@@ -58,6 +60,23 @@ var funcs = template.FuncMap{
 		}
 		return "muted"
 	},
+}
+
+// eventIDs are envelope ids in free text (a finding's where, found and repair).
+var eventIDs = regexp.MustCompile(`\bev_[0-9a-f]{32}\b`)
+
+// linkIDs is text, escaped, with each envelope id in it a link to its event's page.
+func linkIDs(text string) template.HTML {
+	var b strings.Builder
+	last := 0
+	for _, m := range eventIDs.FindAllStringIndex(text, -1) {
+		b.WriteString(template.HTMLEscapeString(text[last:m[0]]))
+		id := text[m[0]:m[1]]
+		b.WriteString(`<a href="/console/events/` + id + `"><code>` + id + `</code></a>`)
+		last = m[1]
+	}
+	b.WriteString(template.HTMLEscapeString(text[last:]))
+	return template.HTML(b.String())
 }
 
 func roundAge(d time.Duration) string {
