@@ -211,6 +211,10 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("letter's event %q", ev)
 	}
 	shot("06-dead-letter")
+	letterURL, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The cause is fixed; replay, saying who (the shared token names nobody) and why.
 	p.sb.ClearFaults()
@@ -225,7 +229,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if s := text("#letter-status"); s != "replayed" {
 		t.Fatalf("letter status after the replay %q", s)
 	}
-	if hist := text("#history"); !strings.Contains(hist, "HubSpot property fixed") || !strings.Contains(hist, "ana (console token)") {
+	if hist := text("#history"); !strings.Contains(hist, "HubSpot property fixed") || !strings.Contains(hist, "ana (console token)") || !strings.Contains(hist, "sent back") {
 		t.Fatalf("history: %s", hist)
 	}
 	shot("07-replayed")
@@ -244,7 +248,25 @@ func TestConsoleInChromium(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		do("reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#consumers")))
 	}
+	// Its history of attempts: the dead-lettered attempt, then the replay's.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		a := text("#attempts")
+		if strings.Contains(a, "dead_letter") && strings.Contains(a, "completed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the event's history of attempts: %s", a)
+		}
+		time.Sleep(300 * time.Millisecond)
+		do("reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	}
 	shot("08-event-completed")
+	// The letter says what the replay achieved: the event completed in the crmwriter.
+	do("the letter again", chromedp.Navigate(letterURL), chromedp.WaitVisible(chromedp.CSS("#event-now")))
+	if now := text("#event-now"); now != "completed" {
+		t.Fatalf("the letter's event now: %q", now)
+	}
+	shot("08b-letter-after-replay")
 
 	// The diff queue renders (empty here: no reconciliation ran).
 	do("diffs", chromedp.Click(chromedp.CSS(`header nav a[href="/console/diffs"]`)), chromedp.WaitVisible(chromedp.CSS("h1")))

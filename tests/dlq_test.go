@@ -85,9 +85,20 @@ func TestDeadLetterWorkflow(t *testing.T) {
 		}
 		if i == 0 {
 			p.completedIn(30*time.Second, fresh, stream.CRMWriter)
-		} else if !strings.Contains(out, "nothing to send: crmwriter already has the event completed") {
+		} else if !strings.Contains(out, "nothing sent: the consumer had completed the event") {
 			t.Fatalf("second replay:\n%s", out)
 		}
+	}
+	// What the replays achieved: the event completed, the first sent back, the second
+	// sending nothing; the letter can no longer be discarded.
+	show, _ = dlq("show", ids[fresh])
+	for _, want := range []string{`"event_now": "completed"`, `"replay: sent back"`, `"replay: nothing sent: the consumer had completed the event"`} {
+		if !strings.Contains(show, want) {
+			t.Fatalf("show after the replays lacks %s:\n%s", want, show)
+		}
+	}
+	if out, err := dlq("discard", ids[fresh], "--by", "ana", "--why", "done"); err == nil || !strings.Contains(out, "nothing to discard") {
+		t.Fatalf("discarding a letter whose effect was made: %v\n%s", err, out)
 	}
 	// The second replay sent nothing (no delivery to wait for): one note.
 	if n, sent := len(p.notesFor(fresh)), brokertest.Count(t, p.conn, stream.Replays); n != 1 || sent != replays+1 {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"exacto.dev/pkg/dlq"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/guard"
 )
 
 func dlqFilterFor(env envelope.Envelope) dlq.Filter {
@@ -91,6 +93,8 @@ type letterData struct {
 	Letter dlq.Letter
 	Stale  string // why a replay would be refused now ("" when fresh)
 	EventT time.Time
+	// Now is the consumer's status of the event now: what the actions achieved.
+	Now string
 }
 
 func (c *console) getLetter(ctx context.Context, w http.ResponseWriter, r *http.Request, u who) (dlq.Letter, bool) {
@@ -117,6 +121,9 @@ func (c *console) letter(w http.ResponseWriter, r *http.Request, u who) {
 	d := letterData{Letter: l, EventT: l.EventTime()}
 	if err := c.dlq.Fresh(l); err != nil {
 		d.Stale = err.Error()
+	}
+	if p, err := c.dlq.Preview(ctx, l, false); err == nil {
+		d.Now = cmp.Or(p.Guard, guard.Received)
 	}
 	v := view{Title: fmt.Sprintf("Dead letter %d", l.Seq), Nav: "dlq", Data: d}
 	v.Notice, v.Error = c.notices(r)
@@ -154,8 +161,8 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, u who) {
 	}
 	c.log.Info("console replay", "dead_letter", l.Seq, "consumer", l.Consumer, "event", l.EventID, "by", by, "why", why, "result", a.Result)
 	msg := "replayed: the event was sent back to " + l.Consumer + "; its status is on the event page"
-	if a.Result != "dead_letter" {
-		msg = "nothing to replay: " + l.Consumer + " already completed the event (" + a.Result + ")"
+	if a.Result != dlq.SentBack {
+		msg = "nothing to replay: " + a.ResultText()
 	}
 	c.back(w, r, l.Seq, "done", msg)
 }

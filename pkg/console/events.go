@@ -452,6 +452,10 @@ type eventData struct {
 	// sequence stopped for it): with Env.Data.Cause, the causal chain both ways.
 	Derived    []envelope.Envelope
 	DerivedErr string
+	// History is every consumer's attempts at it, oldest first (consumer.History).
+	History    []consumer.Outcome
+	HistoryCut bool
+	HistoryErr string
 	Subject    string
 	Arrivals   int
 	Consumers  []consumerStatus
@@ -509,6 +513,9 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u who) {
 	}
 	if d.Derived, err = stream.DerivedFrom(ctx, c.js, rw.Env); err != nil {
 		d.DerivedErr = err.Error()
+	}
+	if d.History, d.HistoryCut, err = consumer.History(ctx, c.js, rw.Env, rw.Stored); err != nil {
+		d.HistoryErr = err.Error()
 	}
 	if letters, err := c.dlq.List(ctx, dlqFilterFor(rw.Env)); err == nil {
 		for _, l := range letters {

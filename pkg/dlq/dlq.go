@@ -69,9 +69,29 @@ type Action struct {
 	Why    string    `json:"why,omitempty"`
 	At     time.Time `json:"at"`
 	Forced bool      `json:"forced,omitempty"` // a replay past the freshness limit
-	// Result says what the replay found: the guard's status before it ("dead_letter":
-	// sent back; "completed": an earlier replay made the effect, nothing to do).
+	// Result says what a replay did: SentBack, or why nothing was sent (the consumer's
+	// status of the event then: AlreadyCompleted, or a worker holding it). Records
+	// made before 2026-12-06 say "dead_letter" for SentBack (ResultText reads both).
 	Result string `json:"result,omitempty"`
+}
+
+// What a replay did.
+const (
+	SentBack         = "sent_back"         // the event went back to its consumer
+	AlreadyCompleted = "already_completed" // the consumer had made its effect: nothing sent
+)
+
+// ResultText says what a replay did in words.
+func (a Action) ResultText() string {
+	switch a.Result {
+	case SentBack, guard.DeadLetter:
+		return "sent back"
+	case AlreadyCompleted, guard.Completed:
+		return "nothing sent: the consumer had completed the event"
+	case "":
+		return ""
+	}
+	return "nothing sent: the consumer's status of the event was " + a.Result
 }
 
 // Filter selects dead letters; empty fields match everything.
@@ -239,8 +259,8 @@ func (q *Queue) record(ctx context.Context, l Letter, a Action) error {
 // decision) that does not say who decides it and why: both are recorded with every
 // action. NeedWhoWhy returns them.
 var (
-	ErrNoWho = errors.New("who decides is required (recorded with the action)")
-	ErrNoWhy = errors.New("a why is required (recorded with the action)")
+	ErrNoWho = errors.New("who decides is required: it is recorded with the action")
+	ErrNoWhy = errors.New("a why is required: it is recorded with the action")
 )
 
 // ErrStale refuses a replay past the event type's freshness limit.
@@ -341,8 +361,11 @@ func (q *Queue) Replay(ctx context.Context, l Letter, by, why string, force bool
 		return Action{}, err
 	}
 	a := Action{Kind: "replay", Seq: l.Seq, By: by, Why: why, At: q.now().UTC(), Forced: q.Fresh(l) != nil, Result: was}
+	if was == guard.Completed {
+		a.Result = AlreadyCompleted
+	}
 	if was == "" || reset {
-		a.Result = guard.DeadLetter
+		a.Result = SentBack
 		msg := &nats.Msg{Subject: stream.ReplaySubject(l.Consumer, env.Tenant, env.Provider, env.Type), Data: l.Event, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, "replay."+l.Consumer+"."+l.EventID+"."+strconv.FormatInt(a.At.UnixNano(), 10))
 		msg.Header.Set("Exacto-Replayed-By", by)
@@ -363,6 +386,14 @@ func (q *Queue) Discard(ctx context.Context, l Letter, by, why string) (Action, 
 	}
 	if l.Status == Discarded {
 		return Action{}, fmt.Errorf("dead letter %d is already discarded", l.Seq)
+	}
+	// A letter whose event its consumer has since completed (a replay made the effect)
+	// has nothing left to discard: discarding it would record a decision that changed
+	// nothing and hide that the effect was made.
+	if rec, ok, err := guard.Status(ctx, q.guards, l.Consumer, l.EventID); err != nil {
+		return Action{}, err
+	} else if ok && rec.Status == guard.Completed {
+		return Action{}, fmt.Errorf("dead letter %d: %s has completed its event since (a replay made its effect): nothing to discard", l.Seq, l.Consumer)
 	}
 	a := Action{Kind: "discard", Seq: l.Seq, By: by, Why: why, At: q.now().UTC()}
 	return a, q.record(ctx, l, a)

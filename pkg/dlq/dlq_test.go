@@ -165,7 +165,7 @@ func TestReplayDiscardFreshness(t *testing.T) {
 		t.Fatalf("a refused replay changed the letter: %+v", got)
 	}
 	a, err := r.q.Replay(ctx, l, "ana", "HubSpot property created", false)
-	if err != nil || a.Result != guard.DeadLetter {
+	if err != nil || a.Result != SentBack || a.ResultText() != "sent back" {
 		t.Fatalf("replay: %+v %v", a, err)
 	}
 	waitFor(t, "the replayed effect", func() bool { return r.effect(reply) == 1 })
@@ -176,7 +176,7 @@ func TestReplayDiscardFreshness(t *testing.T) {
 	})
 	l, _ = r.q.Get(ctx, l.Seq)
 	second, err := r.q.Replay(ctx, l, "ben", "to be sure", false)
-	if err != nil || second.Result != guard.Completed {
+	if err != nil || second.Result != AlreadyCompleted || second.ResultText() != "nothing sent: the consumer had completed the event" {
 		t.Fatalf("second replay: %+v %v", second, err)
 	}
 	// The second found the first's completed record and sent nothing: no delivery to
@@ -186,6 +186,13 @@ func TestReplayDiscardFreshness(t *testing.T) {
 	}
 	if l, _ = r.q.Get(ctx, l.Seq); l.Status != Replayed || len(l.Actions) != 2 || l.Actions[0].By != "ana" || l.Actions[1].Why != "to be sure" {
 		t.Fatalf("recorded: %+v", l)
+	}
+	// Its effect made, the letter has nothing left to discard: refused, nothing recorded.
+	if _, err := r.q.Discard(ctx, l, "cy", "not needed"); err == nil || !strings.Contains(err.Error(), "has completed its event since (a replay made its effect): nothing to discard") {
+		t.Fatalf("discarding a letter whose effect was made: %v", err)
+	}
+	if got, _ := r.q.Get(ctx, l.Seq); got.Status != Replayed || len(got.Actions) != 2 {
+		t.Fatalf("a refused discard changed the letter: %+v", got)
 	}
 	if got := r.letters(t, Filter{}); len(got) != 2 {
 		t.Fatalf("%d open after the replay, want 2", len(got))
@@ -372,7 +379,7 @@ func TestReplayTwiceInFlight(t *testing.T) {
 	r.broken.Delete(id)
 	for _, by := range []string{"ana", "ben"} {
 		l, _ = r.q.Get(ctx, l.Seq)
-		if a, err := r.q.Replay(ctx, l, by, "fixed", false); err != nil || a.Result != guard.DeadLetter {
+		if a, err := r.q.Replay(ctx, l, by, "fixed", false); err != nil || a.Result != SentBack {
 			t.Fatalf("replay by %s: %+v %v", by, a, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/dlq"
+	"exacto.dev/pkg/guard"
 )
 
 func dlqCmd() *cobra.Command {
@@ -89,12 +91,26 @@ func dlqCmd() *cobra.Command {
 		Short: "One dead letter: its event, error, attempts, owner and what was done with it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, l, closeConn, err := letter(cmd.Context(), args[0])
+			q, l, closeConn, err := letter(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			defer closeConn()
-			b, _ := json.MarshalIndent(l, "", "  ")
+			// What its actions achieved: its consumer's status of the event now, and each
+			// action's result in words.
+			p, err := q.Preview(cmd.Context(), l, false)
+			if err != nil {
+				return err
+			}
+			results := make([]string, len(l.Actions))
+			for i, a := range l.Actions {
+				results[i] = a.Kind + ": " + cmp.Or(a.ResultText(), "closed")
+			}
+			b, _ := json.MarshalIndent(struct {
+				dlq.Letter
+				EventNow string   `json:"event_now"`
+				Achieved []string `json:"achieved,omitempty"`
+			}{l, cmp.Or(p.Guard, guard.Received), results}, "", "  ")
 			fmt.Fprintln(cmd.OutOrStdout(), string(b))
 			return nil
 		},
@@ -274,9 +290,9 @@ func needWhoWhy(by, why string) error {
 	err := dlq.NeedWhoWhy(by, why)
 	switch {
 	case errors.Is(err, dlq.ErrNoWho):
-		return fmt.Errorf("--by is required: %w", err)
+		return fmt.Errorf("--by is required: who decides is recorded with the action (%w)", dlq.ErrNoWho)
 	case errors.Is(err, dlq.ErrNoWhy):
-		return fmt.Errorf("--why is required: %w", err)
+		return fmt.Errorf("--why is required: why is recorded with the action (%w)", dlq.ErrNoWhy)
 	}
 	return err
 }
@@ -330,8 +346,8 @@ func verdict(l dlq.Letter, p dlq.Preview) string {
 
 func replayed(l dlq.Letter, a dlq.Action) string {
 	what := "sent back to " + l.Consumer
-	if a.Result != "dead_letter" {
-		what = "nothing to send: " + l.Consumer + " already has the event " + a.Result
+	if a.Result != dlq.SentBack {
+		what = a.ResultText()
 	}
 	if a.Forced {
 		what += " (forced past its freshness limit)"

@@ -83,10 +83,16 @@ func eventsCmd() *cobra.Command {
 					chain[i]["classification"] = c
 				}
 			}
+			// Every attempt, not only the last the guard records (a replay starts over).
+			history, cut, err := consumer.History(ctx, js, env, msg.Time)
+			if err != nil {
+				return err
+			}
 			out := map[string]any{
 				"id":            env.ID,
 				"derived_from":  env.Data.Cause,
 				"derived":       chain,
+				"history":       history,
 				"stream_seq":    seq,
 				"subject":       msg.Subject,
 				"stored_at":     msg.Time,
@@ -94,6 +100,9 @@ func eventsCmd() *cobra.Command {
 				"payloadsha256": env.PayloadSHA256,
 				"consumers":     consumers,
 				"envelope":      json.RawMessage(msg.Data),
+			}
+			if cut {
+				out["history_cut"] = fmt.Sprintf("the first %d outcomes of its type read: there may be later ones", consumer.HistoryScanned)
 			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
