@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -68,9 +69,16 @@ func TestMakeRunPrintsCommandsThatRun(t *testing.T) {
 		Stored int      `json:"stored"`
 		IDs    []string `json:"ids"`
 	}
+	// Another terminal: none of this one's EXACTO_ variables (the ports make run got).
+	var terminal []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "EXACTO_") {
+			terminal = append(terminal, kv)
+		}
+	}
 	for i, line := range commands {
 		sh := exec.Command("sh", "-c", line)
-		sh.Dir, sh.Env = root, n.env()
+		sh.Dir, sh.Env = root, terminal
 		got, err := sh.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", line, err, got)
@@ -161,7 +169,9 @@ func TestSecondUpSaysWhatIsTakenAndCtrlCSaysWhatItDrains(t *testing.T) {
 	n.start()
 	holder := "pid " + strconv.Itoa(n.cmd.Process.Pid) + " (exacto up)"
 	second := func(extra ...string) string {
-		cmd := exec.Command(exactoBin, "up")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a second that starts is killed
+		defer cancel()
+		cmd := exec.CommandContext(ctx, exactoBin, "up")
 		cmd.Dir, cmd.Env = n.dir, append(n.env(), extra...)
 		began := time.Now()
 		out, err := cmd.CombinedOutput()
@@ -215,6 +225,7 @@ func TestTailPrintsEventsAsStored(t *testing.T) {
 	if err := live.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { live.Process.Kill() }) // gone already when the test passes
 	// Its consumer is made once it says so: events from then on.
 	if line, err := bufio.NewReader(said).ReadString('\n'); err != nil || !strings.HasPrefix(line, "tail: the events of events.*.stripe.> from now on") {
 		t.Fatalf("tail said %q (%v)", line, err)
@@ -234,9 +245,46 @@ func TestTailPrintsEventsAsStored(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`  demo  instantly  reply\.classified  ev_\S+  bo@example\.com  campaign q4-founders  \w+ \d\.\d\d  from ev_\S+\n$`).MatchString(out) {
 		t.Fatalf("tail of a derived event: %v\n%s", err, out)
 	}
-	for _, bad := range [][]string{{"--type", "reply.*"}, {"--tenant", "a b"}, {"--count", "-1"}} {
+	for _, bad := range [][]string{{"--type", "reply.*"}, {"--type", "reply"}, {"--tenant", "a b"}, {"--count", "-1"}} {
 		if out, err := n.run(append([]string{"tail", "--nats-url", url}, bad...)...); err == nil {
 			t.Errorf("tail %v was taken:\n%s", bad, out)
+		}
+	}
+}
+
+// `exacto send --endpoint` signs as the endpoint takes it: over its public URL
+// (HubSpot's v3 signs the URL HubSpot calls), in its own secret header (Instantly), with
+// its own generic scheme; each is stored, where signing with the provider's defaults
+// was refused 401.
+func TestSendSignsAsTheEndpointTakesIt(t *testing.T) {
+	n := newNode(t, `
+tenants:
+  - id: acme
+    endpoints:
+      - id: hubspot-main
+        provider: hubspot
+        path_token: acme-hubspot-path-token-0123456789
+        secrets: [acme-hubspot-client-secret]
+        public_url: https://hooks.acme.example/hooks/hubspot-main/acme-hubspot-path-token-0123456789
+      - id: instantly-main
+        provider: instantly
+        path_token: acme-instantly-path-token-0123456789
+        secrets: [acme-instantly-secret]
+        secret_header: X-Webhook-Token
+      - id: generic-main
+        provider: generic
+        path_token: acme-generic-path-token-0123456789
+        secrets: [acme-generic-secret]
+        generic: {header: X-Acme-Signature, prefix: "v1=", encoding: base64, algorithm: sha256, signed: "{timestamp}.{body}", timestamp_header: X-Acme-Time, id_field: id, type_field: type, time_field: created_at, types: {reply.created: reply.received}}
+`)
+	n.start()
+	for _, id := range []string{"hubspot-main", "instantly-main", "generic-main"} {
+		args := []string{"send", "--endpoint", id, "--gateway", "http://" + n.http, "--sandbox", "none"}
+		if id == "generic-main" {
+			args = append(args, "--event", "reply.created")
+		}
+		if out, err := n.run(args...); err != nil || !strings.HasPrefix(out, "200 ") {
+			t.Errorf("send --endpoint %s: %v\n%s", id, err, out)
 		}
 	}
 }

@@ -117,7 +117,7 @@ func Start(o Options) (*server.Server, error) {
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
 		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats did not start within 30s (listening on %s)", o.Listen)
+		return nil, fmt.Errorf("embedded nats did not start within 30s on %s: is the port in use?", o.Listen)
 	}
 	if !s.JetStreamEnabled() {
 		s.Shutdown()
@@ -152,9 +152,13 @@ func Open(url string, o Options, name string) (*Conn, error) {
 		}
 		c.unlock = unlock
 		// A taken port is said at once (nats-server would retry for 30 s); -1 is its
-		// random port.
-		if _, port, _ := net.SplitHostPort(o.Listen); port != "-1" {
-			if err := listen.Free("nats.listen", o.Listen); err != nil {
+		// random port, 0 its default one.
+		if host, port, _ := net.SplitHostPort(o.Listen); port != "-1" {
+			addr := o.Listen
+			if port == "0" {
+				addr = net.JoinHostPort(host, strconv.Itoa(server.DEFAULT_PORT))
+			}
+			if err := listen.Free("nats.listen", addr); err != nil {
 				c.Close()
 				return nil, err
 			}

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"path"
 	"reflect"
 	"regexp"
 	"slices"
@@ -29,16 +30,23 @@ func explain(data []byte, source string, err error) error {
 	if m == nil {
 		return fmt.Errorf("%s: %w", source, err)
 	}
-	if line, why := misindented(data); line > 0 {
-		return fmt.Errorf("%s:%d: %s (the YAML parser stopped at line %s: %s)", source, line, why, m[1], m[2])
+	// The parser notices a mis-indented line late or early, and says so in these words;
+	// its line is then replaced by the heuristic's when that is near it. Any other
+	// message (an unclosed quote, a bad character) is the parser's own to tell.
+	at, _ := strconv.Atoi(m[1])
+	if indentation.MatchString(m[2]) {
+		if line, why := misindented(data); line > 0 && line >= at-20 && line <= at+20 {
+			return fmt.Errorf("%s:%d: %s (the YAML parser stopped at line %s: %s)", source, line, why, m[1], m[2])
+		}
 	}
 	return fmt.Errorf("%s:%s: %s", source, m[1], m[2])
 }
 
 var (
 	parserLine   = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-	fieldUnknown = regexp.MustCompile(`^line (\d+): field (\S+) not found in type config\.(\w+)$`)
-	decodeLine   = regexp.MustCompile(`^line (\d+): (.*)$`)
+	fieldUnknown = regexp.MustCompile(`^line (\d+): field (\S+) not found in type (\w+)\.(\w+)$`)
+	decodeLine   = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+	indentation  = regexp.MustCompile(`did not find expected key|mapping values are not allowed in this context|did not find expected '-' indicator|block sequence entries are not allowed in this context`)
 )
 
 // unknownField says one of the decoder's errors as "LINE: what", a field it does not
@@ -51,7 +59,7 @@ func unknownField(e string) string {
 		}
 		return " " + e
 	}
-	fields := yamlFields(m[3])
+	fields := yamlFields(m[3], m[4])
 	msg := fmt.Sprintf("%s: unknown field %q", m[1], m[2])
 	if near := nearest(m[2], fields); near != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", near)
@@ -62,8 +70,9 @@ func unknownField(e string) string {
 	return msg
 }
 
-// yamlFields lists the YAML keys of the config's struct type named name.
-func yamlFields(name string) []string {
+// yamlFields lists the YAML keys of the struct type pkg.name the config holds
+// (config.Tenant, providers.Generic).
+func yamlFields(pkg, name string) []string {
 	var fields []string
 	seen := map[reflect.Type]bool{}
 	var walk func(t reflect.Type)
@@ -71,16 +80,17 @@ func yamlFields(name string) []string {
 		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
 			t = t.Elem()
 		}
-		if t.Kind() != reflect.Struct || seen[t] || t.PkgPath() != reflect.TypeFor[Config]().PkgPath() {
+		if t.Kind() != reflect.Struct || seen[t] || !strings.HasPrefix(t.PkgPath(), "exacto.dev/") {
 			return
 		}
 		seen[t] = true
+		match := t.Name() == name && path.Base(t.PkgPath()) == pkg
 		for f := range t.Fields() {
 			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			if tag == "-" || !f.IsExported() {
 				continue
 			}
-			if t.Name() == name && tag != "" {
+			if match && tag != "" {
 				fields = append(fields, tag)
 			}
 			walk(f.Type)
@@ -127,6 +137,8 @@ func editDistance(a, b string) int {
 func misindented(data []byte) (int, string) {
 	stack := []block{{indent: 0}}
 	opened := false // the line before opened a block: this one may go deeper
+	plain := false  // the line before ended in a plain scalar, which may go on below
+	quoted := false // inside a double-quoted string
 	scalar := -1    // inside a block scalar: lines deeper than this are its text
 	flow := 0       // open [ and { of a flow collection
 	for i, raw := range strings.Split(string(data), "\n") {
@@ -136,9 +148,17 @@ func misindented(data []byte) (int, string) {
 		if content == "" || strings.HasPrefix(content, "#") || strings.HasPrefix(content, "---") {
 			continue
 		}
-		if scalar >= 0 && indent > scalar || flow > 0 {
+		switch {
+		case scalar >= 0 && indent > scalar: // a block scalar's text
+			continue
+		case quoted: // a double-quoted string over several lines
+			quoted = strings.Count(strings.ReplaceAll(content, `\"`, ""), `"`)%2 == 0
+			continue
+		case flow > 0:
 			flow += strings.Count(content, "[") + strings.Count(content, "{") - strings.Count(content, "]") - strings.Count(content, "}")
 			continue
+		case plain && indent > stack[len(stack)-1].indent && !strings.HasPrefix(content, "- ") && !strings.Contains(content, ": "):
+			continue // a plain scalar's continuation
 		}
 		scalar = -1
 		item := strings.HasPrefix(content, "- ") || content == "-"
@@ -161,7 +181,7 @@ func misindented(data []byte) (int, string) {
 		for strings.HasPrefix(rest, "- ") {
 			indent += 2 + len(rest[2:]) - len(strings.TrimLeft(rest[2:], " "))
 			rest = strings.TrimLeft(rest[2:], " ")
-			stack = append(stack, block{indent: indent})
+			stack = append(stack, block{indent: indent, list: strings.HasPrefix(rest, "- ")}) // "- - x": a list in a list
 		}
 		if i := strings.Index(rest, " #"); i >= 0 && !strings.ContainsAny(rest[:i], `"'`) {
 			rest = strings.TrimSpace(rest[:i])
@@ -170,9 +190,10 @@ func misindented(data []byte) (int, string) {
 		if k, v, ok := strings.Cut(rest, ": "); ok && !strings.ContainsAny(k, `"'`) {
 			value = strings.TrimSpace(v)
 		}
-		// A key without a value, or with only an anchor or a tag, opens a block.
-		opened = strings.HasSuffix(rest, ":") || rest == "-" ||
-			(strings.HasPrefix(value, "&") || strings.HasPrefix(value, "!")) && !strings.Contains(value, " ")
+		// A key without a value, or with only anchors and tags, opens a block.
+		opened = strings.HasSuffix(rest, ":") || rest == "-" || value != "" && onlyProperties(value)
+		plain = value != "" && !opened && !strings.ContainsAny(value[:1], `"'[{|>&*!`)
+		quoted = strings.HasPrefix(value, `"`) && strings.Count(strings.ReplaceAll(value, `\"`, ""), `"`)%2 == 1
 		switch {
 		case value == "|" || value == ">" || strings.HasPrefix(value, "|") || strings.HasPrefix(value, ">"):
 			scalar = indent
@@ -181,6 +202,17 @@ func misindented(data []byte) (int, string) {
 		}
 	}
 	return 0, ""
+}
+
+// onlyProperties says whether v is only anchors (&a) and tags (!!map): the value is
+// the block below.
+func onlyProperties(v string) bool {
+	for _, f := range strings.Fields(v) {
+		if f[0] != '&' && f[0] != '!' {
+			return false
+		}
+	}
+	return true
 }
 
 // block is a mapping or a list open at an indentation.

@@ -7,10 +7,15 @@ package providers
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -143,6 +148,33 @@ func (l Lead) Seed(own Lead) string {
 		return ""
 	}
 	return "|" + l.Email + "|" + l.Campaign
+}
+
+// Name is how a sample names its lead: own for the provider's own lead, else one made
+// from the address (ana.souza@x → Ana Souza), never the own lead's name on another.
+func (l Lead) Name(own Lead, ownName string) string {
+	if l.Email == own.Email {
+		return ownName
+	}
+	local, _, _ := strings.Cut(l.Email, "@")
+	parts := strings.FieldsFunc(local, func(r rune) bool { return r == '.' || r == '_' || r == '-' || r == '+' })
+	for i, p := range parts {
+		parts[i] = strings.ToUpper(p[:1]) + p[1:]
+	}
+	return strings.Join(parts, " ")
+}
+
+// ID is a sample's id for its lead at a platform: own for the provider's own lead, else
+// one derived from the address, so that another lead is another record there too.
+func (l Lead) ID(own Lead, ownID string, digits bool) string {
+	if l.Email == own.Email {
+		return ownID
+	}
+	sum := sha256.Sum256([]byte(l.Email))
+	if digits {
+		return strconv.FormatUint(1_000_000+binary.BigEndian.Uint64(sum[:8])%9_000_000, 10)
+	}
+	return hex.EncodeToString(sum[:6])
 }
 
 // Spec describes one provider for the registry.

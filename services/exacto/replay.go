@@ -217,8 +217,8 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 	}
 	// The live projection is compared once its projector has handled what the rebuild
 	// did: right after a burst it is behind, and that is no difference.
-	handled, err := liveHandled(ctx, js, p.LastSeq, r.waitLive, func(handled uint64) {
-		fmt.Fprintf(out, "waiting up to %v for the live projector: it has handled the stream up to sequence %d of %d\n", r.waitLive, handled, p.LastSeq)
+	handled, paused, err := liveHandled(ctx, js, p.LastSeq, r.waitLive, func(handled uint64) {
+		fmt.Fprintf(errOut, "waiting up to %v for the live projector: it has handled the stream up to sequence %d of %d\n", r.waitLive, handled, p.LastSeq)
 	})
 	if err != nil {
 		return err
@@ -236,42 +236,49 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 	fmt.Fprintf(out, "%s: rebuilt %d keys, live %d keys: %d only in the rebuild, %d only live, %d differ\n",
 		r.projection, d.KeysA, d.KeysB, d.OnlyA, d.OnlyB, d.Differ)
 	fmt.Fprintf(out, "first differing keys: %s\n", strings.Join(d.First, " "))
-	if handled < p.LastSeq {
-		fmt.Fprintf(out, "the live projection is %d events behind (its projector has handled the stream up to sequence %d of the %d replayed): "+
-			"the difference may be only that; run the replay again once it has caught up\n", p.LastSeq-handled, handled, p.LastSeq)
+	switch {
+	case paused:
+		fmt.Fprintf(out, "the live projection is behind: its projector is paused (exacto worker resume %s) and has handled the stream up to sequence %d of the %d replayed; "+
+			"the difference may be only that\n", stream.Projector, handled, p.LastSeq)
+	case handled < p.LastSeq:
+		fmt.Fprintf(out, "the live projection is behind: its projector has handled the stream up to sequence %d of the %d replayed; "+
+			"the difference may be only that: run the replay again once it has caught up\n", handled, p.LastSeq)
 	}
 	return nil
 }
 
 // liveHandled waits up to wait for the live projector to have handled the stream up to
-// seq, saying once that it waits, and returns how far it has (seq when caught up).
-func liveHandled(ctx context.Context, js jetstream.JetStream, seq uint64, wait time.Duration, waiting func(handled uint64)) (uint64, error) {
+// seq, saying once that it waits, and returns how far it has (seq when caught up, or
+// when no projector ever ran) and whether it is paused (then it is not waited for).
+func liveHandled(ctx context.Context, js jetstream.JetStream, seq uint64, wait time.Duration, waiting func(handled uint64)) (uint64, bool, error) {
 	deadline := time.Now().Add(wait)
 	for said := false; ; said = true {
 		c, err := js.Consumer(ctx, stream.Events, stream.Projector)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return 0, nil // no live projector has ever run
+			return seq, false, nil // no live projector has ever run: nothing to wait for
 		}
 		if err != nil {
-			return 0, fmt.Errorf("the live projector's progress: %w", err)
+			return 0, false, fmt.Errorf("the live projector's progress: %w", err)
 		}
 		info, err := c.Info(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("the live projector's progress: %w", err)
+			return 0, false, fmt.Errorf("the live projector's progress: %w", err)
 		}
 		handled := info.AckFloor.Stream
-		if handled >= seq || info.NumPending+uint64(info.NumAckPending) == 0 {
-			return seq, nil
-		}
-		if time.Now().After(deadline) {
-			return handled, nil
+		switch {
+		case handled >= seq || info.NumPending+uint64(info.NumAckPending) == 0:
+			return seq, false, nil
+		case info.Paused:
+			return handled, true, nil
+		case time.Now().After(deadline):
+			return handled, false, nil
 		}
 		if !said {
 			waiting(handled)
 		}
 		select {
 		case <-ctx.Done():
-			return handled, nil
+			return handled, false, nil
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

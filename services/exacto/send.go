@@ -20,6 +20,8 @@ import (
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/providers"
+	"exacto.dev/pkg/providers/generic"
+	"exacto.dev/pkg/providers/instantly"
 	"exacto.dev/pkg/providers/registry"
 )
 
@@ -55,7 +57,7 @@ Events each provider's samples cover (the first is the default):
 					fmt.Fprintf(cmd.ErrOrStderr(), "note: the sandbox at %s was not told (%v): the event will not be confirmed at its source\n", d.sandbox, err)
 				}
 			}
-			status, body, err := send(cmd.Context(), d.spec, d.body, d.secret, d.signingSecret, d.to, time.Now())
+			status, body, err := d.send(cmd.Context(), time.Now())
 			if err != nil {
 				return err
 			}
@@ -69,6 +71,7 @@ Events each provider's samples cover (the first is the default):
 	fl := cmd.Flags()
 	fl.StringVar(&f.endpoint, "endpoint", "", "the config's endpoint to send to: its provider, URL and secret")
 	fl.StringVar(&f.config, "config", "", "config file (default ./exacto.yaml, else the built-in demo)")
+	fl.StringVar(&f.gateway, "gateway", "", "with --endpoint: the gateway's base URL (default http:// and the config's http_addr)")
 	fl.StringVar(&f.provider, "provider", "", "provider to impersonate, with --to: "+strings.Join(registry.Names(), ", "))
 	fl.StringVar(&f.event, "event", "", "event to send (default: the provider's first sample event; listed above)")
 	fl.StringVar(&f.to, "to", "", "endpoint URL (default, with --endpoint: the config's gateway address)")
@@ -83,12 +86,13 @@ Events each provider's samples cover (the first is the default):
 
 // sendFlags are what `exacto send` was given.
 type sendFlags struct {
-	endpoint, config, provider, event, to, email, campaign, secret, signingSecret, at, sandbox string
+	endpoint, config, gateway, provider, event, to, email, campaign, secret, signingSecret, at, sandbox string
 }
 
 // outgoing is what `exacto send` posts, and where.
 type outgoing struct {
 	spec                  providers.Spec
+	endpoint              *config.Endpoint // its signing settings; nil: the provider's defaults
 	body                  []byte
 	to, sandbox           string
 	secret, signingSecret string
@@ -115,10 +119,16 @@ func (f sendFlags) outgoing() (outgoing, error) {
 		}
 		f.provider = e.Provider
 		if f.to == "" {
-			f.to = fmt.Sprintf("http://%s/hooks/%s/%s", dialable(cfg.HTTPAddr), e.ID, e.PathToken.Value)
+			gateway := "http://" + dialable(cfg.HTTPAddr)
+			if f.gateway != "" {
+				gateway = strings.TrimRight(f.gateway, "/")
+			}
+			f.to = fmt.Sprintf("%s/hooks/%s/%s", gateway, e.ID, e.PathToken.Value)
 		}
 	case f.to == "":
 		return d, fmt.Errorf("--endpoint ID or --to URL is required (endpoint ids are in the config)")
+	case f.gateway != "":
+		return d, fmt.Errorf("--gateway goes with --endpoint: --to is the whole URL")
 	case f.provider == "":
 		return d, fmt.Errorf("--provider is required with --to (known: %s)", strings.Join(registry.Names(), ", "))
 	case cfgErr == nil:
@@ -138,8 +148,11 @@ func (f sendFlags) outgoing() (outgoing, error) {
 	if f.signingSecret != "" && spec.SignOptional == nil {
 		return d, fmt.Errorf("--signing-secret: provider %s has no optional signature (only smartlead)", spec.Name)
 	}
-	d.secret, d.signingSecret = f.secret, f.signingSecret
+	d.secret, d.signingSecret, d.endpoint = f.secret, f.signingSecret, e
 	if e != nil {
+		if v := e.SignatureVersions; len(v) > 0 && !slices.Contains(v, "v3") && !slices.Contains(v, "v1") {
+			return d, fmt.Errorf("endpoint %s takes HubSpot signatures %s only: exacto send signs v3 and v1", e.ID, strings.Join(v, ", "))
+		}
 		if d.secret == "" && len(e.Secrets) > 0 {
 			d.secret = e.Secrets[0].Value
 		}
@@ -201,13 +214,34 @@ func dialable(addr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// send posts body as spec signs it now (with signingSecret too, when set, for a
-// provider whose signature is optional).
-func send(ctx context.Context, spec providers.Spec, body []byte, secret, signingSecret, to string, now time.Time) (int, string, error) {
-	h, body, err := spec.Sign(http.MethodPost, to, body, secret, now)
+// send posts d, signed now as its endpoint takes it: over the public URL the provider
+// would call (HubSpot's v3 signs it), in the endpoint's own header or generic scheme.
+func (d outgoing) send(ctx context.Context, now time.Time) (int, string, error) {
+	signURL, sign := d.to, d.spec.Sign
+	if e := d.endpoint; e != nil {
+		if e.PublicURL != "" {
+			signURL = e.PublicURL
+		}
+		if e.Generic != nil {
+			g := *e.Generic
+			sign = func(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error) {
+				return generic.SignWith(g, method, url, body, secret, now)
+			}
+		}
+	}
+	h, body, err := sign(http.MethodPost, signURL, d.body, d.secret, now)
 	if err != nil {
 		return 0, "", err
 	}
+	if e := d.endpoint; e != nil && e.SecretHeader != "" && d.spec.Name == instantly.Spec.Name && d.secret != "" {
+		h.Del(instantly.DefaultHeader)
+		h.Set(e.SecretHeader, d.secret)
+	}
+	return post(ctx, d.spec, h, body, d.signingSecret, d.to)
+}
+
+// post posts body with headers h (and the optional signature, when signingSecret is set).
+func post(ctx context.Context, spec providers.Spec, h http.Header, body []byte, signingSecret, to string) (int, string, error) {
 	if signingSecret != "" {
 		maps.Copy(h, spec.SignOptional(body, signingSecret))
 	}

@@ -39,10 +39,12 @@ func TestSendSmartleadSigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status, body, err := send(ctx, smartlead.Spec, sample, "body-secret", "signing-secret", srv.URL, now); err != nil || status != 200 {
+	d := outgoing{spec: smartlead.Spec, body: sample, secret: "body-secret", signingSecret: "signing-secret", to: srv.URL}
+	if status, body, err := d.send(ctx, now); err != nil || status != 200 {
 		t.Fatalf("signed: %d %s %v", status, body, err)
 	}
-	status, body, err := send(ctx, smartlead.Spec, sample, "body-secret", "", srv.URL, now)
+	d.signingSecret = ""
+	status, body, err := d.send(ctx, now)
 	if err != nil || status != http.StatusUnauthorized || !strings.Contains(body, "missing signature") {
 		t.Fatalf("without the signing secret: %d %s %v", status, body, err)
 	}
@@ -102,7 +104,11 @@ func TestSendEndpointFromConfig(t *testing.T) {
 			t.Errorf("body lacks %s: %s", want, d.body)
 		}
 	}
-	f.email, f.campaign = "", ""
+	f.gateway = "http://10.0.0.7:9000/"
+	if g, err := f.outgoing(); err != nil || g.to != "http://10.0.0.7:9000/hooks/instantly-main/acme-instantly-token-0123456789" {
+		t.Fatalf("--gateway: %v %s", err, g.to)
+	}
+	f.gateway, f.email, f.campaign = "", "", ""
 	plain, err := f.outgoing()
 	if err != nil || bytes.Equal(plain.body, d.body) || strings.Contains(string(plain.body), "ana@example.com") {
 		t.Fatalf("without --email: %v %s", err, plain.body)
@@ -126,6 +132,7 @@ func TestSendRefusals(t *testing.T) {
 		"provider against endpoint":     {sendFlags{endpoint: "stripe", provider: "instantly"}, "endpoint stripe is a stripe endpoint"},
 		"neither endpoint nor url":      {sendFlags{}, "--endpoint ID or --to URL is required"},
 		"url without provider":          {sendFlags{to: "http://127.0.0.1:1/hooks/x/y"}, "--provider is required with --to"},
+		"gateway with a url":            {sendFlags{to: "http://127.0.0.1:1/hooks/x/y", provider: "stripe", gateway: "http://127.0.0.1:2"}, "--gateway goes with --endpoint"},
 		"unknown event":                 {sendFlags{endpoint: "stripe", event: "reply_received"}, "no sample event \"reply_received\" (known: customer.updated"},
 		"an e-mail meta does not carry": {sendFlags{endpoint: "meta", email: "ana@example.com"}, "--email does not apply"},
 		"a campaign stripe lacks":       {sendFlags{endpoint: "stripe", campaign: "c1"}, "--campaign does not apply"},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -43,6 +44,9 @@ counts them.`,
 				if strings.ContainsAny(v, " *>") || strings.HasPrefix(v, ".") || strings.HasSuffix(v, ".") {
 					return fmt.Errorf("%s %q: a name, without spaces, wildcards or edge dots", flag, v)
 				}
+			}
+			if typ != "" && !slices.Contains(envelope.AllTypes, typ) {
+				return fmt.Errorf("--type %q: no such event type (known: %s)", typ, strings.Join(envelope.AllTypes, ", "))
 			}
 			if since < 0 || count < 0 {
 				return errors.New("--since and --count are not negative")

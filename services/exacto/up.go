@@ -68,8 +68,8 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	// Ctrl-C or SIGTERM: say what is drained, and when it is done (after env.Close).
 	stopping := make(chan time.Time, 1)
 	signalled := context.AfterFunc(ctx, func() {
+		fmt.Fprintln(os.Stderr, drainNotice(embed, env.Conn.Embedded != nil))
 		stopping <- time.Now()
-		fmt.Fprintln(os.Stderr, drainNotice(embed))
 	})
 	defer func() {
 		if !signalled() { // stopped by a signal, not by an error
@@ -122,13 +122,17 @@ func run(ctx context.Context, cfgPath string, logText, embed bool) error {
 	}
 }
 
-// drainNotice says what stopping waits for.
-func drainNotice(embed bool) string {
-	if !embed {
-		return "exacto: stopping: the gateway answers the requests in hand and takes no new ones"
+// drainNotice says what stopping waits for: the gateway alone (`exacto gateway`) or
+// every part too (`exacto up`), and an embedded NATS when there is one.
+func drainNotice(allParts, embeddedNATS bool) string {
+	msg := "exacto: stopping: the gateway answers the requests in hand and takes no new ones"
+	if allParts {
+		msg += "; the workers (" + strings.Join(runnable(), ", ") + ") finish the attempts in hand"
 	}
-	return "exacto: stopping: the gateway answers the requests in hand and takes no new ones; the workers (" +
-		strings.Join(runnable(), ", ") + ") finish the attempts in hand; then the store is synced and the embedded NATS shut down"
+	if embeddedNATS {
+		msg += "; then the store is synced and the embedded NATS shut down"
+	}
+	return msg
 }
 
 // banner prints where to point providers.
@@ -175,25 +179,44 @@ func banner(env *service.Env, httpAddr string) {
 	if conn.Embedded != nil {
 		natsURL = fmt.Sprintf("nats://%s", conn.Embedded.Addr())
 	}
-	fmt.Fprint(w, tryIt(cfg, invokedAs(), natsURL, natsCLIPath()))
+	sandboxURL := ""
+	if env.Sandbox != nil {
+		sandboxURL = env.Sandbox.URL
+	}
+	fmt.Fprint(w, tryIt(cfg, invokedAs(), httpAddr, sandboxURL, natsURL, natsCLIPath()))
 	if demo {
 		fmt.Fprintf(w, "  (demo config: its secrets are public; write exacto.yaml for real traffic)\n")
 	}
 }
 
-// tryIt is the banner's commands, as they run from where exacto was started: a webhook
-// to the config's first endpoint, then the stream it landed in.
-func tryIt(cfg *config.Config, self, natsURL, natsCLI string) string {
-	if len(cfg.Tenants) == 0 || len(cfg.Tenants[0].Endpoints) == 0 {
+// tryIt is the banner's commands, as they run from where exacto was started, in
+// another terminal (without this one's EXACTO_ variables): a webhook to the config's
+// first endpoint, then the stream it landed in.
+func tryIt(cfg *config.Config, self, httpAddr, sandboxURL, natsURL, natsCLI string) string {
+	var e *config.Endpoint
+	for i := range cfg.Tenants {
+		if len(cfg.Tenants[i].Endpoints) > 0 {
+			e = &cfg.Tenants[i].Endpoints[0]
+			break
+		}
+	}
+	if e == nil {
 		return ""
 	}
-	e := cfg.Tenants[0].Endpoints[0]
-	configFlag := ""
+	flags := ""
 	if cfg.Source != "built-in demo" && cfg.Source != config.DefaultFile {
-		configFlag = " --config " + shellQuote(cfg.Source)
+		flags += " --config " + shellQuote(cfg.Source)
+	}
+	// Where this process listens may come from its environment: said, not assumed.
+	if _, set := os.LookupEnv("EXACTO_HTTP_ADDR"); set || httpAddr != dialable(cfg.HTTPAddr) {
+		flags += " --gateway http://" + httpAddr
+	}
+	_, addrSet := os.LookupEnv("EXACTO_SANDBOX_ADDR")
+	if _, urlSet := os.LookupEnv("EXACTO_SANDBOX_URL"); sandboxURL != "" && (addrSet || urlSet || sandboxURL != "http://"+dialable(cfg.SandboxAddr)) {
+		flags += " --sandbox " + sandboxURL
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "  try it (another terminal, this directory):\n    %s send --endpoint %s%s\n", self, e.ID, configFlag)
+	fmt.Fprintf(&b, "  try it (another terminal, this directory):\n    %s send --endpoint %s%s\n", self, e.ID, flags)
 	if natsCLI != "" {
 		fmt.Fprintf(&b, "    %s --server %s stream info EXACTO_EVENTS\n", natsCLI, natsURL)
 	} else {

@@ -526,7 +526,13 @@ func orBody(field string) string {
 
 // Sign signs a delivery as a sender configured like Default does.
 func Sign(method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error) {
-	s, err := compile(Default)
+	return SignWith(Default, method, url, body, secret, now)
+}
+
+// SignWith signs a delivery as a sender configured like g does (an endpoint's own
+// generic: block).
+func SignWith(g providers.Generic, method, url string, body []byte, secret string, now time.Time) (http.Header, []byte, error) {
+	s, err := compile(g)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -23,7 +23,7 @@ func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	contact := map[string]any{"email": lead.Email, "name": "Ana Souza"}
+	contact := map[string]any{"email": lead.Email, "name": lead.Name(own, "Ana Souza")}
 	var data map[string]any
 	switch event {
 	case "reply.created":

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"exacto.dev/pkg/providers"
@@ -81,7 +82,8 @@ func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error
 		s.EmailAccount = "maya@outbound.example.com"
 		return marshal(s)
 	}
-	s.LeadEmail, s.FirstName, s.CompanyName = lead.Email, "Jordan", "Acme Corp"
+	first, _, _ := strings.Cut(lead.Name(own, "Jordan Lee"), " ")
+	s.LeadEmail, s.FirstName, s.CompanyName = lead.Email, first, "Acme Corp"
 	switch event {
 	case "email_sent", "email_opened", "link_clicked", "email_link_clicked", "email_bounced", "reply_received", "auto_reply_received":
 		first := true

@@ -208,6 +208,12 @@ func Run(t *testing.T, s Suite) {
 					if field.Email != "" && (ev.Data.Contact == nil || ev.Data.Contact.Email != field.Email) {
 						t.Errorf("%s: contact %+v, want %s", event, ev.Data.Contact, field.Email)
 					}
+					// Another lead is another record at the platform too: not the own lead's
+					// id or name (a stop by id would stop the wrong lead).
+					if c, o := ev.Data.Contact, own[i].Data.Contact; field.Email != "" && c != nil && o != nil &&
+						(o.ExternalID != "" && c.ExternalID == o.ExternalID || o.Name != "" && c.Name == o.Name) {
+						t.Errorf("%s: another lead keeps the own lead's id %q or name %q", event, c.ExternalID, c.Name)
+					}
 					if field.Campaign != "" && (ev.Data.Campaign == nil || ev.Data.Campaign.ID != field.Campaign) {
 						t.Errorf("%s: campaign %+v, want %s", event, ev.Data.Campaign, field.Campaign)
 					}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"exacto.dev/pkg/providers"
@@ -56,17 +57,20 @@ func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error
 		"description":     "",
 		"metadata":        map[string]any{"webhook_created_at": "2026-01-12T09:14:40.843Z"},
 	}
+	leadID := lead.ID(own, "1482956", true)
+	mapID, _ := strconv.Atoi(lead.ID(own, "1438627", true))
+	name := lead.Name(own, "Dana Kim")
 	leadFields := map[string]any{
 		"stats_id":             statsID,
-		"sl_email_lead_id":     "1482956",
-		"sl_email_lead_map_id": 1438627,
+		"sl_email_lead_id":     leadID,
+		"sl_email_lead_map_id": mapID,
 		"from_email":           "sam@outbound.example.com",
 		"to_email":             lead.Email,
-		"to_name":              "Dana Kim",
+		"to_name":              name,
 		"subject":              "Outbound stack at Globex",
 		"sequence_number":      1,
 		"sent_message":         sent,
-		"app_url":              "https://app.smartlead.ai/app/master-inbox?leadMap=1438627",
+		"app_url":              "https://app.smartlead.ai/app/master-inbox?leadMap=" + strconv.Itoa(mapID),
 	}
 	switch event {
 	case "EMAIL_SENT", "EMAIL_OPEN":
@@ -98,11 +102,12 @@ func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error
 		copyInto(b, leadFields)
 		delete(b, "stats_id")
 	case "LEAD_CATEGORY_UPDATED":
-		b["lead_id"] = 1482956
-		b["to_email"], b["to_name"], b["from_email"] = lead.Email, "Dana Kim", "sam@outbound.example.com"
+		b["lead_id"], _ = strconv.Atoi(leadID)
+		b["to_email"], b["to_name"], b["from_email"] = lead.Email, name, "sam@outbound.example.com"
 		b["lead_category"] = map[string]any{"old_id": nil, "old_name": nil, "new_id": 1, "new_name": "Interested"}
-		b["lead_data"] = map[string]any{"email": lead.Email, "first_name": "Dana", "last_name": "Kim", "company_name": "Globex"}
-		b["app_url"] = "https://app.smartlead.ai/app/master-inbox?leadMap=1438627"
+		first, last, _ := strings.Cut(name, " ")
+		b["lead_data"] = map[string]any{"email": lead.Email, "first_name": first, "last_name": last, "company_name": "Globex"}
+		b["app_url"] = "https://app.smartlead.ai/app/master-inbox?leadMap=" + strconv.Itoa(mapID)
 	case "UNTRACKED_REPLIES":
 		if lead.Campaign != own.Campaign {
 			return nil, fmt.Errorf("smartlead: an UNTRACKED_REPLIES delivery carries no campaign (--campaign does not apply)")

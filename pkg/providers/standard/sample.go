@@ -25,13 +25,14 @@ func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error
 		return nil, fmt.Errorf("standard: a contact.updated delivery carries no campaign (--campaign does not apply)")
 	}
 	ts := now.UTC().Format(time.RFC3339)
+	id, name := "lead_"+lead.ID(own, "8f2a", false), lead.Name(own, "Sam Lead")
 	switch event {
 	case "reply.received":
-		return fmt.Appendf(nil, `{"type":"reply.received","timestamp":%q,"data":{"id":"lead_8f2a","email":%q,"name":"Sam Lead","campaign_id":%q,"message_id":"<CAF8b2x@mail.example.com>","subject":"Re: Quick question","text":"Sounds interesting, can we talk Thursday?"}}`, ts, lead.Email, lead.Campaign), nil
+		return fmt.Appendf(nil, `{"type":"reply.received","timestamp":%q,"data":{"id":%q,"email":%q,"name":%q,"campaign_id":%q,"message_id":"<CAF8b2x@mail.example.com>","subject":"Re: Quick question","text":"Sounds interesting, can we talk Thursday?"}}`, ts, id, lead.Email, name, lead.Campaign), nil
 	case "lead.unsubscribed":
-		return fmt.Appendf(nil, `{"type":"lead.unsubscribed","timestamp":%q,"data":{"id":"lead_8f2a","email":%q,"campaign_id":%q}}`, ts, lead.Email, lead.Campaign), nil
+		return fmt.Appendf(nil, `{"type":"lead.unsubscribed","timestamp":%q,"data":{"id":%q,"email":%q,"campaign_id":%q}}`, ts, id, lead.Email, lead.Campaign), nil
 	case "contact.updated":
-		return fmt.Appendf(nil, `{"type":"contact.updated","timestamp":%q,"data":{"id":"lead_8f2a","email":%q,"name":"Sam Lead"}}`, ts, lead.Email), nil
+		return fmt.Appendf(nil, `{"type":"contact.updated","timestamp":%q,"data":{"id":%q,"email":%q,"name":%q}}`, ts, id, lead.Email, name), nil
 	case "invoice.paid":
 		return fmt.Appendf(nil, `{"type":"invoice.paid","timestamp":%q,"data":{"id":"inv_01","amount":2000}}`, ts), nil
 	}

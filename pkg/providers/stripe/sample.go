@@ -25,7 +25,7 @@ func Sample(event string, now time.Time, given ...providers.Lead) ([]byte, error
 	}
 	switch event {
 	case "customer.updated", "customer.created":
-		return fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","created":%d,"data":{"object":{"id":"cus_NffrFeUfNV2Hib","object":"customer","email":%q,"name":"Jenny Rosen","phone":null,"metadata":{}},"previous_attributes":{"name":"Jenny R."}},"livemode":false,"pending_webhooks":1,"request":{"id":"req_6YwoiIy1Pw8iVr","idempotency_key":null},"type":%q}`, id, now.Unix(), lead.Email, event), nil
+		return fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","created":%d,"data":{"object":{"id":%q,"object":"customer","email":%q,"name":%q,"phone":null,"metadata":{}},"previous_attributes":{"name":"Jenny R."}},"livemode":false,"pending_webhooks":1,"request":{"id":"req_6YwoiIy1Pw8iVr","idempotency_key":null},"type":%q}`, id, now.Unix(), "cus_"+lead.ID(own, "NffrFeUfNV2Hib", false), lead.Email, lead.Name(own, "Jenny Rosen"), event), nil
 	case "invoice.paid":
 		if lead != own {
 			return nil, fmt.Errorf("stripe: an invoice.paid event names no e-mail (--email does not apply)")
