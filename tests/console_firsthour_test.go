@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,16 @@ func TestCausalChainBothWays(t *testing.T) {
 		t.Fatalf("the list of all events: %s", r)
 	}
 	b.shot("22-events-list")
+}
+
+// Refused deliveries are listed with why, and a reconciliation finding reads at a
+// glance (its contact's e-mail, full-width texts, its event a link).
+func TestRefusedAndDiffsPages(t *testing.T) {
+	p := startPipeline(t)
+	id := p.post(instantlyEvent("reply_received", "noor@northwind.example", campaign, "em-diff-1", "Interested, call me", time.Now()))[0]
+	srv := consoleServer(t, p)
+	b := openBrowser(t)
+	b.do("sign in", chromedp.Navigate(srv.URL+"/console/?token="+url.QueryEscape(consoleToken)), chromedp.WaitVisible(chromedp.CSS("h1")))
 
 	// Refused deliveries: a wrong path token and a GET, each with why.
 	p.mu.Lock()
@@ -144,7 +155,10 @@ func TestCausalChainBothWays(t *testing.T) {
 	}
 	b.do("diffs", chromedp.Navigate(srv.URL+"/console/diffs"), chromedp.WaitVisible(chromedp.CSS(`section[data-finding="fd_console"]`)))
 	b.do("the finding's event", chromedp.Click(chromedp.CSS(`section[data-finding="fd_console"] dd a[href="/console/events/`+id+`"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#derived")))
+		chromedp.WaitVisible(chromedp.CSS("#consumers")))
+	if h1 := b.text("h1"); !strings.Contains(h1, id) {
+		t.Fatalf("the finding's event link led to %s", h1)
+	}
 	b.do("back to diffs", chromedp.Navigate(srv.URL+"/console/diffs"), chromedp.WaitVisible(chromedp.CSS(`section[data-finding="fd_console"]`)))
 	if h := b.text(`section[data-finding="fd_console"] h3`); !strings.Contains(h, "noor@northwind.example") {
 		t.Fatalf("the finding's heading: %s", h)

@@ -96,7 +96,9 @@ func openBrowser(t *testing.T) *browser {
 	if err := chromedp.Do(br); err != nil { // starts the browser, with no deadline
 		t.Fatalf("starting %s: %v", chromiumPath, err)
 	}
-	ctx, cancel := context.WithTimeout(br, 90*time.Second)
+	// The session's whole length: pages wait for consumers, which share the machine
+	// with every other test of the package.
+	ctx, cancel := context.WithTimeout(br, 4*time.Minute)
 	t.Cleanup(cancel)
 	return &browser{t: t, ctx: ctx, dir: screenshotDir(t)}
 }
