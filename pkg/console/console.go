@@ -84,6 +84,9 @@ type Options struct {
 	SearchDepth int
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Sample, when set, samples the overview's hour (backlogs, ages, dead letters)
+	// every 30 s until it ends; without it only the overview's own renders sample.
+	Sample context.Context
 }
 
 // BreakerStates reads b's state for each dependency named.
@@ -121,6 +124,7 @@ type console struct {
 	mu         sync.Mutex
 	session    map[string]session
 	failed     []time.Time // failed sign-ins of the last loginWindow
+	hour       hour        // the overview's last hour of samples
 }
 
 type session struct {
@@ -192,6 +196,9 @@ func New(o Options) (http.Handler, error) {
 	}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
+	}
+	if o.Sample != nil {
+		go c.sampling(o.Sample)
 	}
 
 	mux := http.NewServeMux()

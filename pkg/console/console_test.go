@@ -714,8 +714,10 @@ func TestOverview(t *testing.T) {
 		`id="exacto_gateway_rejections">0<`, // the gateway runs here and refused nothing
 		`<tr><td>hubspot</td><td><span class="warn">open</span></td></tr>`,
 		`<tr><td>instantly</td><td><span class="ok">closed</span></td></tr>`,
-		`<tr><td>crmwriter</td><td><code>crmwriter</code></td><td>EXACTO_EVENTS</td><td class="n">2</td><td class="n">1</td><td class="n">0</td><td>10m</td><td><span class="ok">running</span></td></tr>`,
-		`<tr><td>stopper</td><td><code>stopper</code></td><td>EXACTO_EVENTS</td><td class="n">0</td><td class="n">0</td><td class="n">0</td><td>—</td><td><span class="muted">not bound yet</span></td></tr>`,
+		`<tr data-durable="crmwriter"><td>crmwriter</td><td><code>crmwriter</code></td><td>EXACTO_EVENTS</td><td class="n">2</td><td class="n">1</td><td class="n">0</td><td>10m</td><td><span class="ok">running</span></td><td class="chart"><svg class="chart"`,
+		`<tr data-durable="stopper"><td>stopper</td><td><code>stopper</code></td><td>EXACTO_EVENTS</td><td class="n">0</td><td class="n">0</td><td class="n">0</td><td>—</td><td><span class="muted">not bound yet</span></td><td class="chart"></td>`,
+		`aria-label="instantly reply.received per minute, last 15 minutes"`,
+		`aria-label="oldest open dead letter against the SLO, last hour"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview: %s missing", want)
@@ -723,6 +725,48 @@ func TestOverview(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("overview:\n%s", body)
+	}
+}
+
+// The overview's hour: a sample each render at most every 30 s, the charts drawn from
+// them — the open dead letters as a line through each sample, their age against the
+// SLO's dashed line — and samples older than the hour dropped.
+func TestOverviewChartsTheHour(t *testing.T) {
+	now := time.Now()
+	f := setup(t, func(o *Options) { o.Now = func() time.Time { return now } })
+	auth := basic("ana", anaPassword)
+	points := func(body string) int { // of the open dead letters' chart
+		i := strings.Index(body, `aria-label="open dead letters, last hour"`)
+		if i < 0 {
+			t.Fatal("no chart of the open dead letters")
+		}
+		chart := body[i:]
+		chart = chart[:strings.Index(chart, "</svg>")]
+		m := regexp.MustCompile(`<polyline points="([^"]*)"`).FindStringSubmatch(chart)
+		if m == nil {
+			return 0
+		}
+		return len(strings.Fields(m[1]))
+	}
+	start := now
+	// One sample is drawn as a short line (two points); a render within 30 s of the last
+	// sample adds none.
+	for _, r := range []struct {
+		after time.Duration
+		want  int
+	}{{0, 2}, {20 * time.Second, 2}, {40 * time.Second, 2}, {80 * time.Second, 3}} {
+		now = start.Add(r.after)
+		_, body, _ := f.get("/console/", auth)
+		if got := points(body); got != r.want {
+			t.Fatalf("render at +%v: %d points, want %d", r.after, got, r.want)
+		}
+		if !strings.Contains(body, `stroke-dasharray="4 3"><title>limit `) {
+			t.Fatalf("no SLO line on the dead letters' chart")
+		}
+	}
+	now = now.Add(2 * time.Hour)
+	if _, body, _ := f.get("/console/", auth); points(body) != 2 {
+		t.Fatalf("samples of more than an hour ago still drawn")
 	}
 }
 

@@ -21,7 +21,7 @@ func Operations(ctx context.Context, env *service.Env) error {
 	}
 	go q.Watch(ctx, 30*time.Second, env.Log)
 	h, err := New(Options{JS: env.Conn.JS, Config: env.Config, Metrics: env.Admin, Log: env.Log.With("part", "console"),
-		Breakers: BreakerStates(env.Breakers, platform.Dependencies...)})
+		Breakers: BreakerStates(env.Breakers, platform.Dependencies...), Sample: ctx})
 	switch {
 	case errors.Is(err, ErrNotConfigured):
 		env.Log.Info("console not served: set console.token or console.users")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"html/template"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -40,7 +41,12 @@ type queue struct {
 	OldestAge                 time.Duration
 	Paused                    bool
 	Err                       string
+	// Backlog and Age chart the last hour (the overview's, not consumers' replays).
+	Backlog, Age template.HTML
 }
+
+// Minutes are r's counts per minute, oldest first.
+func (r rate) Minutes() []int { return r.PerMinute[:] }
 
 type overviewData struct {
 	Rates      []rate
@@ -58,6 +64,9 @@ type overviewData struct {
 	QuarantineErr string
 	SLO           time.Duration
 	OverSLO       bool
+	// DLQAge charts the oldest open dead letter's age over the hour against the SLO,
+	// DLQOpen how many were open.
+	DLQAge, DLQOpen template.HTML
 }
 
 type counter struct {
@@ -96,6 +105,20 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, u who) {
 		d.DLQErr = err.Error()
 	}
 	d.OverSLO = d.DLQ.Open > 0 && d.SLO > 0 && d.DLQ.Oldest > d.SLO
+	// This render is a sample of the hour too (at most one every sampleEvery).
+	now := c.o.Now()
+	c.hour.add(sampleOf(now, d.Queues, d.DLQ))
+	for i := range d.Queues {
+		q := &d.Queues[i]
+		if sub, ok := stream.SubscriptionOf(q.Consumer); q.Err != "" || !ok || sub.Durable != q.Durable {
+			continue // a consumer's replays are charted with it
+		}
+		name := q.Consumer
+		q.Backlog = line(c.hour.series(now, func(s sample) float64 { return s.backlog[name] }), now, 0, "", name+" backlog over the last hour")
+		q.Age = line(c.hour.series(now, func(s sample) float64 { return s.oldest[name] }), now, 0, "s", name+" oldest unacknowledged over the last hour")
+	}
+	d.DLQAge = line(c.hour.series(now, func(s sample) float64 { return s.dlqAgeSe }), now, d.SLO.Seconds(), "s", "oldest open dead letter against the SLO, last hour")
+	d.DLQOpen = line(c.hour.series(now, func(s sample) float64 { return s.dlqOpen }), now, 0, "", "open dead letters, last hour")
 	if open, err := c.quarantine.List(ctx, quarantine.Filter{}); err != nil {
 		d.QuarantineErr = err.Error()
 	} else {

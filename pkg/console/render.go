@@ -49,6 +49,7 @@ var funcs = template.FuncMap{
 		return b.String()
 	},
 	"linkIDs": linkIDs,
+	"bars":    bars,
 	"statusClass": func(s string) string {
 		switch s {
 		case "completed", "approved", "applied", "closed", "replayed", "ok":
