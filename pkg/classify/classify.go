@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -240,10 +241,18 @@ func (r *rules) Classify(ctx context.Context, text string, lang string) (Result,
 	if body == "" {
 		body = text
 	}
+	if err := CheckLanguage(lang); err != nil {
+		return Result{}, err
+	}
 	if lang == "" {
 		lang = DetectLanguage(body)
 	} else {
 		lang = normLang(lang)
+	}
+	if !slices.Contains(Supported, lang) && lang != "und" {
+		// A language no lexicon reads: said by name, for a person to read.
+		return Result{Label: unclear, Evidence: []string{"written in " + Names[lang] + ", which the classifier does not read"},
+			Language: lang, Action: ActionHumanReview}, nil
 	}
 	res := r.decide(text, body, lang)
 	res.Language = lang

@@ -406,3 +406,32 @@ func TestGeneralisedRules(t *testing.T) {
 		}
 	}
 }
+
+// A reply in a language no lexicon reads is said to be so, by name, and goes to a
+// person; a language asked for that the classifier does not read is refused.
+func TestUnreadLanguagesGoToAPerson(t *testing.T) {
+	c := New()
+	for text, lang := range map[string]string{
+		"Bonjour, merci pour votre message, mais nous ne sommes pas intéressés pour le moment.": "fr",
+		"Hallo, vielen Dank für Ihre Nachricht, aber wir haben kein Interesse.":                 "de",
+	} {
+		res, err := c.Classify(context.Background(), text, "")
+		if err != nil || res.Language != lang || res.Label != unclear || res.Action != ActionHumanReview ||
+			len(res.Evidence) != 1 || !strings.Contains(res.Evidence[0], "written in "+Names[lang]) {
+			t.Errorf("%s: %+v %v", lang, res, err)
+		}
+	}
+	for _, tag := range []string{"fr", "de-AT", "xx"} {
+		if _, err := c.Classify(context.Background(), "Not interested.", tag); err == nil || !strings.Contains(err.Error(), "(it reads English, Spanish and Portuguese: en, es, pt)") {
+			t.Errorf("--lang %s: %v", tag, err)
+		}
+	}
+	if err := CheckLanguage("fr"); err == nil || !strings.HasPrefix(err.Error(), "the classifier does not read French") {
+		t.Errorf("fr: %v", err)
+	}
+	for _, tag := range []string{"", "en", "pt-BR", "ES"} {
+		if err := CheckLanguage(tag); err != nil {
+			t.Errorf("%q: %v", tag, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"fmt"
 	"strings"
 	"unicode"
 )
@@ -38,6 +39,37 @@ var langWords = map[string]map[string]float64{
 		"lembrar", "cadastrei", "folga", "acesso", "festas", "consegue", "olha", "opa", "chegou"),
 }
 
+// Languages the classifier does not read but recognises, to say so by name: a French
+// or German reply goes to a person, never to a guess from another language's lexicon.
+// Their words are ones the three languages above do not use.
+var unreadWords = map[string]map[string]float64{
+	"fr": set(1, "je", "nous", "vous", "pas", "merci", "bonjour", "avec", "pour", "est", "une", "des", "suis",
+		"sommes", "cette", "mais", "oui", "votre", "notre", "tres", "aujourdhui", "avons", "sont", "ne", "moment",
+		"interesses", "interesse", "cordialement", "rendez", "semaine", "prochaine", "plus", "peut", "etre"),
+	"de": set(1, "ich", "wir", "sie", "nicht", "und", "danke", "bitte", "ist", "das", "der", "mit", "fur",
+		"uns", "ihr", "ihre", "kein", "keine", "gerne", "hallo", "grusse", "vielen", "haben", "aber", "wenn",
+		"nachste", "woche", "termin", "interesse", "zeit", "freundlichen", "gibt", "sind", "auch"),
+}
+
+// Names are the languages' names, for what the classifier says.
+var Names = map[string]string{"en": "English", "es": "Spanish", "pt": "Portuguese", "fr": "French", "de": "German"}
+
+// Supported are the languages the classifier reads.
+var Supported = []string{"en", "es", "pt"}
+
+// CheckLanguage refuses a language tag the classifier does not read ("fr", "de-AT"),
+// naming the ones it does: a tag it would otherwise take as unknown and guess.
+func CheckLanguage(tag string) error {
+	if tag == "" || normLang(tag) != "und" {
+		return nil
+	}
+	name := Names[strings.ToLower(strings.SplitN(strings.SplitN(strings.TrimSpace(tag), "-", 2)[0], "_", 2)[0])]
+	if name == "" {
+		name = fmt.Sprintf("%q", tag)
+	}
+	return fmt.Errorf("the classifier does not read %s (it reads English, Spanish and Portuguese: en, es, pt)", name)
+}
+
 func set(w float64, words ...string) map[string]float64 {
 	m := make(map[string]float64, len(words))
 	for _, x := range words {
@@ -49,7 +81,8 @@ func set(w float64, words ...string) map[string]float64 {
 // apostrophes are taken out of a word before it is looked up ("don't" is "dont").
 var apostrophes = strings.NewReplacer("'", "", "’", "")
 
-// DetectLanguage returns "en", "es", "pt" or "und" for the text, by counting
+// DetectLanguage returns "en", "es", "pt", "fr", "de" (read by no lexicon: the reply
+// goes to a person) or "und" for the text, by counting
 // language-specific words and letters (ã õ ç → pt, ñ ¿ ¡ → es). Quoted history
 // should be stripped first, or the quoted outbound e-mail will dominate.
 func DetectLanguage(text string) string {
@@ -70,6 +103,9 @@ func DetectLanguage(text string) string {
 		for lang, words := range langWords {
 			score[lang] += words[w]
 		}
+		for lang, words := range unreadWords {
+			score[lang] += words[w]
+		}
 		switch {
 		case strings.HasSuffix(raw, "ção") || strings.HasSuffix(raw, "ções") || strings.HasSuffix(raw, "ão"):
 			score["pt"] += 1
@@ -78,7 +114,7 @@ func DetectLanguage(text string) string {
 		}
 	}
 	best, top, second := "und", 0.0, 0.0
-	for _, lang := range []string{"en", "es", "pt"} {
+	for _, lang := range []string{"en", "es", "pt", "fr", "de"} {
 		switch s := score[lang]; {
 		case s > top:
 			best, top, second = lang, s, top

@@ -17,11 +17,16 @@ func classifyCmd() *cobra.Command {
 		Use:   "classify",
 		Short: "Classify the reply text on stdin",
 		Long: `Classify the reply text on stdin with the shipped deterministic classifier and
-print {"label","confidence","evidence":[…],"language","action"}. Quoted history and
+print {"label","confidence","evidence":[…],"language","action"}. It reads English,
+Spanish and Portuguese; a reply in French or German is said to be so and goes to human
+review, and --lang with a language it does not read is refused. Quoted history and
 signatures are stripped first. Below the confidence threshold the action is
 human_review: nothing is ever booked or sent because a text looks positive.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := classify.CheckLanguage(lang); err != nil {
+				return fmt.Errorf("--lang %s: %w", lang, err)
+			}
 			text, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
 			if err != nil {
 				return err
