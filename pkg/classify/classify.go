@@ -17,6 +17,13 @@ type Result struct {
 	Evidence   []string `json:"evidence"`
 	Language   string   `json:"language"`
 	Action     string   `json:"action"`
+	// When is when the reply says to come back, in its words ("Q3", "next month",
+	// "Monday"): a follow_up_later's date, an out_of_office's return.
+	When string `json:"when,omitempty"`
+	// Also are the other things the reply asks that the label does not say, each
+	// "label: evidence" (a referral beside an unsubscribe): the action follows the
+	// label, and these are kept for a person.
+	Also []string `json:"also,omitempty"`
 }
 
 // Classifier labels one reply. lang is "en", "es", "pt" (or a tag such as
@@ -33,6 +40,7 @@ const (
 	info          = "information_request"
 	referral      = "referral"
 	notInterested = "not_interested"
+	followUp      = "follow_up_later"
 	unsubscribe   = "unsubscribe_request"
 	ooo           = "out_of_office"
 	auto          = "auto_reply"
@@ -42,7 +50,7 @@ const (
 )
 
 // Labels is the taxonomy, in documentation order.
-var Labels = []string{interested, meeting, info, referral, notInterested, unsubscribe, ooo, auto, bounce, wrong, unclear}
+var Labels = []string{interested, meeting, info, referral, followUp, notInterested, unsubscribe, ooo, auto, bounce, wrong, unclear}
 
 // Suggested next actions. Nothing here books or sends; callers act on them.
 const (
@@ -50,6 +58,7 @@ const (
 	ActionBookMeeting   = "book_meeting_suggestion"
 	ActionRouteReferral = "stop_and_contact_referral"
 	ActionStop          = "stop_sequence"
+	ActionFollowUpLater = "stop_and_follow_up_later"
 	ActionSuppress      = "suppress"
 	ActionPause         = "pause_until_return"
 	ActionNone          = "none"
@@ -61,6 +70,7 @@ var actions = map[string]string{
 	meeting:       ActionBookMeeting,
 	info:          ActionRouteToOwner,
 	referral:      ActionRouteReferral,
+	followUp:      ActionFollowUpLater,
 	notInterested: ActionStop,
 	unsubscribe:   ActionSuppress,
 	ooo:           ActionPause,
@@ -262,6 +272,9 @@ func (r *rules) Classify(ctx context.Context, text string, lang string) (Result,
 		res.Evidence = []string{}
 	}
 	res.Action = actions[res.Label]
+	if res.Label == followUp || res.Label == ooo {
+		res.When = when(body, res.Label == ooo)
+	}
 	if res.Confidence < r.threshold || res.Label == unclear {
 		res.Action = ActionHumanReview
 	}
@@ -295,7 +308,8 @@ func (r *rules) decide(raw, body, lang string) Result {
 	// Hints alone ("gdpr", "list") suppress only if nothing positive competes:
 	// "Are you GDPR compliant? Send the price list" is a question, not an opt-out.
 	if s := t.score[unsubscribe]; s >= 2 && (t.top[unsubscribe] >= 3 || s > math.Max(t.score[info], math.Max(t.score[meeting], t.score[interested]))) {
-		return Result{Label: unsubscribe, Confidence: strength(s), Evidence: t.evidence[unsubscribe]}
+		// It dominates the action; a referral in the same mail is kept beside it.
+		return Result{Label: unsubscribe, Confidence: strength(s), Evidence: t.evidence[unsubscribe], Also: t.also(unsubscribe, referral)}
 	}
 
 	// A wrong-person reply that names someone else is a referral.
@@ -306,7 +320,9 @@ func (r *rules) decide(raw, body, lang string) Result {
 	}
 
 	human, hs, second := "", 0.0, 0.0
-	for _, l := range []string{referral, wrong, notInterested, meeting, info, interested, unclear} { // ties go to the cautious label
+	// Ties go to the cautious label; a timing objection before a plain no (the lead is
+	// kept for later rather than dropped).
+	for _, l := range []string{referral, wrong, followUp, notInterested, meeting, info, interested, unclear} {
 		switch s := t.score[l]; {
 		case s > hs:
 			human, hs, second = l, s, hs
@@ -338,6 +354,18 @@ func (r *rules) decide(raw, body, lang string) Result {
 		second = m
 	}
 	return Result{Label: human, Confidence: strength(hs) * margin(hs, second), Evidence: t.evidence[human]}
+}
+
+// also is "label: evidence" of each of labels found with weight (2 or more) in a reply
+// labelled winner.
+func (t *tally) also(winner string, labels ...string) []string {
+	var out []string
+	for _, l := range labels {
+		if l != winner && t.score[l] >= 2 {
+			out = append(out, l+": "+strings.Join(t.evidence[l], ", "))
+		}
+	}
+	return out
 }
 
 // margin discounts a win over a close runner-up: 1 when alone, 0.5 when tied.

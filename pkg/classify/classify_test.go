@@ -391,9 +391,9 @@ func TestGeneralisedRules(t *testing.T) {
 		"I'm traveling through Friday, let's talk Monday at 10am":             meeting,
 		"Estou viajando até sexta, podemos falar segunda às 10h?":             meeting,
 		"Sai da reunião agora, me liga às 15h?":                               meeting,
-		"Not the right time, we're mid-migration.":                            notInterested,
-		"No bandwidth right now, ping me in the fall":                         notInterested,
-		"Agora não dá, me procura no ano que vem":                             notInterested,
+		"Not the right time, we're mid-migration.":                            followUp, // a timing objection, not a plain no
+		"No bandwidth right now, ping me in the fall":                         followUp,
+		"Agora não dá, me procura no ano que vem":                             followUp,
 		"Interesting. Not for now though.":                                    notInterested,
 		"Hi Tom, I'm on PTO until the 20th. Let's reconnect after.":           ooo,
 		"Olá, estou de atestado médico até quarta-feira.":                     ooo,
@@ -433,5 +433,33 @@ func TestUnreadLanguagesGoToAPerson(t *testing.T) {
 		if err := CheckLanguage(tag); err != nil {
 			t.Errorf("%q: %v", tag, err)
 		}
+	}
+}
+
+// A timing objection keeps the lead for later, with when the reply says; an
+// out-of-office says when it returns; an unsubscribe that also names someone to talk
+// to keeps the referral beside it (the unsubscribe decides the action).
+func TestWhatAPersonWouldKeep(t *testing.T) {
+	c := New()
+	for text, want := range map[string]struct{ label, when, action string }{
+		"Not now, ping me in Q3.":                                                        {followUp, "q3", ActionFollowUpLater},
+		"We're busy with a migration, reach out again next month.":                       {followUp, "next month", ActionFollowUpLater},
+		"No budget this year. Try me again in January 2027.":                             {followUp, "january 2027", ActionFollowUpLater},
+		"Ahora no, escríbeme en septiembre.":                                             {followUp, "septiembre", ActionFollowUpLater},
+		"Agora não. Me procure daqui a 3 meses.":                                         {followUp, "daqui a 3 meses", ActionFollowUpLater},
+		"I am out of the office until Monday, December 14 with limited access to email.": {ooo, "monday", ActionPause},
+		"Estaré fuera de la oficina hasta el 12/01. Saludos.":                            {ooo, "12/01", ActionPause},
+	} {
+		got := classify(t, c, text)
+		if got.Label != want.label || got.When != want.when || got.Action != want.action {
+			t.Errorf("%q: got %s when %q action %s %v, want %s when %q", text, got.Label, got.When, got.Action, got.Evidence, want.label, want.when)
+		}
+	}
+	got := classify(t, c, "Please remove me from your list. You should talk to Lee (lee.park@initech.example), she runs partnerships.")
+	if got.Label != unsubscribe || got.Action != ActionSuppress || len(got.Also) != 1 || !strings.HasPrefix(got.Also[0], "referral: ") || !strings.Contains(got.Also[0], "lee.park@initech.example") {
+		t.Errorf("unsubscribe with a referral: %+v", got)
+	}
+	if got := classify(t, c, "Not interested, please stop emailing me."); got.Label != unsubscribe || len(got.Also) != 0 || got.When != "" {
+		t.Errorf("a plain unsubscribe: %+v", got)
 	}
 }

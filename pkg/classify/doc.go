@@ -11,6 +11,7 @@
 //	meeting_request      wants a call/meeting/demo or proposes a time         book_meeting_suggestion
 //	information_request  asks about price, features, integrations, material  stop_and_route_to_owner
 //	referral             points to another person ("talk to maria@…")         stop_and_contact_referral
+//	follow_up_later      a timing objection ("not now, ping me in Q3")        stop_and_follow_up_later
 //	not_interested       declines ("not interested", "no me interesa")        stop_sequence
 //	unsubscribe_request  asks to be removed / stop contact (STOP, baja, LGPD) suppress
 //	out_of_office        person away for a while, usually with a return date  pause_until_return
@@ -33,7 +34,13 @@
 // unsubscribe_request, then out_of_office/auto_reply if they outweigh every
 // human label, then the best-scoring human label, ties going to the more
 // cautious label. Confidence grows with the winning weight and shrinks with a
-// close runner-up. The Evidence is the matched phrases, folded.
+// close runner-up. The Evidence is the matched phrases, folded. A follow_up_later
+// and an out_of_office carry When: the time the reply names ("q3", "next month",
+// "monday"; an out-of-office's after "until" and its like), in its words. An
+// unsubscribe that also points to someone keeps that in Also ("referral: lee@…"):
+// the unsubscribe decides the action, the referral is not lost. A reply in French
+// or German is recognised and said to be so (unclear, human_review); no lexicon
+// guesses at it.
 //
 // Classifier is an interface so that an external model can replace or back up
 // the rules later; it must return the same Labels.

@@ -31,6 +31,13 @@ var lexicon = []group{
 	{unsubscribe, 1.5, "spam"},
 	{unsubscribe, 1, "gdpr|lgpd|rgpd|privacy|list|lista"},
 
+	// follow_up_later: a timing objection — not now, later — kept apart from a plain
+	// no: the lead is to be contacted again, when the reply says (Result.When).
+	{followUp, 3, "not now|not right now|not at the moment|not at this time|not this quarter|not this year|maybe later|maybe next|reach out in|reach out again|reach back out|ping me in|ping me again|ping me next|circle back in|circle back next|circle back after|follow up in|follow up next|follow up after|check back in|check back later|check in again|get back to me in|try again in|try me again|come back in|come back to me|revisit in|revisit this|bad timing|not the right time|timing isnt right|timing is not right|no budget this|no budget until|after the holidays|later this year|next quarter|next year|in a few months|in a couple of months|in a couple months"},
+	{followUp, 3, "tercer trimestre|segundo trimestre|cuarto trimestre|primer trimestre|terceiro trimestre|segundo trimestre|quarto trimestre|primeiro trimestre|third quarter|second quarter|fourth quarter|first quarter"},
+	{followUp, 3, "ahora no|por ahora no|mas adelante|no es el momento|no es buen momento|en unos meses|en un par de meses|el proximo trimestre|el proximo ano|el ano que viene|despues de las fiestas|escribeme en|escribenos en|contactame en|contactanos en|vuelve a escribir*|volvamos a hablar"},
+	{followUp, 3, "agora nao|por enquanto nao|mais pra frente|mais para frente|nao e o momento|nao e um bom momento|daqui a alguns meses|daqui a uns meses|proximo trimestre|proximo ano|ano que vem|depois das festas|me procure em|me procura em|volte a falar|volta a falar|falamos em|vamos falar em"},
+
 	// out_of_office: a person away for a while; later than auto_reply so the
 	// "Automatic reply:" prefix of Outlook OOOs doesn't decide.
 	{ooo, 3, "out of office|out of the office|ooo|on vacation|on holiday|on holidays|on annual leave|on leave|on parental leave|maternity leave|paternity leave|sick leave|away from the office|away from my desk|out of town|away until|out until|currently away|currently out|i am away|im away|i am out|im out|limited access to email|limited access to my email|limited access to e mail|will be back on|be back in the office|back in the office on|will return on|returning on|i will return|return to the office|on a business trip|public holiday|bank holiday|traveling with limited|travelling with limited"},

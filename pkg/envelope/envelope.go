@@ -139,6 +139,10 @@ type Classification struct {
 	Language   string   `json:"language"`
 	Action     string   `json:"action"`
 	Classifier string   `json:"classifier"` // which classifier and version decided
+	// When is when the reply says to come back, in its words (follow_up_later,
+	// out_of_office); Also what else it asks that the label does not say.
+	When string   `json:"when,omitempty"`
+	Also []string `json:"also,omitempty"`
 }
 
 // Contact identifies the person an event is about, by every id the provider gave.

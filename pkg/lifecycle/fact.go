@@ -194,7 +194,7 @@ func LabelStatus(label string) Status {
 	case "bounce_notice":
 		return Bounced // as the suppressor does
 	}
-	return "" // referral, not_interested, wrong_person, unclear: the reply itself counts
+	return "" // referral, follow_up_later, not_interested, wrong_person, unclear: the reply itself counts
 }
 
 // notHuman are the labels that say a reply was not written by the person.

@@ -19,7 +19,7 @@ import (
 )
 
 // Version names the shipped classifier in every classification it makes.
-const Version = "rules/1"
+const Version = "rules/2"
 
 // New returns the classifier's handler.
 func New(d *consumer.Deriver, c classify.Classifier) consumer.Handler {
@@ -42,7 +42,7 @@ func New(d *consumer.Deriver, c classify.Classifier) consumer.Handler {
 		derived := envelope.Derive(env, stream.Classifier, envelope.TypeReplyClassified, envelope.Data{
 			ProviderType: envelope.TypeReplyClassified,
 			Classification: &envelope.Classification{Label: res.Label, Confidence: res.Confidence, Evidence: res.Evidence,
-				Language: res.Language, Action: res.Action, Classifier: Version},
+				Language: res.Language, Action: res.Action, Classifier: Version, When: res.When, Also: res.Also},
 		}, time.Now())
 		return d.Publish(ctx, derived)
 	}

@@ -658,6 +658,16 @@ func withClassification(body string, cl *envelope.Classification) string {
 		s += ", by " + esc(cl.Classifier)
 	}
 	s += ")"
+	if cl.When != "" {
+		s += "<br>When: " + esc(cl.When)
+	}
+	if len(cl.Also) > 0 {
+		also := make([]string, len(cl.Also))
+		for i, a := range cl.Also {
+			also[i] = esc(a)
+		}
+		s += "<br>Also: " + strings.Join(also, "; ")
+	}
 	if len(cl.Evidence) > 0 {
 		ev := make([]string, len(cl.Evidence))
 		for i, e := range cl.Evidence {
