@@ -133,6 +133,9 @@ type tally struct {
 	score    map[string]float64
 	top      map[string]float64 // the heaviest single phrase per label
 	evidence map[string][]string
+	// noFollowUp: a follow-up phrase was negated ("don't reach out again"): no time
+	// the reply names makes it a follow-up.
+	noFollowUp bool
 }
 
 func (t *tally) add(label string, w float64, ev string) {
@@ -177,15 +180,7 @@ func match(toks []string, lang string, allow func(string) bool) *tally {
 			for k := i; k < i+n; k++ {
 				used[k] = true
 			}
-			if neg := negatedAt(toks, i, lang); neg >= 0 && (p.label == interested || p.label == meeting || p.label == info) {
-				w := p.weight
-				if p.label != interested {
-					w /= 2 // "can't do a call" is weaker than "not interested"
-				}
-				t.add(notInterested, w, strings.Join(toks[neg:i+n], " "))
-				return
-			}
-			t.add(p.label, p.weight, strings.Join(toks[i:i+n], " "))
+			t.matched(p, toks, i, lang)
 		}
 		if strings.HasSuffix(p.toks[0], "*") {
 			for i := 0; i+n <= len(toks); i++ {
@@ -200,6 +195,42 @@ func match(toks []string, lang string, allow func(string) bool) *tally {
 		}
 	}
 	return t
+}
+
+// matched counts phrase p found at toks[i:]: for its label, or, negated, as a no ("not
+// interested"; "don't reach out again" is never a follow-up, whatever time it names).
+func (t *tally) matched(p phrase, toks []string, i int, lang string) {
+	n := len(p.toks)
+	if p.label == followUp && followUpNegated(toks, i) {
+		t.noFollowUp = true
+		t.add(notInterested, p.weight, strings.Join(toks[max(0, i-2):i+n], " "))
+		return
+	}
+	if neg := negatedAt(toks, i, lang); neg >= 0 && (p.label == interested || p.label == meeting || p.label == info) {
+		w := p.weight
+		if p.label != interested {
+			w /= 2 // "can't do a call" is weaker than "not interested"
+		}
+		t.add(notInterested, w, strings.Join(toks[neg:i+n], " "))
+		return
+	}
+	t.add(p.label, p.weight, strings.Join(toks[i:i+n], " "))
+}
+
+// followUpNegated says whether the follow-up phrase at toks[i] is forbidden right
+// before it: "don't ping me again", "do not reach out", "never reach out". (Only right
+// before: "not now, ping me in Q3" asks for the follow-up.)
+func followUpNegated(toks []string, i int) bool {
+	if i == 0 {
+		return false
+	}
+	switch toks[i-1] {
+	case "dont", "never", "nunca":
+		return true
+	case "not":
+		return i >= 2 && (toks[i-2] == "do" || toks[i-2] == "please" || toks[i-2] == "will")
+	}
+	return false
 }
 
 func matchAt(toks []string, used []bool, i int, pat []string) bool {
@@ -259,12 +290,13 @@ func (r *rules) Classify(ctx context.Context, text string, lang string) (Result,
 	} else {
 		lang = normLang(lang)
 	}
-	if !slices.Contains(Supported, lang) && lang != "und" {
-		// A language no lexicon reads: said by name, for a person to read.
+	res := r.decide(text, body, lang)
+	if !slices.Contains(Supported, lang) && lang != "und" && !slices.Contains([]string{bounce, unsubscribe, ooo, auto}, res.Label) {
+		// A language no lexicon reads: said by name, for a person to read. A bounce, an
+		// opt-out ("unsubscribe" in any mail) and the automated replies are still acted on.
 		return Result{Label: unclear, Evidence: []string{"written in " + Names[lang] + ", which the classifier does not read"},
 			Language: lang, Action: ActionHumanReview}, nil
 	}
-	res := r.decide(text, body, lang)
 	res.Language = lang
 	// Rules are never certain: cap at 0.99 so a 0.99 threshold still reviews.
 	res.Confidence = math.Round(math.Min(res.Confidence, 0.99)*100) / 100
@@ -303,6 +335,12 @@ func (r *rules) decide(raw, body, lang string) Result {
 	}
 	if m := timeRe.FindString(body); m != "" {
 		t.add(meeting, 1.5, strings.ToLower(m))
+	}
+	// A no or a later that names a time ("not now, maybe Q3") is a timing objection.
+	if (t.score[notInterested] > 0 || t.score[followUp] > 0) && !t.noFollowUp {
+		if w := when(body, false); w != "" {
+			t.add(followUp, 3, w)
+		}
 	}
 
 	// Hints alone ("gdpr", "list") suppress only if nothing positive competes:

@@ -391,7 +391,7 @@ func TestGeneralisedRules(t *testing.T) {
 		"I'm traveling through Friday, let's talk Monday at 10am":             meeting,
 		"Estou viajando até sexta, podemos falar segunda às 10h?":             meeting,
 		"Sai da reunião agora, me liga às 15h?":                               meeting,
-		"Not the right time, we're mid-migration.":                            followUp, // a timing objection, not a plain no
+		"Not the right time, we're mid-migration.":                            notInterested, // no time named: a no
 		"No bandwidth right now, ping me in the fall":                         followUp,
 		"Agora não dá, me procura no ano que vem":                             followUp,
 		"Interesting. Not for now though.":                                    notInterested,
@@ -444,8 +444,8 @@ func TestWhatAPersonWouldKeep(t *testing.T) {
 	for text, want := range map[string]struct{ label, when, action string }{
 		"Not now, ping me in Q3.":                                                        {followUp, "q3", ActionFollowUpLater},
 		"We're busy with a migration, reach out again next month.":                       {followUp, "next month", ActionFollowUpLater},
-		"No budget this year. Try me again in January 2027.":                             {followUp, "january 2027", ActionFollowUpLater},
-		"Ahora no, escríbeme en septiembre.":                                             {followUp, "septiembre", ActionFollowUpLater},
+		"No budget this year. Try me again in January 2027.":                             {followUp, "in january 2027", ActionFollowUpLater},
+		"Ahora no, escríbeme en septiembre.":                                             {followUp, "en septiembre", ActionFollowUpLater},
 		"Agora não. Me procure daqui a 3 meses.":                                         {followUp, "daqui a 3 meses", ActionFollowUpLater},
 		"I am out of the office until Monday, December 14 with limited access to email.": {ooo, "monday", ActionPause},
 		"Estaré fuera de la oficina hasta el 12/01. Saludos.":                            {ooo, "12/01", ActionPause},
@@ -461,5 +461,46 @@ func TestWhatAPersonWouldKeep(t *testing.T) {
 	}
 	if got := classify(t, c, "Not interested, please stop emailing me."); got.Label != unsubscribe || len(got.Also) != 0 || got.When != "" {
 		t.Errorf("a plain unsubscribe: %+v", got)
+	}
+}
+
+// The review's cases: a negated follow-up is a no; a French or German opt-out or bounce
+// is still acted on; short English replies are not French or German; no false dates.
+func TestFollowUpsAndDatesFromTheReview(t *testing.T) {
+	c := New()
+	for text, want := range map[string]string{
+		"Do not reach out again.":                          notInterested,
+		"Never reach out again":                            notInterested,
+		"Don't ping me again":                              notInterested,
+		"Please don't reach out again next year or ever":   notInterested,
+		"No thanks, not right now.":                        notInterested,
+		"Not now. Not ever.":                               notInterested,
+		"Merci de me retirer de votre liste. Unsubscribe.": unsubscribe,
+		"Bitte keine E-Mails mehr. Unsubscribe":            unsubscribe,
+	} {
+		if got := classify(t, c, text); got.Label != want {
+			t.Errorf("%q: got %s %v, want %s", text, got.Label, got.Evidence, want)
+		}
+	}
+	for _, text := range []string{"Plus one", "One moment", "Moment", "Est. 3pm works", "Termin ok", "Zeit?"} {
+		if got := classify(t, c, text); got.Language == "fr" || got.Language == "de" {
+			t.Errorf("%q read as %s", text, got.Language)
+		}
+	}
+	for text, want := range map[string]string{
+		"Not now, we may revisit this in March.":                           "in march",
+		"Out of office until further notice, I may not reply. Back Monday": "",
+		"We march on with our own tool; ping me in Q4":                     "q4",
+		"Estou de férias perto do mar, volto dia 10":                       "10",
+		"É a segunda vez que escrevem. Agora não, mais pra frente.":        "",
+		"We're a 24/7 shop. Try again in 2 months":                         "in 2 months",
+	} {
+		label := followUp
+		if strings.Contains(text, "office") || strings.Contains(text, "férias") {
+			label = ooo
+		}
+		if got := when(text, label == ooo); got != want {
+			t.Errorf("%q: when %q, want %q", text, got, want)
+		}
 	}
 }

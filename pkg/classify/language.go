@@ -43,12 +43,12 @@ var langWords = map[string]map[string]float64{
 // or German reply goes to a person, never to a guess from another language's lexicon.
 // Their words are ones the three languages above do not use.
 var unreadWords = map[string]map[string]float64{
-	"fr": set(1, "je", "nous", "vous", "pas", "merci", "bonjour", "avec", "pour", "est", "une", "des", "suis",
-		"sommes", "cette", "mais", "oui", "votre", "notre", "tres", "aujourdhui", "avons", "sont", "ne", "moment",
-		"interesses", "interesse", "cordialement", "rendez", "semaine", "prochaine", "plus", "peut", "etre"),
+	"fr": set(1, "je", "nous", "vous", "pas", "merci", "bonjour", "avec", "pour", "une", "des", "suis",
+		"sommes", "cette", "mais", "oui", "votre", "notre", "tres", "aujourdhui", "avons", "sont", "ne",
+		"interesses", "interesse", "cordialement", "rendez", "semaine", "prochaine", "peut", "etre"),
 	"de": set(1, "ich", "wir", "sie", "nicht", "und", "danke", "bitte", "ist", "das", "der", "mit", "fur",
 		"uns", "ihr", "ihre", "kein", "keine", "gerne", "hallo", "grusse", "vielen", "haben", "aber", "wenn",
-		"nachste", "woche", "termin", "interesse", "zeit", "freundlichen", "gibt", "sind", "auch"),
+		"nachste", "woche", "freundlichen", "gibt", "sind", "auch"),
 }
 
 // Names are the languages' names, for what the classifier says.
@@ -123,6 +123,10 @@ func DetectLanguage(text string) string {
 		}
 	}
 	if top < 1 || top == second {
+		return "und"
+	}
+	// Named as unread only on clear evidence: two of its words at least, well ahead.
+	if _, unread := unreadWords[best]; unread && (top < 2 || top < 1.5*second) {
 		return "und"
 	}
 	return best

@@ -33,10 +33,12 @@ var lexicon = []group{
 
 	// follow_up_later: a timing objection — not now, later — kept apart from a plain
 	// no: the lead is to be contacted again, when the reply says (Result.When).
-	{followUp, 3, "not now|not right now|not at the moment|not at this time|not this quarter|not this year|maybe later|maybe next|reach out in|reach out again|reach back out|ping me in|ping me again|ping me next|circle back in|circle back next|circle back after|follow up in|follow up next|follow up after|check back in|check back later|check in again|get back to me in|try again in|try me again|come back in|come back to me|revisit in|revisit this|bad timing|not the right time|timing isnt right|timing is not right|no budget this|no budget until|after the holidays|later this year|next quarter|next year|in a few months|in a couple of months|in a couple months"},
+	{followUp, 3, "not this quarter|not this year|maybe later|maybe next|reach out in|reach out again|reach back out|ping me in|ping me again|ping me next|circle back in|circle back next|circle back after|follow up in|follow up next|follow up after|check back in|check back later|check in again|get back to me in|try again in|try me again|come back in|come back to me|revisit in|revisit this|no budget this|no budget until|after the holidays|later this year|next quarter|next year|in a few months|in a couple of months|in a couple months"},
 	{followUp, 3, "tercer trimestre|segundo trimestre|cuarto trimestre|primer trimestre|terceiro trimestre|segundo trimestre|quarto trimestre|primeiro trimestre|third quarter|second quarter|fourth quarter|first quarter"},
-	{followUp, 3, "ahora no|por ahora no|mas adelante|no es el momento|no es buen momento|en unos meses|en un par de meses|el proximo trimestre|el proximo ano|el ano que viene|despues de las fiestas|escribeme en|escribenos en|contactame en|contactanos en|vuelve a escribir*|volvamos a hablar"},
-	{followUp, 3, "agora nao|por enquanto nao|mais pra frente|mais para frente|nao e o momento|nao e um bom momento|daqui a alguns meses|daqui a uns meses|proximo trimestre|proximo ano|ano que vem|depois das festas|me procure em|me procura em|volte a falar|volta a falar|falamos em|vamos falar em"},
+	{followUp, 3, "mas adelante|en unos meses|en un par de meses|el proximo trimestre|el proximo ano|el ano que viene|despues de las fiestas|escribeme en|escribenos en|contactame en|contactanos en|vuelve a escribir*|volvamos a hablar"},
+	{followUp, 3, "mais pra frente|mais para frente|me procure daqui|me procura daqui|daqui a alguns meses|daqui a uns meses|proximo trimestre|proximo ano|ano que vem|depois das festas|me procure em|me procura em|volte a falar|volta a falar|falamos em|vamos falar em"},
+
+	{notInterested, 3, "not ever|or ever|never again|ni ahora ni nunca|nem agora nem nunca"},
 
 	// out_of_office: a person away for a while; later than auto_reply so the
 	// "Automatic reply:" prefix of Outlook OOOs doesn't decide.

@@ -8,7 +8,8 @@ import (
 )
 
 // matchEverywhere is match as it was written before it looked phrases up by their
-// first word: every phrase tried at every position.
+// first word: every phrase tried at every position (each found one counted as match
+// counts it).
 func matchEverywhere(toks []string, lang string, allow func(string) bool) *tally {
 	t := &tally{score: map[string]float64{}, top: map[string]float64{}, evidence: map[string][]string{}}
 	used := make([]bool, len(toks))
@@ -24,16 +25,7 @@ func matchEverywhere(toks []string, lang string, allow func(string) bool) *tally
 			for k := i; k < i+n; k++ {
 				used[k] = true
 			}
-			ev := strings.Join(toks[i:i+n], " ")
-			if neg := negatedAt(toks, i, lang); neg >= 0 && (p.label == interested || p.label == meeting || p.label == info) {
-				w := p.weight
-				if p.label != interested {
-					w /= 2
-				}
-				t.add(notInterested, w, strings.Join(toks[neg:i+n], " "))
-				continue
-			}
-			t.add(p.label, p.weight, ev)
+			t.matched(p, toks, i, lang)
 		}
 	}
 	return t

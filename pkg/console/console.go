@@ -10,7 +10,7 @@
 // set. A request authenticates with "Authorization: Bearer <token>", with basic auth
 // (a console user), or with the session cookie a browser gets by signing in on the
 // login page every page shows a browser without credentials (token, or user and
-// password; failed sign-ins limited console-wide) or by opening any page once with
+// password; failed sign-ins, by any means, limited per client address) or by opening any page once with
 // ?token=<token> (the console then redirects to the same page without it, so the token
 // stays out of the history). Credentials are compared as SHA-256 digests in
 // constant time. Every POST carries a CSRF token bound to the credential it came with
@@ -33,6 +33,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -123,8 +124,8 @@ type console struct {
 	key        [32]byte // CSRF and session key, made at start-up
 	mu         sync.Mutex
 	session    map[string]session
-	failed     []time.Time // failed sign-ins of the last loginWindow
-	hour       hour        // the overview's last hour of samples
+	failed     map[string][]time.Time // failed sign-ins of the last loginWindow, by client address
+	hour       hour                   // the overview's last hour of samples
 }
 
 type session struct {
@@ -158,7 +159,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &console{o: o, js: o.JS, cfg: o.Config, log: o.Log, users: map[string][32]byte{}, session: map[string]session{}}
+	c := &console{o: o, js: o.JS, cfg: o.Config, log: o.Log, users: map[string][32]byte{}, session: map[string]session{}, failed: map[string][]time.Time{}}
 	if cc.Token.Value != "" {
 		c.token, c.hasTok = sha256.Sum256([]byte(cc.Token.Value)), true
 	}
@@ -398,25 +399,63 @@ func safeNext(next string) string {
 	return next
 }
 
-// Failed logins are limited console-wide: a token or password is not guessed at the
-// console's pace.
+// Failed sign-ins are limited per client address — the form, ?token=, a bearer token
+// and basic auth alike — so a token or password is not guessed at the console's pace,
+// and one client's guesses do not lock out another (behind a proxy every client shares
+// the proxy's address).
 const (
 	loginFailures = 20
 	loginWindow   = time.Minute
+	loginClients  = 10000 // addresses remembered at most
 )
+
+// clientOf is the address failures are counted by.
+func clientOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// limited says whether r's client failed to sign in loginFailures times in the last
+// loginWindow.
+func (c *console) limited(r *http.Request) bool {
+	now, who := c.o.Now(), clientOf(r)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failed[who] = slices.DeleteFunc(c.failed[who], func(t time.Time) bool { return now.Sub(t) > loginWindow })
+	if len(c.failed[who]) == 0 {
+		delete(c.failed, who)
+	}
+	return len(c.failed[who]) >= loginFailures
+}
+
+// failedSignIn counts a failed sign-in of r's client.
+func (c *console) failedSignIn(r *http.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.failed) >= loginClients {
+		for k := range c.failed { // forget one at random rather than grow without bound
+			delete(c.failed, k)
+			break
+		}
+	}
+	who := clientOf(r)
+	c.failed[who] = append(c.failed[who], c.o.Now())
+}
 
 // login checks the login form's token, or user and password, and opens a session.
 func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	if !c.readForm(w, r) {
 		return
 	}
+	if r.Header.Get("Origin") == "null" { // a sandboxed frame of any page: no sign-in from there
+		c.fail(w, r, http.StatusForbidden, "cross-origin request refused")
+		return
+	}
 	next, user := safeNext(r.PostForm.Get("next")), strings.TrimSpace(r.PostForm.Get("user"))
-	now := c.o.Now()
-	c.mu.Lock()
-	c.failed = slices.DeleteFunc(c.failed, func(t time.Time) bool { return now.Sub(t) > loginWindow })
-	limited := len(c.failed) >= loginFailures
-	c.mu.Unlock()
-	if limited {
+	if c.limited(r) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(loginWindow/time.Second)))
 		c.loginPage(w, r, http.StatusTooManyRequests, next, user, "too many failed sign-ins in the last minute: wait a minute and try again")
 		return
@@ -439,18 +478,27 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c.mu.Lock()
-	c.failed = append(c.failed, now)
-	c.mu.Unlock()
+	c.failedSignIn(r)
 	c.loginPage(w, r, http.StatusUnauthorized, next, user, "not signed in: wrong token, user or password")
 }
 
 func (c *console) auth(p page) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Credentials offered (a header or a ?token= link) count as a sign-in: limited,
+		// and a wrong one counted.
+		offered := r.Header.Get("Authorization") != "" || r.URL.Query().Get("token") != ""
+		if offered && c.limited(r) {
+			w.Header().Set("Retry-After", strconv.Itoa(int(loginWindow/time.Second)))
+			http.Error(w, "429 too many failed sign-ins in the last minute: wait a minute", http.StatusTooManyRequests)
+			return
+		}
 		if c.tokenLink(w, r) {
 			return
 		}
 		u, ok := c.authenticate(r)
+		if !ok && offered {
+			c.failedSignIn(r)
+		}
 		if !ok && wantsPage(r) {
 			c.loginPage(w, r, http.StatusUnauthorized, r.URL.RequestURI(), "", "")
 			return

@@ -1099,8 +1099,18 @@ func TestLoginPage(t *testing.T) {
 	if code, _, h := f.post("/console/login", url.Values{"token": {consoleToken}}, func(r *http.Request) { r.Header.Set("Origin", "http://evil.example") }); code != 403 || h.Get("Set-Cookie") != "" {
 		t.Errorf("cross-origin sign-in: %d", code)
 	}
-	for range loginFailures {
+	if code, _, _ := f.post("/console/login", url.Values{"token": {consoleToken}}, func(r *http.Request) { r.Header.Set("Origin", "null") }); code != 403 {
+		t.Errorf("sign-in from a sandboxed frame (Origin null): %d", code)
+	}
+	// Guesses by bearer token count as failed sign-ins too.
+	for range loginFailures / 2 {
+		f.get("/console/", bearer("guess"))
+	}
+	for range loginFailures - loginFailures/2 {
 		f.post("/console/login", url.Values{"token": {"guess"}}, nil)
+	}
+	if code, _, _ := f.get("/console/", bearer(consoleToken)); code != http.StatusTooManyRequests {
+		t.Errorf("a bearer from the guessing client after %d failures: %d", loginFailures, code)
 	}
 	code, body, h = f.post("/console/login", url.Values{"token": {consoleToken}}, nil)
 	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || h.Get("Set-Cookie") != "" || !strings.Contains(body, "too many failed sign-ins") {

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,12 +82,19 @@ const (
 	AlreadyCompleted = "already_completed" // the consumer had made its effect: nothing sent
 )
 
-// ResultText says what a replay did in words.
+// sentBack says whether a replay sent the event back (older records say dead_letter).
+func (a Action) sentBack() bool { return a.Result == SentBack || a.Result == guard.DeadLetter }
+
+// ResultText says what an action did in words ("" for a discard of a letter whose
+// event was not completed, and for replays recorded before results were).
 func (a Action) ResultText() string {
 	switch a.Result {
 	case SentBack, guard.DeadLetter:
 		return "sent back"
 	case AlreadyCompleted, guard.Completed:
+		if a.Kind == "discard" {
+			return "the consumer had completed the event"
+		}
 		return "nothing sent: the consumer had completed the event"
 	case "":
 		return ""
@@ -387,15 +395,21 @@ func (q *Queue) Discard(ctx context.Context, l Letter, by, why string) (Action, 
 	if l.Status == Discarded {
 		return Action{}, fmt.Errorf("dead letter %d is already discarded", l.Seq)
 	}
-	// A letter whose event its consumer has since completed (a replay made the effect)
-	// has nothing left to discard: discarding it would record a decision that changed
-	// nothing and hide that the effect was made.
-	if rec, ok, err := guard.Status(ctx, q.guards, l.Consumer, l.EventID); err != nil {
+	// A letter a replay of which made its effect has nothing left to discard: that would
+	// record a decision that changed nothing and hide the effect. One whose event was
+	// completed otherwise (a later delivery made it) may be closed, saying so.
+	rec, ok, err := guard.Status(ctx, q.guards, l.Consumer, l.EventID)
+	if err != nil {
 		return Action{}, err
-	} else if ok && rec.Status == guard.Completed {
-		return Action{}, fmt.Errorf("dead letter %d: %s has completed its event since (a replay made its effect): nothing to discard", l.Seq, l.Consumer)
+	}
+	completed := ok && rec.Status == guard.Completed
+	if completed && slices.ContainsFunc(l.Actions, func(a Action) bool { return a.Kind == "replay" && a.sentBack() }) {
+		return Action{}, fmt.Errorf("dead letter %d: %s has completed its event since it was replayed: nothing to discard", l.Seq, l.Consumer)
 	}
 	a := Action{Kind: "discard", Seq: l.Seq, By: by, Why: why, At: q.now().UTC()}
+	if completed {
+		a.Result = AlreadyCompleted
+	}
 	return a, q.record(ctx, l, a)
 }
 

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -188,7 +189,7 @@ func TestReplayDiscardFreshness(t *testing.T) {
 		t.Fatalf("recorded: %+v", l)
 	}
 	// Its effect made, the letter has nothing left to discard: refused, nothing recorded.
-	if _, err := r.q.Discard(ctx, l, "cy", "not needed"); err == nil || !strings.Contains(err.Error(), "has completed its event since (a replay made its effect): nothing to discard") {
+	if _, err := r.q.Discard(ctx, l, "cy", "not needed"); err == nil || !strings.Contains(err.Error(), "has completed its event since it was replayed: nothing to discard") {
 		t.Fatalf("discarding a letter whose effect was made: %v", err)
 	}
 	if got, _ := r.q.Get(ctx, l.Seq); got.Status != Replayed || len(got.Actions) != 2 {
@@ -495,5 +496,28 @@ func TestNeedWhoWhy(t *testing.T) {
 		if err := NeedWhoWhy(c.by, c.why); err != c.want {
 			t.Errorf("NeedWhoWhy(%q, %q) = %v, want %v", c.by, c.why, err, c.want)
 		}
+	}
+}
+
+// A letter whose event its consumer completed without a replay (the guard's Fail lost,
+// the event redelivered and handled) may be discarded, the action saying the event was
+// completed; it is then no longer open.
+func TestDiscardOfALetterCompletedWithoutReplay(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	id := r.publish(t, 1, "reply.received", time.Now().Add(-100*time.Hour)) // past its freshness
+	waitFor(t, "a dead letter", func() bool { return len(r.letters(t, Filter{})) == 1 })
+	l := r.letters(t, Filter{})[0]
+	kv, _ := r.conn.JS.KeyValue(ctx, stream.Guards)
+	data, _ := json.Marshal(guard.Record{Status: guard.Completed, Attempts: 2})
+	if _, err := kv.Put(ctx, guard.Key(stream.CRMWriter, id), data); err != nil {
+		t.Fatal(err)
+	}
+	a, err := r.q.Discard(ctx, l, "ana", "obsolete")
+	if err != nil || a.Result != AlreadyCompleted || a.ResultText() != "the consumer had completed the event" {
+		t.Fatalf("discard: %+v %v", a, err)
+	}
+	if s, _ := r.q.Summarize(ctx); s.Open != 0 {
+		t.Fatalf("%d open after the discard", s.Open)
 	}
 }

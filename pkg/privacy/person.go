@@ -280,6 +280,10 @@ func texts(env *envelope.Envelope) []*string {
 		for i := range c.Evidence {
 			out = append(out, &c.Evidence[i])
 		}
+		for i := range c.Also { // a referral's address beside an unsubscribe
+			out = append(out, &c.Also[i])
+		}
+		out = append(out, &c.When)
 	}
 	return out
 }

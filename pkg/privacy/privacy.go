@@ -154,7 +154,7 @@ func dropTexts(env *envelope.Envelope) {
 		m.Subject, m.Text, m.HTML = "", "", ""
 	}
 	if c := d.Classification; c != nil {
-		c.Evidence = nil
+		c.Evidence, c.Also, c.When = nil, nil, ""
 	}
 	if b := d.Bounce; b != nil {
 		b.Reason = ""

@@ -89,6 +89,13 @@ func TestRewrite(t *testing.T) {
 	if bobs.Data.Message.Text != want || bobs.Data.Classification.Evidence[0] != want || bobs.Data.Contact.Email != "bob@x.example" || bobs.Erasure != "" {
 		t.Errorf("bob's rewritten reply: %+v %+v", bobs.Data.Message, bobs.Data.Contact)
 	}
+	// A classification's Also (a referral beside an unsubscribe) naming her is scrubbed too.
+	carls := reply("carl@x.example", "Carl", "remove me, talk to ana@x.example")
+	carls.Data.Contact.ExternalID = "lead-0005"
+	carls.Data.Classification.Also = []string{"referral: ana@x.example"}
+	if !p.Rewrite(&carls) || carls.Data.Classification.Also[0] != "referral: [erased]" {
+		t.Errorf("carl's classification: %+v", carls.Data.Classification)
+	}
 	var raw map[string]string
 	if err := json.Unmarshal(bobs.Data.Raw, &raw); err != nil || raw["reply_text"] != want || raw["lead_email"] != "bob@x.example" {
 		t.Errorf("bob's raw payload: %s", bobs.Data.Raw)

@@ -290,12 +290,22 @@ func needWhoWhy(by, why string) error {
 	err := dlq.NeedWhoWhy(by, why)
 	switch {
 	case errors.Is(err, dlq.ErrNoWho):
-		return fmt.Errorf("--by is required: who decides is recorded with the action (%w)", dlq.ErrNoWho)
+		return flagError{"--by is required: who decides is recorded with the action", dlq.ErrNoWho}
 	case errors.Is(err, dlq.ErrNoWhy):
-		return fmt.Errorf("--why is required: why is recorded with the action (%w)", dlq.ErrNoWhy)
+		return flagError{"--why is required: it is recorded with the action", dlq.ErrNoWhy}
 	}
 	return err
 }
+
+// flagError names the flag a refusal is about, in its own words, and is still the
+// refusal it wraps (errors.Is).
+type flagError struct {
+	msg string
+	err error
+}
+
+func (e flagError) Error() string { return e.msg }
+func (e flagError) Unwrap() error { return e.err }
 
 // interrupt reports whether Ctrl-C or SIGTERM came since onInterrupt.
 type interrupt struct {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,9 +56,25 @@ func TestRefusedDeliveriesAreLogged(t *testing.T) {
 	if r := h.post(forged); r.status != 401 {
 		t.Fatalf("forged: %d", r.status)
 	}
-	log := h.rejectedLog(2)
-	if len(log) != 2 {
-		t.Fatalf("%d records, want 2: %+v", len(log), log)
+	// The segments swapped: the token is where the id goes, and must not be kept; a URL
+	// of no endpoint's shape (the token forgotten) is refused and logged too.
+	token := h.endpoint("stripe").PathToken.Value
+	swapped, missing := good, good
+	swapped.url, missing.url = h.base+"/hooks/"+token+"/stripe", h.base+"/hooks/stripe"
+	for _, d := range []delivery{swapped, missing} {
+		if r := h.post(d); r.status != 404 {
+			t.Fatalf("%s: %d", d.url, r.status)
+		}
+	}
+	log := h.rejectedLog(4)
+	if len(log) != 4 {
+		t.Fatalf("%d records, want 4: %+v", len(log), log)
+	}
+	if r := log[2]; r.Endpoint != "(unknown, "+strconv.Itoa(len(token))+" characters)" || r.Status != 404 {
+		t.Errorf("the swapped URL: %+v", r)
+	}
+	if r := log[3]; r.Endpoint != "(none)" || r.Status != 404 || !strings.Contains(r.Message, "POST /hooks/<endpoint>/<path_token>") {
+		t.Errorf("the URL without a token: %+v", r)
 	}
 	if r := log[0]; r.Status != 404 || r.Endpoint != "stripe" || r.Tenant != "" || r.Reason != "not_found" || r.Method != "POST" || !strings.HasPrefix(r.Remote, "127.0.0.1:") {
 		t.Errorf("the 404: %+v", r)
@@ -66,7 +83,7 @@ func TestRefusedDeliveriesAreLogged(t *testing.T) {
 		t.Errorf("the 401: %+v", r)
 	}
 	raw, _ := json.Marshal(log)
-	for _, secret := range []string{"not-the-token", "whsec_forged", h.endpoint("stripe").PathToken.Value, "customer.updated"} {
+	for _, secret := range []string{"not-the-token", "whsec_forged", token, "customer.updated"} {
 		if strings.Contains(string(raw), secret) {
 			t.Errorf("the log holds %q: %s", secret, raw)
 		}
@@ -77,11 +94,11 @@ func TestRefusedDeliveriesAreLogged(t *testing.T) {
 	}
 	h.advance(time.Second)
 	h.post(wrongToken)
-	want := 2 + (rejectionsBurst - 2) + 1 // the two above spent two tokens of the burst
+	want := 4 + (rejectionsBurst - 4) + 1 // the four above spent four tokens of the burst
 	if log = h.rejectedLog(want); len(log) != want {
 		t.Fatalf("%d records after the flood, want %d", len(log), want)
 	}
-	if last := log[len(log)-1]; last.Skipped != 52 {
-		t.Errorf("the record after the flood counts %d left out, want 52", last.Skipped)
+	if last := log[len(log)-1]; last.Skipped != 54 {
+		t.Errorf("the record after the flood counts %d left out, want 54", last.Skipped)
 	}
 }

@@ -100,7 +100,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	var err error
 	s.store = newStoreGuard(o.JS, o.Config, o.StoreDir, s.now)
-	s.rejections = newRejections(o.JS.Conn(), s.now)
+	s.rejections = newRejections(o.JS.Conn(), s.now, func(id string) bool { _, ok := s.endpoints[id]; return ok })
 	if s.metrics, err = newMetrics(o.Config.WorkflowVersion, s.store); err != nil {
 		return nil, err
 	}
@@ -153,7 +153,14 @@ func (s *Server) Close() {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hooks/{endpoint}/{token}", s.serveHook)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { notFound(w) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// A URL of no endpoint's shape (a token forgotten, a typo): refused, and logged
+		// as refused like any other, so the one pointing a provider here sees why.
+		rec := &access{start: time.Now(), method: r.Method, endpoint: "", remote: r.RemoteAddr,
+			status: http.StatusNotFound, reason: "not_found", message: "not a webhook URL: POST /hooks/<endpoint>/<path_token>"}
+		defer s.logAccess(rec)
+		notFound(w)
+	})
 	return recoverPanics(s.log, closeChunked(mux))
 }
 
