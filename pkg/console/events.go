@@ -164,6 +164,7 @@ type listFilter struct {
 	From, To               string // datetime-local, UTC
 	Before                 uint64
 	from, to               time.Time
+	subject                string // the stream's filter of tenant, provider and type
 }
 
 // statusFilters are the list's status choices.
@@ -172,10 +173,9 @@ var statusFilters = []string{"waiting", "failed", "done"}
 func parseListFilter(q url.Values) (listFilter, error) {
 	f := listFilter{Query: strings.TrimSpace(q.Get("q")), Tenant: q.Get("tenant"), Provider: q.Get("provider"),
 		Type: q.Get("type"), Status: q.Get("status"), From: q.Get("from"), To: q.Get("to")}
-	for name, v := range map[string]string{"tenant": f.Tenant, "provider": f.Provider, "type": f.Type} {
-		if strings.ContainsAny(v, " *>\t") || strings.HasPrefix(v, ".") || strings.HasSuffix(v, ".") {
-			return f, fmt.Errorf("%s %q: a name, without spaces, wildcards or edge dots", name, v)
-		}
+	var err error
+	if f.subject, err = stream.EventFilter(f.Tenant, f.Provider, f.Type); err != nil {
+		return f, err
 	}
 	if f.Status != "" && !slices.Contains(statusFilters, f.Status) {
 		return f, fmt.Errorf("status %q: want one of %s", f.Status, strings.Join(statusFilters, ", "))
@@ -201,17 +201,6 @@ func parseListFilter(q url.Values) (listFilter, error) {
 		f.Before = v
 	}
 	return f, nil
-}
-
-// subject is the stream subject filter of f's tenant, provider and type.
-func (f listFilter) subject() string {
-	or := func(v, all string) string {
-		if v == "" {
-			return all
-		}
-		return v
-	}
-	return "events." + or(f.Tenant, "*") + "." + or(f.Provider, "*") + "." + or(f.Type, ">")
 }
 
 // inSpan says whether an event stored at t is in f's span of time.
@@ -329,7 +318,7 @@ func (c *console) list(ctx context.Context, d *searchData) ([]listed, error) {
 		start = end - uint64(d.Depth) + 1
 	}
 	var rows []eventRow
-	err = stream.Scan(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.subject()},
+	err = stream.Scan(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.subject},
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start}, func(m jetstream.Msg) error {
 		md, err := m.Metadata()
 		if err != nil {

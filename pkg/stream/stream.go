@@ -131,6 +131,24 @@ func EventSubject(tenant, provider, typ string) string {
 	return "events." + tenant + "." + provider + "." + typ
 }
 
+// EventFilter is the subject filter taking the events of tenant, provider and canonical
+// type, each "" for any; a part that is no name (a space, a wildcard, an edge dot) is
+// refused, named as "tenant", "provider" or "type".
+func EventFilter(tenant, provider, typ string) (string, error) {
+	parts := []struct{ name, v, any string }{{"tenant", tenant, "*"}, {"provider", provider, "*"}, {"type", typ, ">"}}
+	filter := "events"
+	for _, p := range parts {
+		if strings.ContainsAny(p.v, " *>\t") || strings.HasPrefix(p.v, ".") || strings.HasSuffix(p.v, ".") {
+			return "", fmt.Errorf("%s %q: a name, without spaces, wildcards or edge dots", p.name, p.v)
+		}
+		if p.v == "" {
+			p.v = p.any
+		}
+		filter += "." + p.v
+	}
+	return filter, nil
+}
+
 // halfBlocks is a per-subject limit no stream reaches. Set on a stream without other
 // limits, it makes nats-server (2.15, stream.go autoTuneFileStorageBlockSize) size the
 // stream's blocks at 4 MiB, as a bucket's, instead of 8: the server holds a block whole

@@ -40,10 +40,9 @@ counts them.`,
 		Example: "  exacto tail --provider instantly\n  exacto tail --type reply.classified --since 1h",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for flag, v := range map[string]string{"--tenant": tenant, "--provider": provider, "--type": typ} {
-				if strings.ContainsAny(v, " *>") || strings.HasPrefix(v, ".") || strings.HasSuffix(v, ".") {
-					return fmt.Errorf("%s %q: a name, without spaces, wildcards or edge dots", flag, v)
-				}
+			filter, err := stream.EventFilter(tenant, provider, typ)
+			if err != nil {
+				return fmt.Errorf("--%w", err)
 			}
 			if typ != "" && !slices.Contains(envelope.AllTypes, typ) {
 				return fmt.Errorf("--type %q: no such event type (known: %s)", typ, strings.Join(envelope.AllTypes, ", "))
@@ -58,7 +57,6 @@ counts them.`,
 				return err
 			}
 			defer closeConn()
-			filter := "events." + orAny(tenant, "*") + "." + orAny(provider, "*") + "." + orAny(typ, ">")
 			err = tail(ctx, js, cmd.OutOrStdout(), cmd.ErrOrStderr(), filter, since, count, asJSON)
 			if errors.Is(err, context.Canceled) {
 				return nil // Ctrl-C
@@ -74,13 +72,6 @@ counts them.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "each envelope as a line of JSON (raw payload left out)")
 	cmd.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS of the deployment")
 	return cmd
-}
-
-func orAny(v, all string) string {
-	if v == "" {
-		return all
-	}
-	return v
 }
 
 // tail prints the events filter takes, from since ago (0: from now on), until ctx ends
