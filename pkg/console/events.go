@@ -106,48 +106,26 @@ func (c *console) recent(ctx context.Context, depth, limit int, keep func(eventR
 	if last := info.State.LastSeq; last >= uint64(depth) && last-uint64(depth)+1 > start {
 		start = last - uint64(depth) + 1
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
-	if err != nil {
-		return nil, err
-	}
 	var out []eventRow
-	for seen := 0; seen < depth; {
-		ci, err := cons.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if ci.NumPending == 0 {
-			break
-		}
-		batch, err := cons.FetchNoWait(500)
-		if err != nil {
-			return nil, err
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
+	err = stream.Scan(ctx, st, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start},
+		func(msg jetstream.Msg) error {
 			md, err := msg.Metadata()
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if md.Sequence.Stream > info.State.LastSeq {
-				seen = depth
-				continue
+			if md.Sequence.Stream > info.State.LastSeq { // stored since the search began
+				return errStop
 			}
-			seen++
 			if r, ok := row(md.Sequence.Stream, md.Timestamp, msg.Data()); ok && keep(r) {
 				out = append(out, r)
 				if len(out) > limit {
 					out = out[1:]
 				}
 			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, err
-		}
-		if n == 0 {
-			break
-		}
+			return nil
+		})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, err
 	}
 	return out, nil
 }
