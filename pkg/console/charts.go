@@ -104,23 +104,34 @@ const (
 	chartW, chartH = 160, 36
 )
 
+// chart opens an SVG chart labelled label (for screen readers).
+func chart(label string) *strings.Builder {
+	b := &strings.Builder{}
+	fmt.Fprintf(b, `<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`, chartW, chartH+12, chartW, chartH+12, template.HTMLEscapeString(label))
+	return b
+}
+
+// caption writes text under a chart and closes it.
+func caption(b *strings.Builder, text string) {
+	fmt.Fprintf(b, `<text x="0" y="%d" font-size="10" fill="#667">%s</text></svg>`, chartH+11, text)
+}
+
 // bars draws counts per minute as bars, oldest left, with the highest labelled.
 func bars(counts []int, label string) template.HTML {
 	hi := 0
 	for _, n := range counts {
 		hi = max(hi, n)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`, chartW, chartH+12, chartW, chartH+12, template.HTMLEscapeString(label))
+	b := chart(label)
 	w := float64(chartW) / float64(max(len(counts), 1))
 	for i, n := range counts {
 		h := 0.0
 		if hi > 0 {
 			h = float64(n) / float64(hi) * chartH
 		}
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#3b6fd8"><title>%d</title></rect>`, float64(i)*w+1, chartH-h, w-2, math.Max(h, 0.5), n)
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#3b6fd8"><title>%d</title></rect>`, float64(i)*w+1, chartH-h, w-2, math.Max(h, 0.5), n)
 	}
-	fmt.Fprintf(&b, `<text x="0" y="%d" font-size="10" fill="#667">max %d/min</text></svg>`, chartH+11, hi)
+	caption(b, fmt.Sprintf("max %d/min", hi))
 	return template.HTML(b.String())
 }
 
@@ -131,8 +142,7 @@ func line(points []point, now time.Time, limit float64, unit string, label strin
 	for _, p := range points {
 		hi = max(hi, p.v)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`, chartW, chartH+12, chartW, chartH+12, template.HTMLEscapeString(label))
+	b := chart(label)
 	x := func(t time.Time) float64 { return float64(chartW) * (1 - now.Sub(t).Seconds()/time.Hour.Seconds()) }
 	y := func(v float64) float64 {
 		if hi <= 0 {
@@ -141,7 +151,7 @@ func line(points []point, now time.Time, limit float64, unit string, label strin
 		return chartH - v/hi*(chartH-2)
 	}
 	if limit > 0 {
-		fmt.Fprintf(&b, `<line x1="0" x2="%d" y1="%.1f" y2="%.1f" stroke="#c0392b" stroke-dasharray="4 3"><title>limit %s</title></line>`, chartW, y(limit), y(limit), fmtValue(limit, unit))
+		fmt.Fprintf(b, `<line x1="0" x2="%d" y1="%.1f" y2="%.1f" stroke="#c0392b" stroke-dasharray="4 3"><title>limit %s</title></line>`, chartW, y(limit), y(limit), fmtValue(limit, unit))
 	}
 	if len(points) > 0 {
 		var pts []string
@@ -151,13 +161,13 @@ func line(points []point, now time.Time, limit float64, unit string, label strin
 		if len(points) == 1 {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(points[0].at)-2, y(points[0].v)))
 		}
-		fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="#3b6fd8" stroke-width="1.5"/>`, strings.Join(pts, " "))
+		fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="#3b6fd8" stroke-width="1.5"/>`, strings.Join(pts, " "))
 	}
 	last := "no sample yet"
 	if len(points) > 0 {
 		last = "now " + fmtValue(points[len(points)-1].v, unit)
 	}
-	fmt.Fprintf(&b, `<text x="0" y="%d" font-size="10" fill="#667">%s · max %s · last hour</text></svg>`, chartH+11, last, fmtValue(hi, unit))
+	caption(b, last+" · max "+fmtValue(hi, unit)+" · last hour")
 	return template.HTML(b.String())
 }
 
