@@ -28,8 +28,9 @@ type composeFile struct {
 type composeService struct {
 	Image string `yaml:"image"`
 	Build *struct {
-		Context    string `yaml:"context"`
-		Dockerfile string `yaml:"dockerfile"`
+		Context    string            `yaml:"context"`
+		Dockerfile string            `yaml:"dockerfile"`
+		Args       map[string]string `yaml:"args"`
 	} `yaml:"build"`
 	Command         []string          `yaml:"command"`
 	Environment     map[string]string `yaml:"environment"`
@@ -82,8 +83,11 @@ func checkCompose(f *deployFacts, dir string, data []byte) []string {
 			if ctx := local(s.Build.Context); ctx != f.root {
 				fail("%s: build context %s is not the repository root", name, s.Build.Context)
 			}
-			if s.Build.Dockerfile != "services/"+name+"/Dockerfile" {
-				fail("%s: built from %s", name, s.Build.Dockerfile)
+			if s.Build.Dockerfile != "" && s.Build.Dockerfile != "Dockerfile" {
+				fail("%s: built from %s, not the one Dockerfile", name, s.Build.Dockerfile)
+			}
+			if s.Build.Args["SERVICE"] != name {
+				fail("%s: built with SERVICE=%s", name, s.Build.Args["SERVICE"])
 			}
 		}
 		if err := f.image(s.Image, name); err != nil {

@@ -126,14 +126,14 @@ func graceFor(svc string) time.Duration {
 
 func (f *deployFacts) isService(name string) bool { return slices.Contains(f.services, name) }
 
-// image checks an image name: exacto/<svc>[:tag] built by services/<svc>/Dockerfile, or
-// a pinned upstream one.
+// image checks an image name: exacto/<svc>[:tag] built by the Dockerfile with
+// SERVICE=<svc>, or a pinned upstream one.
 func (f *deployFacts) image(image, svc string) error {
 	name, _, _ := strings.Cut(image, ":")
 	if strings.HasPrefix(name, "exacto/") {
 		built := strings.TrimPrefix(name, "exacto/")
-		if _, err := os.Stat(filepath.Join(f.root, "services", built, "Dockerfile")); err != nil {
-			return fmt.Errorf("image %s: no services/%s/Dockerfile builds it", image, built)
+		if !f.isService(built) {
+			return fmt.Errorf("image %s: no services/%s/main.go for the Dockerfile to build", image, built)
 		}
 		if svc != "" && built != svc {
 			return fmt.Errorf("image %s runs in %s", image, svc)
@@ -266,7 +266,7 @@ func TestDeploymentsCheckersFail(t *testing.T) {
 		t.Errorf("want a problem with %q, got %q", want, problems)
 	}
 	t.Run("dockerfile", func(t *testing.T) {
-		good, err := os.ReadFile(filepath.Join(f.root, "services/classifier/Dockerfile"))
+		good, err := os.ReadFile(filepath.Join(f.root, "Dockerfile"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,10 +275,13 @@ func TestDeploymentsCheckersFail(t *testing.T) {
 		}
 		expect(t, checkDockerfile(f, "classifier", mutate(t, good, "USER 65532:65532", "USER root")), "runs as root")
 		expect(t, checkDockerfile(f, "classifier", mutate(t, good, "ENV CGO_ENABLED=0", "ENV CGO_ENABLED=1")), "CGO_ENABLED=0")
-		expect(t, checkDockerfile(f, "classifier", mutate(t, good, "EXPOSE 8081", "EXPOSE 8080")), "EXPOSE 8080")
+		expect(t, checkDockerfile(f, "classifier", mutate(t, good, "EXPOSE 8081", "EXPOSE 8080 8081")), "EXPOSE 8080")
 		expect(t, checkDockerfile(f, "classifier", mutate(t, good, "FROM gcr.io/distroless/static-debian12:nonroot", "FROM debian:12")), "final FROM")
-		expect(t, checkDockerfile(f, "classifier", mutate(t, good, `ENTRYPOINT ["/usr/local/bin/classifier"]`, `ENTRYPOINT ["/bin/sh"]`)), "ENTRYPOINT")
-		expect(t, checkDockerfile(f, "stopper", good), "does not go build ./services/stopper")
+		expect(t, checkDockerfile(f, "classifier", mutate(t, good, `ENTRYPOINT ["/usr/local/bin/service"]`, `ENTRYPOINT ["/bin/sh"]`)), "ENTRYPOINT")
+		expect(t, checkDockerfile(f, "classifier", mutate(t, good, `ENTRYPOINT ["/usr/local/bin/service"]`, "ENTRYPOINT [\"/usr/local/bin/service\"]\nCMD [\"up\"]")), "CMD")
+		expect(t, checkDockerfile(f, "stopper", mutate(t, good, `"./services/${SERVICE}"`, "./services/classifier")), "does not go build ./services/stopper")
+		expect(t, checkDockerfile(f, "stopper", mutate(t, good, "ARG SERVICE=exacto\n", "")), "not a build argument")
+		expect(t, checkDockerfile(f, "stopper", mutate(t, good, "golang:1.26.8 AS build\nARG SERVICE\n", "golang:1.26.8 AS build\n")), "does not declare ARG SERVICE")
 	})
 	t.Run("nats", func(t *testing.T) {
 		good, err := os.ReadFile(filepath.Join(f.root, "deployments/nats/single.conf"))
@@ -301,6 +304,8 @@ func TestDeploymentsCheckersFail(t *testing.T) {
 			t.Fatalf("good compose.yaml: %v", p)
 		}
 		expect(t, checkCompose(f, dir, mutate(t, good, "image: nats:2.15.2-alpine", "image: nats:latest")), "neither built here")
+		expect(t, checkCompose(f, dir, mutate(t, good, "args: {SERVICE: stopper}", "args: {SERVICE: classifier}")), "stopper: built with SERVICE=classifier")
+		expect(t, checkCompose(f, dir, mutate(t, good, "args: {SERVICE: stopper}", "dockerfile: services/stopper/Dockerfile")), "stopper: built from services/stopper/Dockerfile")
 		expect(t, checkCompose(f, dir, mutate(t, good, `ports: ["127.0.0.1:8091:8081"]`, `ports: ["127.0.0.1:8091:8080"]`)), "classifier: port 127.0.0.1:8091:8080")
 		expect(t, checkCompose(f, dir, mutate(t, good, "EXACTO_LOG_FORMAT: json", "EXACTO_LOG_FORMATE: json")), "env EXACTO_LOG_FORMATE")
 		expect(t, checkCompose(f, dir, mutate(t, good, "env_file: [exacto.env]", "env_file: []")), "environment variable ACME_")

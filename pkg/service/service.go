@@ -289,6 +289,10 @@ type Run func(ctx context.Context, env *Env, up func()) error
 // Main is the main of a one-part binary (services/NAME): start against
 // EXACTO_NATS_URL, run until SIGINT or SIGTERM, exit 1 with the error on failure.
 func Main(name string, run Run) {
+	if err := refuseArgs(name, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env, err := Start(ctx, Options{Name: "exacto-" + name})
 	if err == nil {
@@ -300,6 +304,21 @@ func Main(name string, run Run) {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
+}
+
+// refuseArgs: a one-part binary reads its settings from EXACTO_* variables alone. An
+// argument (a --help, a flag meant for `exacto`) would otherwise go unread while the
+// part starts as if it were not there.
+func refuseArgs(name string, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	twin := "exacto worker " + name
+	switch name {
+	case "gateway", stream.Projector, stream.Reconciler:
+		twin = "exacto " + name
+	}
+	return fmt.Errorf("takes no arguments (got %q): it reads its settings from EXACTO_* variables, which `%s --help` lists", args, twin)
 }
 
 // Checkpoints is the bucket where consumers keep their ack floors when their state is
