@@ -163,6 +163,18 @@ tenants:
 			t.Errorf("%s: %v, want a refusal containing %q before any delivery:\n%q", name, err, tc.want, out)
 		}
 	}
+	// The endpoint's variable unset where simulate runs: said, nothing sent.
+	unset := exec.Command(exactoBin, "simulate", "--scenario", abs, "--endpoint", "instantly-main", "--gateway", "http://"+n.http,
+		"--nats-url", "nats://"+n.natsAddr, "--sandbox", "http://"+n.sandbox, "--admin", "http://"+n.admin)
+	unset.Dir = n.dir
+	for _, kv := range n.env() {
+		if !strings.HasPrefix(kv, "ACME_INSTANTLY_SECRET=") {
+			unset.Env = append(unset.Env, kv)
+		}
+	}
+	if out, err := unset.CombinedOutput(); err == nil || !strings.Contains(string(out), "endpoint instantly-main: ./exacto.yaml:8: endpoint instantly-main secrets[0]: environment variable ACME_INSTANTLY_SECRET is not set") {
+		t.Errorf("secret unset: %v\n%s", err, out)
+	}
 	// A secret the endpoint does not take: the first delivery's 401 ends the run.
 	data, err := os.ReadFile(abs)
 	if err != nil {

@@ -334,6 +334,16 @@ func (c *Config) Endpoint(id string) (*Tenant, *Endpoint) {
 	return nil, nil
 }
 
+// Unresolved says which of e's secrets LoadPartial could not resolve, and why (nil
+// when each has its value).
+func (e *Endpoint) Unresolved() error {
+	errs := []error{e.PathToken.Unresolved, e.VerifyToken.Unresolved}
+	for _, s := range append(slices.Clone(e.Secrets), e.SigningSecrets...) {
+		errs = append(errs, s.Unresolved)
+	}
+	return errors.Join(errs...)
+}
+
 // EndpointIDs lists every endpoint's id, in the config's order.
 func (c *Config) EndpointIDs() []string {
 	var ids []string
@@ -421,7 +431,13 @@ type Secret struct {
 	Ref   string
 	Value string
 	Line  int
+	// Unresolved says why Ref has no value (an unset variable, an unreadable file);
+	// only LoadPartial leaves a secret so, where Load fails.
+	Unresolved error
 }
+
+// given: the config names a value, resolved or not.
+func (s Secret) given() bool { return s.Value != "" || s.Unresolved != nil }
 
 // UnmarshalYAML keeps the reference and its line; resolution happens in Load.
 func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
@@ -471,10 +487,7 @@ var Env = map[string]string{
 	"EXACTO_MEMORY_LIMIT": "memory_limit",
 }
 
-// Load reads the config: path if given, else EXACTO_CONFIG, else ./exacto.yaml if it
-// exists, else the built-in demo. Environment variables override the file; getenv is
-// os.Getenv outside tests.
-func Load(path string, getenv func(string) string) (*Config, error) {
+func load(path string, getenv func(string) string, partial bool) (*Config, error) {
 	if path == "" {
 		path = getenv("EXACTO_CONFIG")
 	}
@@ -494,11 +507,30 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			data, source = []byte(Demo), "built-in demo"
 		}
 	}
-	return Parse(data, source, getenv)
+	return parse(data, source, getenv, partial)
+}
+
+// Load reads the config: path if given, else EXACTO_CONFIG, else ./exacto.yaml if it
+// exists, else the built-in demo. Environment variables override the file; getenv is
+// os.Getenv outside tests.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, false)
+}
+
+// LoadPartial loads as Load does, except that a secret whose reference does not
+// resolve fails nothing: it is left with Unresolved set, for a tool that needs some of
+// the config's secrets (one endpoint's, none) and says which it lacks
+// (Endpoint.Unresolved). Everything else fails as in Load.
+func LoadPartial(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, true)
 }
 
 // Parse decodes, resolves and validates a config document.
 func Parse(data []byte, source string, getenv func(string) string) (*Config, error) {
+	return parse(data, source, getenv, false)
+}
+
+func parse(data []byte, source string, getenv func(string) string, partial bool) (*Config, error) {
 	c := &Config{Source: source}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -511,7 +543,7 @@ func Parse(data []byte, source string, getenv func(string) string) (*Config, err
 	}
 	c.applyEnv(getenv)
 	c.applyDefaults()
-	if err := c.resolve(getenv); err != nil {
+	if err := c.resolve(getenv, partial); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
@@ -682,8 +714,9 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-// resolve replaces every secret reference by its value.
-func (c *Config) resolve(getenv func(string) string) error {
+// resolve replaces every secret reference by its value; partial leaves the failures on
+// their secrets instead of failing.
+func (c *Config) resolve(getenv func(string) string, partial bool) error {
 	var errs []error
 	one := func(where string, s *Secret) {
 		if s.Ref == "" {
@@ -691,7 +724,12 @@ func (c *Config) resolve(getenv func(string) string) error {
 		}
 		v, warn, err := resolveSecret(s.Ref, getenv)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s:%d: %s: %v", c.Source, s.Line, where, err))
+			err = fmt.Errorf("%s:%d: %s: %v", c.Source, s.Line, where, err)
+			if partial {
+				s.Unresolved = err
+			} else {
+				errs = append(errs, err)
+			}
 			return
 		}
 		if warn && c.Source != "built-in demo" {
@@ -858,7 +896,7 @@ func (c *Config) Validate() error {
 			}
 		}
 		for name, p := range t.Platforms.each() {
-			if p.APIKey.Value == "" {
+			if !p.APIKey.given() {
 				fail(t.Line, "tenant %s: platforms.%s: api_key is required (leave the platform out to use the sandbox)", t.ID, name)
 			}
 			if p.BaseURL != "" {
@@ -901,9 +939,9 @@ func (c *Config) Validate() error {
 				fail(e.Line, "endpoint %s: unknown provider %q (known: %s)", e.ID, e.Provider, strings.Join(registry.Names(), ", "))
 				continue
 			}
-			if e.PathToken.Value == "" {
+			if !e.PathToken.given() {
 				fail(e.Line, "endpoint %s: path_token is required", e.ID)
-			} else if len(e.PathToken.Value) < 16 {
+			} else if e.PathToken.Unresolved == nil && len(e.PathToken.Value) < 16 {
 				c.Warnings = append(c.Warnings, fmt.Sprintf("%s:%d: endpoint %s: path_token is shorter than 16 characters; it is the only secret in the URL", c.Source, e.PathToken.Line, e.ID))
 			}
 			if spec.NeedsSecret && len(e.Secrets) == 0 {
@@ -917,7 +955,7 @@ func (c *Config) Validate() error {
 					fail(e.Line, "endpoint %s: public_url %q is not an absolute http(s) URL", e.ID, e.PublicURL)
 				}
 			}
-			if e.Provider == "meta" && e.VerifyToken.Value == "" {
+			if e.Provider == "meta" && !e.VerifyToken.given() {
 				fail(e.Line, "endpoint %s: provider meta needs verify_token for the subscription handshake", e.ID)
 			}
 			if e.Generic != nil && e.Provider != "generic" {
@@ -935,7 +973,8 @@ func (c *Config) Validate() error {
 			if len(e.SignatureVersions) > 0 && len(spec.SignatureVersions) == 0 {
 				fail(e.Line, "endpoint %s: signature_versions is only for a provider with several (hubspot); provider %s has one", e.ID, e.Provider)
 			}
-			if _, err := spec.New(e.ProviderConfig()); err != nil {
+			// An endpoint with a secret unresolved (LoadPartial) has no verifier to build.
+			if _, err := spec.New(e.ProviderConfig()); err != nil && e.Unresolved() == nil {
 				fail(e.Line, "endpoint %s: %v", e.ID, err)
 			}
 		}

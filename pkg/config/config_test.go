@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -507,5 +509,48 @@ func TestRetention(t *testing.T) {
 	}
 	if r := c.Tenants[0].Retention; r.Payloads.Duration != 90*24*time.Hour || r.Events.Duration != 730*24*time.Hour {
 		t.Fatalf("retention %+v", r)
+	}
+}
+
+// LoadPartial loads a config whose other endpoints' variables are unset, and says of
+// each endpoint which of its secrets did not resolve; Load refuses the same config;
+// anything but a secret still fails both.
+func TestLoadPartialLeavesUnresolvedSecretsNamed(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "exacto.yaml")
+	os.WriteFile(file, []byte(good), 0o600)
+	partialEnv := maps.Clone(goodEnv)
+	delete(partialEnv, "ACME_META_TOKEN")
+	delete(partialEnv, "ACME_META_VERIFY_TOKEN")
+	if _, err := Load(file, env(partialEnv)); err == nil || !strings.Contains(err.Error(), "ACME_META_TOKEN is not set") {
+		t.Fatalf("Load: %v", err)
+	}
+	c, err := LoadPartial(file, env(partialEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, e := c.Endpoint("instantly-main"); e.Unresolved() != nil || e.Secrets[0].Value != "s1" {
+		t.Errorf("instantly-main: %v, secret %q", e.Unresolved(), e.Secrets[0].Value)
+	}
+	_, e := c.Endpoint("meta-main")
+	got := fmt.Sprint(e.Unresolved())
+	for _, want := range []string{file + ":13: endpoint meta-main path_token: environment variable ACME_META_TOKEN is not set",
+		file + ":15: endpoint meta-main verify_token: environment variable ACME_META_VERIFY_TOKEN is not set"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("meta-main unresolved: %q, want %q", got, want)
+		}
+	}
+	if strings.Contains(got, "APP_SECRET") || e.Secrets[0].Value != "app-secret" {
+		t.Errorf("meta-main's resolved secret reported: %q", got)
+	}
+	// Not a secret's resolution: refused by both.
+	os.WriteFile(file, []byte(strings.Replace(good, "tolerance: 5m", "tolerance: -5m", 1)), 0o600)
+	if _, err := LoadPartial(file, env(partialEnv)); err == nil || !strings.Contains(err.Error(), "tolerance must be positive") {
+		t.Errorf("LoadPartial of a bad tolerance: %v", err)
+	}
+	// A path token left out is still refused: only a reference that did not resolve is let through.
+	os.WriteFile(file, []byte(strings.Replace(good, "        path_token: env:ACME_META_TOKEN\n", "", 1)), 0o600)
+	if _, err := LoadPartial(file, env(partialEnv)); err == nil || !strings.Contains(err.Error(), "meta-main: path_token is required") {
+		t.Errorf("LoadPartial without a path token: %v", err)
 	}
 }

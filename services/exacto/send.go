@@ -103,7 +103,8 @@ type outgoing struct {
 // sample. Every refusal names what to give instead.
 func (f sendFlags) outgoing() (outgoing, error) {
 	var d outgoing
-	cfg, cfgErr := config.Load(f.config, os.Getenv)
+	// Partial: an unset variable of another endpoint does not stop a send to this one.
+	cfg, cfgErr := config.LoadPartial(f.config, os.Getenv)
 	var t *config.Tenant
 	var e *config.Endpoint
 	switch {
@@ -116,6 +117,9 @@ func (f sendFlags) outgoing() (outgoing, error) {
 		}
 		if f.provider != "" && f.provider != e.Provider {
 			return d, fmt.Errorf("--provider %s: endpoint %s is a %s endpoint", f.provider, e.ID, e.Provider)
+		}
+		if err := e.Unresolved(); err != nil {
+			return d, fmt.Errorf("--endpoint %s: %w", f.endpoint, err)
 		}
 		f.provider = e.Provider
 		if f.to == "" {
@@ -150,6 +154,9 @@ func (f sendFlags) outgoing() (outgoing, error) {
 	}
 	d.secret, d.signingSecret, d.endpoint = f.secret, f.signingSecret, e
 	if e != nil {
+		if err := e.Unresolved(); err != nil && d.secret == "" {
+			return d, fmt.Errorf("endpoint %s of %s: %w; set it, or give --secret", e.ID, f.to, err)
+		}
 		if v := e.SignatureVersions; len(v) > 0 && !slices.Contains(v, "v3") && !slices.Contains(v, "v1") {
 			return d, fmt.Errorf("endpoint %s takes HubSpot signatures %s only: exacto send signs v3 and v1", e.ID, strings.Join(v, ", "))
 		}

@@ -113,6 +113,11 @@ func TestSendEndpointFromConfig(t *testing.T) {
 	if err != nil || bytes.Equal(plain.body, d.body) || strings.Contains(string(plain.body), "ana@example.com") {
 		t.Fatalf("without --email: %v %s", err, plain.body)
 	}
+	// Another endpoint's variable unset does not stop a send to this one.
+	t.Setenv("ACME_STRIPE_SECRET", "")
+	if d, err := f.outgoing(); err != nil || d.secret != "s3cret" {
+		t.Fatalf("with stripe-main's secret unset: %v, secret %q", err, d.secret)
+	}
 }
 
 // Every refusal says what is wrong and what to give instead; nothing is sent unsigned

@@ -105,7 +105,7 @@ func tenantOrOnly(given, configFile string) (string, error) {
 	if given != "" {
 		return given, nil
 	}
-	cfg, err := config.Load(configFile, os.Getenv)
+	cfg, err := config.LoadPartial(configFile, os.Getenv) // its tenants, not their secrets
 	if err != nil {
 		return "", fmt.Errorf("--tenant is required: the config did not load to tell its tenant (%w)", err)
 	}

@@ -27,6 +27,12 @@ func TestTenantDefaultsToTheConfigsOnly(t *testing.T) {
 	if _, err := tenantOrOnly("", two); err == nil || !strings.Contains(err.Error(), "2 tenants (acme, globex)") {
 		t.Fatalf("two tenants: %v", err)
 	}
+	// The tenant is known without the secrets: a variable unset here does not matter.
+	unset := filepath.Join(dir, "unset.yaml")
+	os.WriteFile(unset, []byte("tenants:\n  - id: acme\n    endpoints:\n"+strings.Replace(endpoint("a"), "[whsec_x]", "[env:EXACTO_TEST_UNSET_SECRET]", 1)), 0o600)
+	if got, err := tenantOrOnly("", unset); err != nil || got != "acme" {
+		t.Fatalf("a secret's variable unset: %q %v", got, err)
+	}
 	if _, err := tenantOrOnly("", filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "--tenant is required") {
 		t.Fatalf("no config: %v", err)
 	}

@@ -54,7 +54,7 @@ The exit code is 0 when every invariant held, 1 otherwise.`,
 			if err != nil {
 				return err
 			}
-			cfg, cfgErr := config.Load(configFile, os.Getenv)
+			cfg, cfgErr := config.LoadPartial(configFile, os.Getenv)
 			if err := sc.target(cfg, cfgErr, endpoint, tenant); err != nil {
 				return err
 			}
@@ -214,6 +214,8 @@ func (sc *scenario) target(cfg *config.Config, cfgErr error, endpoint, tenant st
 		return fmt.Errorf("endpoint %s is a %s endpoint: a scenario posts Instantly's webhooks (give --endpoint with an Instantly one: %s)", e.ID, e.Provider, strings.Join(instantlyEndpoints(cfg), ", "))
 	case e != nil && tenant != "" && tenant != t.ID:
 		return fmt.Errorf("--tenant %s: endpoint %s is tenant %s's", tenant, e.ID, t.ID)
+	case e != nil && e.Unresolved() != nil:
+		return fmt.Errorf("endpoint %s: %w", e.ID, e.Unresolved())
 	case e != nil:
 		sc.Tenant, sc.PathToken = t.ID, e.PathToken.Value
 		if sc.Secret == "" && len(e.Secrets) > 0 {
