@@ -1115,6 +1115,41 @@ func TestLoginPage(t *testing.T) {
 	}
 }
 
+// minute is the console's datetime-local value of now plus d minutes (UTC).
+func minute(d int) string {
+	return url.QueryEscape(time.Now().UTC().Add(time.Duration(d) * time.Minute).Format("2006-01-02T15:04"))
+}
+
+// seqAt finds the first event stored at or after a time anywhere in the stream, so
+// that a span of time is not looked for in the latest events only.
+func TestSeqAt(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	st, err := conn.JS.Stream(ctx, stream.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(id string) {
+		if _, err := conn.JS.Publish(ctx, "events.acme.instantly.reply.received", []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := time.Now()
+	publish("1")
+	between := time.Now()
+	publish("2")
+	publish("3")
+	for _, tc := range []struct {
+		at   time.Time
+		want uint64
+	}{{before.Add(-time.Hour), 1}, {before, 1}, {between, 2}, {time.Now().Add(time.Hour), 4}} {
+		if got, err := seqAt(ctx, st, tc.at); err != nil || got != tc.want {
+			t.Errorf("seqAt(%v): %d %v, want %d", tc.at, got, err, tc.want)
+		}
+	}
+}
+
 // The events list: filtered by tenant, provider, type and status in the consumers, with
 // each event's time, stored time and status per consumer, paged by stream sequence;
 // a filter it cannot read is refused, saying why.
@@ -1141,6 +1176,14 @@ func TestEventsListFiltersAndPages(t *testing.T) {
 		"status=waiting":                            {f2.fresh, f2.old, f2.evil}, // the classifier has attempted none
 		"status=done":                               {},
 		"from=2000-01-01T00:00&to=2000-01-02T00:00": {},
+		"from=" + minute(-5) + "&to=" + minute(5):   {f2.fresh, f2.old, f2.evil},
+		"from=" + minute(2):                         {},
+		"to=" + minute(-2):                          {},
+		// A search keeps the filters.
+		"q=camp-1":                         {f2.fresh, f2.old},
+		"q=camp-1&provider=stripe":         {},
+		"q=eve%40evil.example&tenant=acme": {f2.evil},
+		"q=camp-2&status=failed":           {},
 	} {
 		code, body, _ := f2.get("/console/events?"+query, auth)
 		if code != 200 {

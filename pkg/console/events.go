@@ -88,48 +88,6 @@ func (c *console) lookup(ctx context.Context, id string) (uint64, error) {
 	return strconv.ParseUint(string(e.Value()), 10, 64)
 }
 
-// recent reads the last depth events of the stream, oldest first, keeping those keep
-// accepts (at most limit: the newest).
-func (c *console) recent(ctx context.Context, depth, limit int, keep func(eventRow) bool) ([]eventRow, error) {
-	st, err := c.js.Stream(ctx, stream.Events)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if info.State.Msgs == 0 {
-		return nil, nil
-	}
-	start := info.State.FirstSeq
-	if last := info.State.LastSeq; last >= uint64(depth) && last-uint64(depth)+1 > start {
-		start = last - uint64(depth) + 1
-	}
-	var out []eventRow
-	err = stream.Scan(ctx, st, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start},
-		func(msg jetstream.Msg) error {
-			md, err := msg.Metadata()
-			if err != nil {
-				return err
-			}
-			if md.Sequence.Stream > info.State.LastSeq { // stored since the search began
-				return errStop
-			}
-			if r, ok := row(md.Sequence.Stream, md.Timestamp, msg.Data()); ok && keep(r) {
-				out = append(out, r)
-				if len(out) > limit {
-					out = out[1:]
-				}
-			}
-			return nil
-		})
-	if err != nil && !errors.Is(err, errStop) {
-		return nil, err
-	}
-	return out, nil
-}
-
 // pageSize is how many events a page of the list shows.
 const pageSize = 50
 
@@ -216,7 +174,7 @@ type searchData struct {
 	listFilter
 	Depth            int
 	Results          []listed
-	Recent           bool // no query: the list
+	Exact            bool // the query was an envelope id, found in the index
 	Older, Newer     string
 	Scanned          string // the sequences a page looked at, when it found fewer than a page
 	Tenants          []string
@@ -236,36 +194,16 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, u who) {
 		c.render(w, http.StatusBadRequest, "events", u, v)
 		return
 	}
-	var rows []eventRow
 	var err error
-	switch q := f.Query; {
-	case q == "":
-		d.Recent = true
-		d.Results, err = c.list(ctx, &d)
-	case strings.HasPrefix(q, "ev_"):
-		var seq uint64
-		if seq, err = c.lookup(ctx, q); err == nil && seq > 0 {
-			var st jetstream.Stream
-			if st, err = c.js.Stream(ctx, stream.Events); err == nil {
-				var m *jetstream.RawStreamMsg
-				if m, err = st.GetMsg(ctx, seq); err == nil {
-					if rw, ok := row(seq, m.Time, m.Data); ok {
-						rows = []eventRow{rw}
-					}
-				}
-			}
+	if strings.HasPrefix(f.Query, "ev_") { // an envelope id: the index knows where it is
+		var rows []eventRow
+		if rows, err = c.byID(ctx, f.Query); err == nil && len(rows) > 0 {
+			d.Exact = true
+			d.Results, err = c.withStates(ctx, rows)
 		}
-		if err == nil && len(rows) == 0 { // not indexed (expired): scan as well
-			lq := strings.ToLower(q)
-			rows, err = c.recent(ctx, c.o.SearchDepth, 100, func(rw eventRow) bool { return rw.matches(lq) })
-		}
-	default:
-		lq := strings.ToLower(q)
-		rows, err = c.recent(ctx, c.o.SearchDepth, 100, func(rw eventRow) bool { return rw.matches(lq) })
 	}
-	if !d.Recent && err == nil {
-		slices.Reverse(rows) // newest first
-		d.Results, err = c.withStates(ctx, rows)
+	if !d.Exact && err == nil { // a search among the filter's events, or the list
+		d.Results, err = c.list(ctx, &d)
 	}
 	if err != nil {
 		v.Error = "search failed: " + err.Error()
@@ -273,8 +211,29 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, u who) {
 	c.render(w, http.StatusOK, "events", u, v)
 }
 
-// list is a page of the events d's filter takes, newest first: the events stored before
-// d.Before (or the latest), looked for among the Depth sequences below it.
+// byID is the stored event with envelope id, by the index (none when not indexed).
+func (c *console) byID(ctx context.Context, id string) ([]eventRow, error) {
+	seq, err := c.lookup(ctx, id)
+	if err != nil || seq == 0 {
+		return nil, err
+	}
+	st, err := c.js.Stream(ctx, stream.Events)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	if rw, ok := row(seq, m.Time, m.Data); ok {
+		return []eventRow{rw}, nil
+	}
+	return nil, nil
+}
+
+// list is a page of the events d's filter and search take, newest first: the events
+// stored before d.Before (or the latest) and in the span of time, looked for among the
+// Depth sequences below the page's end.
 func (c *console) list(ctx context.Context, d *searchData) ([]listed, error) {
 	st, err := c.js.Stream(ctx, stream.Events)
 	if err != nil {
@@ -288,13 +247,27 @@ func (c *console) list(ctx context.Context, d *searchData) ([]listed, error) {
 	if d.Before > 0 {
 		end = min(end, d.Before-1)
 	}
-	if end < info.State.FirstSeq {
+	if !d.to.IsZero() { // the span's end, wherever it is in the stream
+		after, err := seqAt(ctx, st, d.to.Add(time.Minute))
+		if err != nil {
+			return nil, err
+		}
+		end = min(end, after-1)
+	}
+	floor := info.State.FirstSeq // the oldest event any page may show
+	if !d.from.IsZero() {
+		if floor, err = seqAt(ctx, st, d.from); err != nil {
+			return nil, err
+		}
+	}
+	if end < floor {
 		return nil, nil
 	}
-	start := info.State.FirstSeq
-	if end >= uint64(d.Depth) && end-uint64(d.Depth)+1 > start {
+	start := floor
+	if end-start+1 > uint64(d.Depth) {
 		start = end - uint64(d.Depth) + 1
 	}
+	lq := strings.ToLower(d.Query)
 	var rows []eventRow
 	err = stream.Scan(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.subject},
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start}, func(m jetstream.Msg) error {
@@ -305,7 +278,7 @@ func (c *console) list(ctx context.Context, d *searchData) ([]listed, error) {
 		if md.Sequence.Stream > end {
 			return errStop
 		}
-		if rw, ok := row(md.Sequence.Stream, md.Timestamp, m.Data()); ok && d.inSpan(rw.Stored) {
+		if rw, ok := row(md.Sequence.Stream, md.Timestamp, m.Data()); ok && d.inSpan(rw.Stored) && (lq == "" || rw.matches(lq)) {
 			rw.Env.Data.Raw = nil // a page holds up to Depth events: not their payloads
 			rows = append(rows, rw)
 		}
@@ -333,7 +306,7 @@ func (c *console) list(ctx context.Context, d *searchData) ([]listed, error) {
 			out = append(out, l)
 		}
 	}
-	if oldest > info.State.FirstSeq {
+	if oldest > floor {
 		d.Older = "/console/events?" + d.query(oldest)
 	}
 	if d.Before > 0 {
@@ -343,6 +316,27 @@ func (c *console) list(ctx context.Context, d *searchData) ([]listed, error) {
 		d.Scanned = fmt.Sprintf("sequences %d to %d", oldest, end)
 	}
 	return out, nil
+}
+
+// seqAt is the sequence of the first event stored at or after t (the one the next
+// event will have when none is).
+func seqAt(ctx context.Context, st jetstream.Stream, t time.Time) (uint64, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	seq := info.State.LastSeq + 1
+	err = stream.Scan(ctx, st, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t},
+		func(m jetstream.Msg) error {
+			if md, err := m.Metadata(); err == nil {
+				seq = md.Sequence.Stream
+			}
+			return errStop
+		})
+	if err != nil && !errors.Is(err, errStop) {
+		return 0, err
+	}
+	return seq, nil
 }
 
 // errStop ends a scan early.
