@@ -235,15 +235,16 @@ func Mount(mux *http.ServeMux, h http.Handler) {
 	mux.Handle("GET /console", http.RedirectHandler(Prefix, http.StatusMovedPermanently))
 }
 
-// headers sets what every answer carries: no caching, no framing, no script, no
-// referrer (a page's URL may hold a search).
+// headers sets what every answer carries: no caching, no framing, no script, a
+// referrer only to the console itself (a page's URL may hold a search; a same-origin
+// form then carries its own Origin, where no-referrer makes browsers send "null").
 func headers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})
@@ -335,7 +336,7 @@ func (c *console) authenticate(r *http.Request) (who, bool) {
 // tokenLink turns a valid ?token= (the link `exacto up` prints) into a session cookie
 // and redirects to the same URL without the token. It reports whether it answered.
 func (c *console) tokenLink(w http.ResponseWriter, r *http.Request) bool {
-	tok := r.URL.Query().Get("token")
+	tok := linkToken(r)
 	if tok == "" || r.Method != http.MethodGet || !c.hasTok || !digestEq(c.token, tok) {
 		return false
 	}
@@ -345,6 +346,16 @@ func (c *console) tokenLink(w http.ResponseWriter, r *http.Request) bool {
 	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
 	http.Redirect(w, r, u.String(), http.StatusSeeOther)
 	return true
+}
+
+// linkToken is the ?token= of a link followed from the console or opened directly (a
+// terminal, the address bar). Another site's page is not heard: its links and images
+// would otherwise sign a browser in, or spend its address's failed sign-ins.
+func linkToken(r *http.Request) string {
+	if !sameOrigin(r) {
+		return ""
+	}
+	return r.URL.Query().Get("token")
 }
 
 // startSession gives the browser a session cookie for user.
@@ -482,7 +493,7 @@ func (c *console) auth(p page) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Credentials offered (a header or a ?token= link) count as a sign-in: limited,
 		// and a wrong one counted.
-		offered := r.Header.Get("Authorization") != "" || r.URL.Query().Get("token") != ""
+		offered := r.Header.Get("Authorization") != "" || linkToken(r) != ""
 		if offered && c.limited(r) {
 			w.Header().Set("Retry-After", strconv.Itoa(int(loginWindow/time.Second)))
 			http.Error(w, "429 too many failed sign-ins in the last minute: wait a minute", http.StatusTooManyRequests)
@@ -537,13 +548,28 @@ func (c *console) readForm(w http.ResponseWriter, r *http.Request) bool {
 		c.fail(w, r, http.StatusBadRequest, "unreadable form")
 		return false
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != "null" {
-		if ou, err := url.Parse(o); err != nil || ou.Host != r.Host {
-			c.fail(w, r, http.StatusForbidden, "cross-origin request refused")
-			return false
-		}
+	if !sameOrigin(r) {
+		c.fail(w, r, http.StatusForbidden, "cross-origin request refused")
+		return false
 	}
 	return true
+}
+
+// sameOrigin: a form posted from the console's own pages, or by a client that is no
+// browser (it sends neither header). "null" is refused: the console's pages send their
+// origin, and null is what a sandboxed frame or a no-referrer page elsewhere sends.
+func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default: // cross-site, same-site (a sibling host)
+		return false
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	ou, err := url.Parse(o)
+	return err == nil && o != "null" && ou.Host == r.Host
 }
 
 // post guards a state change: a same-origin request carrying u's CSRF token.

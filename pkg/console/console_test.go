@@ -1096,8 +1096,37 @@ func TestLoginPage(t *testing.T) {
 			t.Errorf("%s: %d %q", name, code, h.Get("Set-Cookie"))
 		}
 	}
-	if code, _, h := f.post("/console/login", url.Values{"token": {consoleToken}}, func(r *http.Request) { r.Header.Set("Origin", "http://evil.example") }); code != 403 || h.Get("Set-Cookie") != "" {
-		t.Errorf("cross-origin sign-in: %d", code)
+	for name, h := range map[string][2]string{
+		"another origin":       {"Origin", "http://evil.example"},
+		"null origin":          {"Origin", "null"},
+		"cross-site fetch":     {"Sec-Fetch-Site", "cross-site"},
+		"a sibling host fetch": {"Sec-Fetch-Site", "same-site"},
+	} {
+		if code, _, hd := f.post("/console/login", url.Values{"token": {consoleToken}}, func(r *http.Request) { r.Header.Set(h[0], h[1]) }); code != 403 || hd.Get("Set-Cookie") != "" {
+			t.Errorf("sign-in from %s: %d", name, code)
+		}
+	}
+	// The console's own form: its origin, same-origin fetch.
+	if code, _, hd := f.post("/console/login", url.Values{"token": {consoleToken}}, func(r *http.Request) {
+		r.Header.Set("Origin", "http://"+r.Host)
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+	}); code != http.StatusSeeOther || hd.Get("Set-Cookie") == "" {
+		t.Errorf("sign-in from the console's own page: %d", code)
+	}
+	// A ?token= link on another site's page (a link, an image) neither signs in nor
+	// spends this address's failed sign-ins; opened directly, it signs in.
+	crossSite := func(r *http.Request) {
+		page(r)
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+	}
+	if code, _, hd := f.get("/console/?token="+consoleToken, crossSite); code != 401 || hd.Get("Set-Cookie") != "" {
+		t.Errorf("the right token in another site's link: %d %q", code, hd.Get("Set-Cookie"))
+	}
+	for range loginFailures + 5 {
+		f.get("/console/?token=guess", crossSite)
+	}
+	if code, _, hd := f.get("/console/?token="+consoleToken, func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "none") }); code != http.StatusSeeOther || hd.Get("Set-Cookie") == "" {
+		t.Errorf("the token link opened directly after another site's guesses: %d", code)
 	}
 	// Guesses by bearer token count as failed sign-ins too.
 	for range loginFailures / 2 {
