@@ -92,6 +92,15 @@ func (s *Server) happened(provider string, ev providers.Event) error {
 		if err != nil {
 			return fmt.Errorf("sandbox: Smartlead campaign id %q is not a number", campaign)
 		}
+		if d.Contact.ExternalID != "" {
+			id, err := strconv.ParseInt(d.Contact.ExternalID, 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("sandbox: Smartlead lead id %q is not a number", d.Contact.ExternalID)
+			}
+			if err := s.smart.adopt(email, id); err != nil {
+				return err
+			}
+		}
 		switch ev.Type {
 		case envelope.TypeReplyReceived:
 			m := d.Message

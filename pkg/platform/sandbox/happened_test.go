@@ -47,7 +47,11 @@ func TestHappened(t *testing.T) {
 	if err := sb.Happened("smartlead", []byte(slReply)); err != nil {
 		t.Fatal(err)
 	}
+	// Held under the lead id the webhook carries, as Smartlead's own id for the lead.
 	id := sb.SmartleadLeadID("kim@example.com")
+	if id != 1 {
+		t.Fatalf("kim's lead id %d, want the webhook's 1", id)
+	}
 	h, err := sc.MessageHistory(ctx, 9181, id)
 	if err != nil || len(h) != 1 || !h[0].Reply() || h[0].MessageID != "<r1@example.com>" {
 		t.Fatalf("the reply at Smartlead: %+v %v", h, err)
@@ -64,6 +68,10 @@ func TestHappened(t *testing.T) {
 		{"stripe", `{}`, "not a platform"},
 		{"instantly", `{"event_type":`, "does not parse"},
 		{"instantly", `{"timestamp":"2026-12-01T10:00:00Z","event_type":"reply_received","workspace":"w","campaign_id":"c"}`, "no e-mail"},
+		// Kim is lead 1: another id for her, or her id for another, contradicts it.
+		{"smartlead", strings.Replace(slReply, `"sl_email_lead_id":"1"`, `"sl_email_lead_id":"2"`, 1), "lead kim@example.com is lead 1 here, not 2"},
+		{"smartlead", strings.Replace(slReply, "kim@example.com", "lee@example.com", 1), "lead 1 is another lead here, not lee@example.com"},
+		{"smartlead", strings.Replace(slReply, `"sl_email_lead_id":"1"`, `"sl_email_lead_id":"x1"`, 1), `lead id "x1" is not a number`},
 	} {
 		if err := sb.Happened(bad.provider, []byte(bad.body)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s %s: %v, want %q", bad.provider, bad.body, err, bad.want)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -118,6 +119,25 @@ func (st *smartleadState) add(campaignID int64, email string) int64 {
 	st.byLead[id] = append(st.byLead[id], m)
 	st.byCampaign[campaignID] = append(st.byCampaign[campaignID], m)
 	return id
+}
+
+// adopt holds email under the lead id a webhook carries (Smartlead's own id for it),
+// so that the event is confirmed by that id; a lead known under another id, or an id
+// another lead has, is a contradiction said as such.
+func (st *smartleadState) adopt(email string, id int64) error {
+	email = strings.ToLower(email)
+	if known, ok := st.leads[email]; ok {
+		if known != id {
+			return fmt.Errorf("sandbox: Smartlead lead %s is lead %d here, not %d as the webhook says", email, known, id)
+		}
+		return nil
+	}
+	if _, used := st.byLead[id]; used {
+		return fmt.Errorf("sandbox: Smartlead lead %d is another lead here, not %s as the webhook says", id, email)
+	}
+	st.leads[email] = id
+	st.nextID = max(st.nextID, id) // ids made later do not meet it
+	return nil
 }
 
 // enrolAuto adds every lead AutoEnroll created to campaignID, as a started lead,
