@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,7 +194,7 @@ func unfinishedIn(t *testing.T, js jetstream.JetStream, consumers ...string) (un
 				continue
 			}
 			checked++
-			rec, _, err := consumer.Status(context.Background(), js, guards, sub, id, at.seq)
+			rec, _, err := consumer.Status(context.Background(), js, guards, sub, strings.Split(at.subject, ".")[1], id, at.seq)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -261,7 +261,8 @@ func (p *pipeline) status(name, id string) guard.Record {
 	if err != nil {
 		seq = 0 // not indexed yet: nothing is completed past an ack floor
 	}
-	rec, _, err := consumer.Status(context.Background(), p.conn.JS, kv, sub, id, seq)
+	env, _, _ := stream.Load(context.Background(), p.conn.JS, id) // its tenant, when indexed
+	rec, _, err := consumer.Status(context.Background(), p.conn.JS, kv, sub, env.Tenant, id, seq)
 	if err != nil {
 		p.t.Fatal(err)
 	}

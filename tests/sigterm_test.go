@@ -398,7 +398,7 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 			if !subscribes(sub, e.Subject) {
 				continue
 			}
-			rec, ok, err := consumer.Status(context.Background(), js, guards, sub, e.ID, e.Seq)
+			rec, ok, err := consumer.Status(context.Background(), js, guards, sub, strings.Split(e.Subject, ".")[1], e.ID, e.Seq)
 			checked++
 			if powerCut && err == nil && (!ok || rec.Status == guard.Completed) {
 				// A power cut may take a guard record (persisted asynchronously) with

@@ -373,7 +373,7 @@ func (c *console) state(ctx context.Context, statuses *consumer.Statuses, rw eve
 		if !sub.Takes(subject) {
 			continue
 		}
-		rec, ok, err := statuses.Of(ctx, sub, rw.Env.ID, rw.Seq)
+		rec, ok, err := statuses.Of(ctx, sub, rw.Env.Tenant, rw.Env.ID, rw.Seq)
 		if err != nil {
 			return l, err
 		}
@@ -465,7 +465,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u who) {
 		cs := consumerStatus{Consumer: sub.Name()}
 		if err != nil {
 			cs.Err = err.Error()
-		} else if rec, ok, gerr := consumer.Status(ctx, c.js, kv, sub, id, seq); gerr != nil {
+		} else if rec, ok, gerr := consumer.Status(ctx, c.js, kv, sub, rw.Env.Tenant, id, seq); gerr != nil {
 			cs.Err = gerr.Error()
 		} else {
 			cs.Seen, cs.Record = ok, rec

@@ -44,7 +44,7 @@ func TestIdempotentSubscriptionRecordsOnlyWhatIsNotPlainSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	statusOf := func(id string, seq uint64) (guard.Record, bool) {
-		rec, ok, err := Status(ctx, conn.JS, guards, isub, id, seq)
+		rec, ok, err := Status(ctx, conn.JS, guards, isub, "acme", id, seq)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func TestEventsTheHandlerDoesNotActOnClaimNothing(t *testing.T) {
 			reads(idles), writes(idles), reads(acts), writes(acts))
 	}
 	for _, id := range []string{acted, idle} {
-		if rec, ok, err := Status(ctx, conn.JS, guards, sub, id, 0); err != nil || !ok || rec.Status != guard.Completed || rec.Attempts != 1 {
+		if rec, ok, err := Status(ctx, conn.JS, guards, sub, "acme", id, 0); err != nil || !ok || rec.Status != guard.Completed || rec.Attempts != 1 {
 			t.Fatalf("%s is recorded as %+v %v %v", id, rec, ok, err)
 		}
 	}
@@ -166,4 +166,39 @@ func guardTraffic(t *testing.T, conn *broker.Conn) (reads, writes func(key strin
 		}
 	}
 	return of(got), of(put)
+}
+
+// Above the ack floor (held by an event still being retried) an idempotent consumer's
+// event whose derived event is stored is completed: the classifier's reply with its
+// reply.classified is not shown as received while an unsigned reply before it waits
+// for its source.
+func TestStatusAboveTheFloorByTheDerivedEvent(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	ids := publishFor(t, conn, 2, func(int) string { return "lead@example.com" })
+	held, classified := ids[0], ids[1]
+	index, err := conn.JS.KeyValue(ctx, stream.EventIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := index.Put(ctx, stream.DerivedID("acme", stream.Classifier, envelope.TypeReplyClassified, classified), []byte("3")); err != nil {
+		t.Fatal(err)
+	}
+	guards, err := conn.JS.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := stream.SubscriptionOf(stream.Classifier)
+	st := NewStatuses(conn.JS, guards)
+	if rec, ok, err := st.Of(ctx, cl, "acme", classified, 2); err != nil || !ok || rec.Status != guard.Completed {
+		t.Errorf("the classified reply: %+v %v %v", rec, ok, err)
+	}
+	if rec, ok, err := st.Of(ctx, cl, "acme", held, 1); err != nil || ok {
+		t.Errorf("the held reply, nothing derived: %+v %v %v", rec, ok, err)
+	}
+	// Another consumer derives nothing of it: its status is its own.
+	pr, _ := stream.SubscriptionOf(stream.Projector)
+	if _, ok, err := st.Of(ctx, pr, "acme", classified, 2); err != nil || ok {
+		t.Errorf("the projector: %v %v", ok, err)
+	}
 }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,13 +11,14 @@ import (
 	"exacto.dev/pkg/stream"
 )
 
-// Status is what sub's service has done with event id, stored at stream sequence
-// seq: its guard record, ok false when it has none (received: not attempted yet). An
-// idempotent subscription records only what is not plain success, so past its
+// Status is what sub's service has done with tenant's event id, stored at stream
+// sequence seq: its guard record, ok false when it has none (received: not attempted
+// yet). An idempotent subscription records only what is not plain success, so past its
 // consumer's ack floor an event it holds no record of — or a failure record since
-// followed by a success — is completed.
-func Status(ctx context.Context, js jetstream.JetStream, guards jetstream.KeyValue, sub stream.Subscription, id string, seq uint64) (guard.Record, bool, error) {
-	return NewStatuses(js, guards).Of(ctx, sub, id, seq)
+// followed by a success — is completed; above the floor (held by an event still being
+// retried) one whose derived event is stored is completed too.
+func Status(ctx context.Context, js jetstream.JetStream, guards jetstream.KeyValue, sub stream.Subscription, tenant, id string, seq uint64) (guard.Record, bool, error) {
+	return NewStatuses(js, guards).Of(ctx, sub, tenant, id, seq)
 }
 
 // Statuses tells the statuses of many events (a page of a list), asking for each
@@ -24,7 +26,8 @@ func Status(ctx context.Context, js jetstream.JetStream, guards jetstream.KeyVal
 type Statuses struct {
 	js     jetstream.JetStream
 	guards jetstream.KeyValue
-	floors map[string]uint64 // by durable; absent: not asked yet
+	floors map[string]uint64  // by durable; absent: not asked yet
+	index  jetstream.KeyValue // the event index, once asked
 }
 
 // NewStatuses reads guard records from guards and ack floors from js.
@@ -33,7 +36,7 @@ func NewStatuses(js jetstream.JetStream, guards jetstream.KeyValue) *Statuses {
 }
 
 // Of is Status, the consumer's ack floor read once per Statuses.
-func (s *Statuses) Of(ctx context.Context, sub stream.Subscription, id string, seq uint64) (guard.Record, bool, error) {
+func (s *Statuses) Of(ctx context.Context, sub stream.Subscription, tenant, id string, seq uint64) (guard.Record, bool, error) {
 	rec, ok, err := guard.Status(ctx, s.guards, sub.Name(), id)
 	if err != nil || !sub.Idempotent || rec.Status == guard.Completed || rec.Status == guard.DeadLetter {
 		return rec, ok, err
@@ -45,9 +48,40 @@ func (s *Statuses) Of(ctx context.Context, sub stream.Subscription, id string, s
 		} // not bound now: the record is all there is to tell (floor 0)
 		s.floors[sub.Durable] = floor
 	}
-	if seq > 0 && seq <= floor {
+	done := seq > 0 && seq <= floor
+	if !done && !ok {
+		if done, err = s.derived(ctx, sub, tenant, id); err != nil {
+			return rec, ok, err
+		}
+	}
+	if done {
 		rec.Status, rec.LeaseUntil, rec.NextAttemptAt, rec.LastError = guard.Completed, time.Time{}, time.Time{}, ""
 		return rec, true, nil
 	}
 	return rec, ok, nil
+}
+
+// derived says whether sub's service stored the event it derives from tenant's event
+// id: its effect, made.
+func (s *Statuses) derived(ctx context.Context, sub stream.Subscription, tenant, id string) (bool, error) {
+	for _, d := range stream.Derivations {
+		if d.Worker != sub.Durable || d.Type == "" {
+			continue
+		}
+		if s.index == nil {
+			kv, err := s.js.KeyValue(ctx, stream.EventIndex)
+			if err != nil {
+				return false, err
+			}
+			s.index = kv
+		}
+		_, err := s.index.Get(ctx, stream.DerivedID(tenant, d.Worker, d.Type, id))
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, err
+		}
+	}
+	return false, nil
 }

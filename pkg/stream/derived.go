@@ -23,6 +23,12 @@ var Derivations = []Derivation{
 	{"operator", ""},
 }
 
+// DerivedID is the id of the event of type typ that worker derives from tenant's event
+// id (envelope.Derive's).
+func DerivedID(tenant, worker, typ, id string) string {
+	return envelope.ID(tenant, "exacto", envelope.Key(worker, typ, id))
+}
+
 // DerivedFrom loads the stored events derived from env, in Derivations' order: with the
 // event it was derived from (Data.Cause), the causal chain both ways.
 func DerivedFrom(ctx context.Context, js jetstream.JetStream, env envelope.Envelope) ([]envelope.Envelope, error) {
@@ -32,8 +38,7 @@ func DerivedFrom(ctx context.Context, js jetstream.JetStream, env envelope.Envel
 		if typ == "" {
 			typ = env.Type
 		}
-		id := envelope.ID(env.Tenant, "exacto", envelope.Key(d.Worker, typ, env.ID))
-		e, found, err := Load(ctx, js, id)
+		e, found, err := Load(ctx, js, DerivedID(env.Tenant, d.Worker, typ, env.ID))
 		if err != nil {
 			return out, err
 		}

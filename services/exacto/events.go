@@ -60,7 +60,7 @@ func eventsCmd() *cobra.Command {
 						consumers[sub.Durable] = map[string]string{"status": "not_subscribed"}
 						continue
 					}
-					rec, ok, err := consumer.Status(ctx, js, kv, sub, id, seq)
+					rec, ok, err := consumer.Status(ctx, js, kv, sub, env.Tenant, id, seq)
 					switch {
 					case err != nil:
 						consumers[sub.Durable] = map[string]string{"error": err.Error()}
