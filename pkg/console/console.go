@@ -33,7 +33,6 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -49,6 +48,7 @@ import (
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/dlq"
+	"exacto.dev/pkg/forwarded"
 	"exacto.dev/pkg/quarantine"
 	"exacto.dev/pkg/reconcile"
 )
@@ -111,7 +111,9 @@ type console struct {
 	o   Options
 	js  jetstream.JetStream
 	cfg *config.Config
-	dlq *dlq.Queue
+	// proxies are trusted_proxies: whose X-Forwarded-For and -Proto are believed.
+	proxies forwarded.Trusted
+	dlq     *dlq.Queue
 	// quarantine keeps the verified deliveries the gateway could not turn into events;
 	// replays run under this process's config.
 	quarantine *quarantine.Store
@@ -159,7 +161,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &console{o: o, js: o.JS, cfg: o.Config, log: o.Log, users: map[string][32]byte{}, session: map[string]session{}, failed: map[string][]time.Time{}}
+	c := &console{o: o, js: o.JS, cfg: o.Config, proxies: o.Config.Proxies(), log: o.Log, users: map[string][32]byte{}, session: map[string]session{}, failed: map[string][]time.Time{}}
 	if cc.Token.Value != "" {
 		c.token, c.hasTok = sha256.Sum256([]byte(cc.Token.Value)), true
 	}
@@ -380,7 +382,7 @@ func (c *console) startSession(w http.ResponseWriter, r *http.Request, user stri
 	c.session[base64.RawURLEncoding.EncodeToString(sid[:])] = session{user: user, shared: shared, expires: now.Add(sessionTTL)}
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: Prefix, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: c.cfg.Proxies().Scheme(r) == "https", MaxAge: int(sessionTTL / time.Second)})
+		SameSite: http.SameSiteStrictMode, Secure: c.proxies.Scheme(r) == "https", MaxAge: int(sessionTTL / time.Second)})
 }
 
 // loginData is the login page's: which credentials the console takes, where to go next.
@@ -412,8 +414,8 @@ func safeNext(next string) string {
 
 // Failed sign-ins are limited per client address — the form, ?token=, a bearer token
 // and basic auth alike — so a token or password is not guessed at the console's pace,
-// and one client's guesses do not lock out another (behind a proxy every client shares
-// the proxy's address).
+// and one client's guesses do not lock out another (behind a proxy of trusted_proxies
+// the client's address is the one the proxy forwards).
 const (
 	loginFailures = 20
 	loginWindow   = time.Minute
@@ -421,18 +423,12 @@ const (
 )
 
 // clientOf is the address failures are counted by.
-func clientOf(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
+func (c *console) clientOf(r *http.Request) string { return c.proxies.Client(r) }
 
 // limited says whether r's client failed to sign in loginFailures times in the last
 // loginWindow.
 func (c *console) limited(r *http.Request) bool {
-	now, who := c.o.Now(), clientOf(r)
+	now, who := c.o.Now(), c.clientOf(r)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.failed[who] = slices.DeleteFunc(c.failed[who], func(t time.Time) bool { return now.Sub(t) > loginWindow })
@@ -452,7 +448,7 @@ func (c *console) failedSignIn(r *http.Request) {
 			break
 		}
 	}
-	who := clientOf(r)
+	who := c.clientOf(r)
 	c.failed[who] = append(c.failed[who], c.o.Now())
 }
 

@@ -1267,3 +1267,23 @@ func TestDiffsShowContactsAndLinkEvents(t *testing.T) {
 		}
 	}
 }
+
+// Behind a proxy of trusted_proxies (this machine's, by default) failed sign-ins are
+// counted by the client address it forwards: one client's guesses lock that client out,
+// not every client of the proxy, and what a client writes before its proxy's entry
+// does not move it to another count.
+func TestSignInLimitIsPerForwardedClient(t *testing.T) {
+	f := setup(t)
+	from := func(xff string) func(*http.Request) {
+		return func(r *http.Request) { r.Header.Set("X-Forwarded-For", xff) }
+	}
+	for i := range loginFailures {
+		f.post("/console/login", url.Values{"token": {"guess"}}, from(fmt.Sprintf("10.0.0.%d, 198.51.100.7", i)))
+	}
+	if code, _, _ := f.post("/console/login", url.Values{"token": {consoleToken}}, from("198.51.100.7")); code != http.StatusTooManyRequests {
+		t.Errorf("the guessing client: %d, want 429", code)
+	}
+	if code, _, h := f.post("/console/login", url.Values{"token": {consoleToken}}, from("198.51.100.8")); code != http.StatusSeeOther || h.Get("Set-Cookie") == "" {
+		t.Errorf("another client of the same proxy: %d", code)
+	}
+}

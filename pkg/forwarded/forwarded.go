@@ -1,5 +1,6 @@
-// Package forwarded says which scheme a client used, believing X-Forwarded-Proto only
-// from the proxies the config trusts (trusted_proxies). Any client can send the
+// Package forwarded says which scheme a client used and from which address, believing
+// X-Forwarded-Proto and X-Forwarded-For only from the proxies the config trusts
+// (trusted_proxies). Any client can send the
 // header: believed from anyone, it would make a HubSpot v3 signature verify over a URL
 // the provider never called, and mark a console session cookie Secure or not at the
 // client's word.
@@ -55,6 +56,36 @@ func (t Trusted) Scheme(r *http.Request) string {
 	return "http"
 }
 
+// Client is the address r came from: its peer's, or, when the peer is a trusted
+// proxy, the nearest address in X-Forwarded-For that is not a trusted proxy's. Read
+// from the right: a client can write the header's left part, never what the proxies
+// append after it. The peer's address when the header says nothing readable.
+func (t Trusted) Client(r *http.Request) string {
+	peer, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		peer = r.RemoteAddr
+	}
+	if !t.trusts(r.RemoteAddr) {
+		return peer
+	}
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		client = a.Unmap().String()
+		if !t.contains(a) {
+			break
+		}
+	}
+	return client
+}
+
 // trusts reports whether remote (host:port, as http.Request.RemoteAddr) is a proxy of t.
 func (t Trusted) trusts(remote string) bool {
 	host, _, err := net.SplitHostPort(remote)
@@ -62,9 +93,11 @@ func (t Trusted) trusts(remote string) bool {
 		host = remote
 	}
 	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return false
-	}
+	return err == nil && t.contains(a)
+}
+
+// contains reports whether address a is a proxy of t.
+func (t Trusted) contains(a netip.Addr) bool {
 	a = a.Unmap() // an IPv4 peer on a dual-stack listener
 	for _, p := range t {
 		if p.Contains(a) {

@@ -46,3 +46,37 @@ func TestScheme(t *testing.T) {
 		}
 	}
 }
+
+// The client is read from the right of X-Forwarded-For, past the trusted proxies only:
+// what a client writes to the left of its proxy's entry changes nothing.
+func TestClient(t *testing.T) {
+	trusted, err := Parse([]string{"10.0.0.0/8", "::1/128"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		remote string
+		xff    []string
+		want   string
+	}{
+		{"203.0.113.5:4000", nil, "203.0.113.5"},
+		{"203.0.113.5:4000", []string{"198.51.100.1"}, "203.0.113.5"}, // no proxy of the config: its header is not taken
+		{"10.1.2.3:5000", nil, "10.1.2.3"},
+		{"10.1.2.3:5000", []string{"198.51.100.1"}, "198.51.100.1"},
+		{"10.1.2.3:5000", []string{"1.2.3.4, 198.51.100.1"}, "198.51.100.1"},             // 1.2.3.4: the client's own word
+		{"10.1.2.3:5000", []string{"198.51.100.1, 10.9.9.9"}, "198.51.100.1"},            // two proxies of the config
+		{"10.1.2.3:5000", []string{"1.2.3.4", "198.51.100.1, 10.9.9.9"}, "198.51.100.1"}, // over two header lines
+		{"10.1.2.3:5000", []string{"garbage, 10.9.9.9"}, "10.9.9.9"},
+		{"10.1.2.3:5000", []string{"garbage"}, "10.1.2.3"},
+		{"[::1]:443", []string{"::ffff:198.51.100.1"}, "198.51.100.1"},
+		{"10.1.2.3:5000", []string{"10.4.4.4"}, "10.4.4.4"}, // every hop a proxy: the farthest
+	} {
+		r := &http.Request{RemoteAddr: c.remote, Header: http.Header{}}
+		for _, v := range c.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		if got := trusted.Client(r); got != c.want {
+			t.Errorf("%s, X-Forwarded-For %q: %s, want %s", c.remote, c.xff, got, c.want)
+		}
+	}
+}

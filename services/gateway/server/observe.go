@@ -18,7 +18,7 @@ import (
 // access is the one wide log line written per request.
 type access struct {
 	start                    time.Time
-	method, endpoint, remote string
+	method, endpoint, remote string // remote: the client's address, past trusted proxies
 	tenant, provider, reason string
 	message                  string // the refusal's, as the sender was answered
 	status, bytes            int
