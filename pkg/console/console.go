@@ -33,6 +33,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -338,7 +339,7 @@ func (c *console) authenticate(r *http.Request) (who, bool) {
 // tokenLink turns a valid ?token= (the link `exacto up` prints) into a session cookie
 // and redirects to the same URL without the token. It reports whether it answered.
 func (c *console) tokenLink(w http.ResponseWriter, r *http.Request) bool {
-	tok := linkToken(r)
+	tok := c.linkToken(r)
 	if tok == "" || r.Method != http.MethodGet || !c.hasTok || !digestEq(c.token, tok) {
 		return false
 	}
@@ -351,10 +352,11 @@ func (c *console) tokenLink(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // linkToken is the ?token= of a link followed from the console or opened directly (a
-// terminal, the address bar). Another site's page is not heard: its links and images
+// terminal, the address bar). Another site's page is not heard, where the browser says
+// it is another's (Sec-Fetch-Site: https and localhost origins): its links and images
 // would otherwise sign a browser in, or spend its address's failed sign-ins.
-func linkToken(r *http.Request) string {
-	if !sameOrigin(r) {
+func (c *console) linkToken(r *http.Request) string {
+	if !c.sameOrigin(r) {
 		return ""
 	}
 	return r.URL.Query().Get("token")
@@ -422,34 +424,53 @@ const (
 	loginClients  = 10000 // addresses remembered at most
 )
 
-// clientOf is the address failures are counted by.
-func (c *console) clientOf(r *http.Request) string { return c.proxies.Client(r) }
+// proxyFailures are the failed sign-ins a trusted proxy's clients may make together in
+// a loginWindow: a backstop, since a proxy that passes X-Forwarded-For on as the client
+// wrote it (rather than appending the address it saw) lets a guesser name a new
+// client each time.
+const proxyFailures = 10 * loginFailures
 
-// limited says whether r's client failed to sign in loginFailures times in the last
-// loginWindow.
-func (c *console) limited(r *http.Request) bool {
-	now, who := c.o.Now(), c.clientOf(r)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.failed[who] = slices.DeleteFunc(c.failed[who], func(t time.Time) bool { return now.Sub(t) > loginWindow })
-	if len(c.failed[who]) == 0 {
-		delete(c.failed, who)
+// failureCounts are the counts a sign-in of r's counts in, with their limits: its
+// client's, and through a proxy that proxy's too.
+func (c *console) failureCounts(r *http.Request) map[string]int {
+	client := c.proxies.Client(r)
+	counts := map[string]int{client: loginFailures}
+	if peer, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && peer != client {
+		counts["via "+peer] = proxyFailures
 	}
-	return len(c.failed[who]) >= loginFailures
+	return counts
 }
 
-// failedSignIn counts a failed sign-in of r's client.
+// limited says whether r's client, or the proxy it came through, failed to sign in as
+// often as it may in the last loginWindow.
+func (c *console) limited(r *http.Request) bool {
+	now := c.o.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	over := false
+	for who, limit := range c.failureCounts(r) {
+		c.failed[who] = slices.DeleteFunc(c.failed[who], func(t time.Time) bool { return now.Sub(t) > loginWindow })
+		if len(c.failed[who]) == 0 {
+			delete(c.failed, who)
+		}
+		over = over || len(c.failed[who]) >= limit
+	}
+	return over
+}
+
+// failedSignIn counts a failed sign-in of r's client (and proxy).
 func (c *console) failedSignIn(r *http.Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.failed) >= loginClients {
-		for k := range c.failed { // forget one at random rather than grow without bound
-			delete(c.failed, k)
-			break
+	for who := range c.failureCounts(r) {
+		if len(c.failed) >= loginClients {
+			for k := range c.failed { // forget one at random rather than grow without bound
+				delete(c.failed, k)
+				break
+			}
 		}
+		c.failed[who] = append(c.failed[who], c.o.Now())
 	}
-	who := c.clientOf(r)
-	c.failed[who] = append(c.failed[who], c.o.Now())
 }
 
 // login checks the login form's token, or user and password, and opens a session.
@@ -489,7 +510,7 @@ func (c *console) auth(p page) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Credentials offered (a header or a ?token= link) count as a sign-in: limited,
 		// and a wrong one counted.
-		offered := r.Header.Get("Authorization") != "" || linkToken(r) != ""
+		offered := r.Header.Get("Authorization") != "" || c.linkToken(r) != ""
 		if offered && c.limited(r) {
 			w.Header().Set("Retry-After", strconv.Itoa(int(loginWindow/time.Second)))
 			http.Error(w, "429 too many failed sign-ins in the last minute: wait a minute", http.StatusTooManyRequests)
@@ -544,7 +565,7 @@ func (c *console) readForm(w http.ResponseWriter, r *http.Request) bool {
 		c.fail(w, r, http.StatusBadRequest, "unreadable form")
 		return false
 	}
-	if !sameOrigin(r) {
+	if !c.sameOrigin(r) {
 		c.fail(w, r, http.StatusForbidden, "cross-origin request refused")
 		return false
 	}
@@ -552,11 +573,17 @@ func (c *console) readForm(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // sameOrigin: a form posted from the console's own pages, or by a client that is no
-// browser (it sends neither header). "null" is refused: the console's pages send their
-// origin, and null is what a sandboxed frame or a no-referrer page elsewhere sends.
-func sameOrigin(r *http.Request) bool {
+// browser (it sends neither header). A browser's Sec-Fetch-Site says so itself (it is
+// sent to https and localhost origins, and no page can set it); without it, the Origin
+// must name the console: the Host asked for, a name of admin_hosts, or the
+// X-Forwarded-Host of a trusted proxy (a proxy that rewrites Host to its upstream's).
+// "null" is refused: the console's pages send their origin, and null is what a
+// sandboxed frame or a no-referrer page elsewhere sends.
+func (c *console) sameOrigin(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin":
+		return true
+	case "", "none":
 	default: // cross-site, same-site (a sibling host)
 		return false
 	}
@@ -565,7 +592,14 @@ func sameOrigin(r *http.Request) bool {
 		return true
 	}
 	ou, err := url.Parse(o)
-	return err == nil && o != "null" && ou.Host == r.Host
+	if err != nil || o == "null" || ou.Host == "" {
+		return false
+	}
+	if ou.Host == r.Host || slices.ContainsFunc(c.cfg.AdminHosts, func(n string) bool { return strings.EqualFold(n, ou.Hostname()) }) {
+		return true
+	}
+	fh := r.Header.Get("X-Forwarded-Host")
+	return fh != "" && c.proxies.Trusts(r) && strings.EqualFold(strings.TrimSpace(strings.Split(fh, ",")[0]), ou.Host)
 }
 
 // post guards a state change: a same-origin request carrying u's CSRF token.

@@ -1113,6 +1113,23 @@ func TestLoginPage(t *testing.T) {
 	}); code != http.StatusSeeOther || hd.Get("Set-Cookie") == "" {
 		t.Errorf("sign-in from the console's own page: %d", code)
 	}
+	// Behind a proxy that rewrites Host to its upstream's: the browser's own word
+	// (Sec-Fetch-Site), or the proxy's X-Forwarded-Host, says the origin is the console's.
+	for name, h := range map[string]map[string]string{
+		"Sec-Fetch-Site same-origin": {"Sec-Fetch-Site": "same-origin"},
+		"X-Forwarded-Host":           {"X-Forwarded-Host": "console.example.com"},
+		"neither":                    {},
+	} {
+		code, _, hd := f.post("/console/login", url.Values{"token": {consoleToken}}, func(r *http.Request) {
+			r.Header.Set("Origin", "https://console.example.com")
+			for k, v := range h {
+				r.Header.Set(k, v)
+			}
+		})
+		if ok := code == http.StatusSeeOther && hd.Get("Set-Cookie") != ""; ok != (name != "neither") {
+			t.Errorf("sign-in through a proxy, %s: %d", name, code)
+		}
+	}
 	// A ?token= link on another site's page (a link, an image) neither signs in nor
 	// spends this address's failed sign-ins; opened directly, it signs in.
 	crossSite := func(r *http.Request) {
@@ -1285,5 +1302,13 @@ func TestSignInLimitIsPerForwardedClient(t *testing.T) {
 	}
 	if code, _, h := f.post("/console/login", url.Values{"token": {consoleToken}}, from("198.51.100.8")); code != http.StatusSeeOther || h.Get("Set-Cookie") == "" {
 		t.Errorf("another client of the same proxy: %d", code)
+	}
+	// A proxy that passes the header on as written lets a guesser name a new client
+	// each time: the proxy's own count stops it.
+	for i := range proxyFailures - loginFailures {
+		f.post("/console/login", url.Values{"token": {"guess"}}, from(fmt.Sprintf("203.0.113.%d", i)))
+	}
+	if code, _, _ := f.post("/console/login", url.Values{"token": {consoleToken}}, from("198.51.100.9")); code != http.StatusTooManyRequests {
+		t.Errorf("a new client name after %d failures through the proxy: %d, want 429", proxyFailures, code)
 	}
 }

@@ -86,6 +86,20 @@ func (t Trusted) Client(r *http.Request) string {
 	return client
 }
 
+// Trusts reports whether r came from a proxy of t.
+func (t Trusted) Trusts(r *http.Request) bool { return t.trusts(r.RemoteAddr) }
+
+// Remote describes where r came from for a log: the client, and the proxy it came
+// through when that is another address ("198.51.100.7 via 127.0.0.1") — the client's
+// address is only as true as that proxy's X-Forwarded-For.
+func (t Trusted) Remote(r *http.Request) string {
+	client := t.Client(r)
+	if peer, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && peer != client {
+		return client + " via " + peer
+	}
+	return client
+}
+
 // trusts reports whether remote (host:port, as http.Request.RemoteAddr) is a proxy of t.
 func (t Trusted) trusts(remote string) bool {
 	host, _, err := net.SplitHostPort(remote)

@@ -2,6 +2,7 @@ package forwarded
 
 import (
 	"crypto/tls"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -77,6 +78,13 @@ func TestClient(t *testing.T) {
 		}
 		if got := trusted.Client(r); got != c.want {
 			t.Errorf("%s, X-Forwarded-For %q: %s, want %s", c.remote, c.xff, got, c.want)
+		}
+		want := c.want // and the proxy, when it is another address
+		if peer, _, _ := net.SplitHostPort(c.remote); peer != c.want {
+			want += " via " + peer
+		}
+		if got := trusted.Remote(r); got != want {
+			t.Errorf("%s, X-Forwarded-For %q: remote %s, want %s", c.remote, c.xff, got, want)
 		}
 	}
 }

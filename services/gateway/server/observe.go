@@ -18,7 +18,7 @@ import (
 // access is the one wide log line written per request.
 type access struct {
 	start                    time.Time
-	method, endpoint, remote string // remote: the client's address, past trusted proxies
+	method, endpoint, remote string // remote: forwarded.Trusted.Remote's
 	tenant, provider, reason string
 	message                  string // the refusal's, as the sender was answered
 	status, bytes            int

@@ -83,7 +83,7 @@ func TestRefusedDeliveriesAreLogged(t *testing.T) {
 	if r := log[0]; r.Status != 404 || r.Endpoint != "stripe" || r.Tenant != "" || r.Reason != "not_found" || r.Method != "POST" || r.Remote != "127.0.0.1" {
 		t.Errorf("the 404: %+v", r)
 	}
-	if r := log[1]; r.Status != 401 || r.Tenant != "acme" || r.Provider != "stripe" || r.Reason != "invalid_signature" || r.Message == "" || r.Remote != "198.51.100.7" {
+	if r := log[1]; r.Status != 401 || r.Tenant != "acme" || r.Provider != "stripe" || r.Reason != "invalid_signature" || r.Message == "" || r.Remote != "198.51.100.7 via 127.0.0.1" {
 		t.Errorf("the 401: %+v", r)
 	}
 	raw, _ := json.Marshal(log)

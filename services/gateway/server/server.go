@@ -156,7 +156,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// A URL of no endpoint's shape (a token forgotten, a typo): refused, and logged
 		// as refused like any other, so the one pointing a provider here sees why.
-		rec := &access{start: time.Now(), method: r.Method, endpoint: "", remote: s.proxies.Client(r),
+		rec := &access{start: time.Now(), method: r.Method, endpoint: "", remote: s.proxies.Remote(r),
 			status: http.StatusNotFound, reason: "not_found", message: "not a webhook URL: POST /hooks/<endpoint>/<path_token>"}
 		defer s.logAccess(rec)
 		notFound(w)
@@ -209,7 +209,7 @@ type answer struct {
 }
 
 func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
-	rec := &access{start: time.Now(), method: r.Method, endpoint: r.PathValue("endpoint"), remote: s.proxies.Client(r)}
+	rec := &access{start: time.Now(), method: r.Method, endpoint: r.PathValue("endpoint"), remote: s.proxies.Remote(r)}
 	defer s.logAccess(rec)
 	ep := s.route(r.PathValue("endpoint"), r.PathValue("token"))
 	if ep == nil {
