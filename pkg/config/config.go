@@ -520,7 +520,8 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 // LoadPartial loads as Load does, except that a secret whose reference does not
 // resolve fails nothing: it is left with Unresolved set, for a tool that needs some of
 // the config's secrets (one endpoint's, none) and says which it lacks
-// (Endpoint.Unresolved). Everything else fails as in Load.
+// (Endpoint.Unresolved). Everything else fails as in Load, but for what only the
+// secret's value shows: such an endpoint's verifier is not built to check it.
 func LoadPartial(path string, getenv func(string) string) (*Config, error) {
 	return load(path, getenv, true)
 }

@@ -319,24 +319,32 @@ func (c *console) list(ctx context.Context, d *searchData) ([]listed, error) {
 }
 
 // seqAt is the sequence of the first event stored at or after t (the one the next
-// event will have when none is).
+// event will have when none is): the first message of an ordered consumer from t.
 func seqAt(ctx context.Context, st jetstream.Stream, t time.Time) (uint64, error) {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return 0, err
 	}
-	seq := info.State.LastSeq + 1
-	err = stream.Scan(ctx, st, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t},
-		func(m jetstream.Msg) error {
-			if md, err := m.Metadata(); err == nil {
-				seq = md.Sequence.Stream
-			}
-			return errStop
-		})
-	if err != nil && !errors.Is(err, errStop) {
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t})
+	if err != nil {
 		return 0, err
 	}
-	return seq, nil
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ci.NumPending == 0 {
+		return info.State.LastSeq + 1, nil
+	}
+	m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		return 0, err
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return md.Sequence.Stream, nil
 }
 
 // errStop ends a scan early.

@@ -118,8 +118,8 @@ func (f sendFlags) outgoing() (outgoing, error) {
 		if f.provider != "" && f.provider != e.Provider {
 			return d, fmt.Errorf("--provider %s: endpoint %s is a %s endpoint", f.provider, e.ID, e.Provider)
 		}
-		if err := e.Unresolved(); err != nil {
-			return d, fmt.Errorf("--endpoint %s: %w", f.endpoint, err)
+		if err := e.PathToken.Unresolved; err != nil && f.to == "" {
+			return d, fmt.Errorf("--endpoint %s: no URL without its path token: %w", f.endpoint, err)
 		}
 		f.provider = e.Provider
 		if f.to == "" {

@@ -118,6 +118,18 @@ func TestSendEndpointFromConfig(t *testing.T) {
 	if d, err := f.outgoing(); err != nil || d.secret != "s3cret" {
 		t.Fatalf("with stripe-main's secret unset: %v, secret %q", err, d.secret)
 	}
+	// Its own secret unset, --secret given: sent with that, as with --to.
+	g := sendFlags{endpoint: "stripe-main", config: f.config, secret: "whsec_given", sandbox: "none"}
+	if d, err := g.outgoing(); err != nil || d.secret != "whsec_given" {
+		t.Fatalf("--secret for an endpoint whose variable is unset: %v, secret %q", err, d.secret)
+	}
+	// Its path token unset: no URL to send to.
+	noToken := filepath.Join(t.TempDir(), "exacto.yaml")
+	os.WriteFile(noToken, []byte(strings.Replace(sendConfig, "path_token: acme-stripe-token-0123456789", "path_token: env:ACME_UNSET_TOKEN", 1)), 0o600)
+	g.config = noToken
+	if _, err := g.outgoing(); err == nil || !strings.Contains(err.Error(), "--endpoint stripe-main: no URL without its path token") || !strings.Contains(err.Error(), "ACME_UNSET_TOKEN is not set") {
+		t.Fatalf("path token unset: %v", err)
+	}
 }
 
 // Every refusal says what is wrong and what to give instead; nothing is sent unsigned
