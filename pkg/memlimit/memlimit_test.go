@@ -2,6 +2,7 @@ package memlimit
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -150,4 +151,49 @@ func TestLimitLeavesRoomInAFragmentedHeap(t *testing.T) {
 			goal>>20, u.live>>20, unused>>20, limit>>20, room>>20)
 	}
 	runtime.KeepAlive(kept)
+}
+
+// gogc is the process's GOGC now.
+func gogc() int {
+	v := debug.SetGCPercent(100)
+	debug.SetGCPercent(v)
+	return v
+}
+
+// Batch raises GOGC while the live heap is small and gives the process its own back
+// once it is not, or when the batch ends; a GOGC in the environment is left alone.
+func TestBatch(t *testing.T) {
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	before := gogc()
+	restore := Batch(1 << 40)
+	if got := gogc(); got != batchGOGC {
+		t.Fatalf("GOGC during a small batch: %d", got)
+	}
+	restore()
+	if got := gogc(); got != before {
+		t.Fatalf("GOGC after it: %d, want %d", got, before)
+	}
+	// A live heap past the small one: back to the process's own setting mid-batch.
+	restore = Batch(1 << 20)
+	keep := make([][]byte, 0, 64)
+	for range 64 {
+		keep = append(keep, make([]byte, 1<<20))
+	}
+	runtime.GC() // the live heap, measured
+	deadline := time.Now().Add(5 * time.Second)
+	for gogc() != before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := gogc(); got != before {
+		t.Errorf("GOGC with %d MiB live: %d, want %d", len(keep), got, before)
+	}
+	restore()
+	runtime.KeepAlive(keep)
+	t.Setenv("GOGC", "100")
+	restore = Batch(1 << 40)
+	if got := gogc(); got != before {
+		t.Errorf("GOGC set in the environment, changed to %d", got)
+	}
+	restore()
 }

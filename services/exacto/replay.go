@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/memlimit"
 	"exacto.dev/pkg/projection"
 	"exacto.dev/pkg/projection/sqlite"
 	"exacto.dev/pkg/stream"
@@ -189,7 +190,9 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 		opts.OnProgress = func(p projection.Progress) { fmt.Fprintf(errOut, "\rreplay: %s   ", p) }
 	}
 	began := time.Now()
+	restoreGC := memlimit.Batch(memlimit.BatchHeap) // a batch: fewer collections
 	p, rerr := projection.Replay(ctx, js, rebuilt, opts)
+	restoreGC()
 	if r.progress {
 		fmt.Fprintln(errOut)
 	}

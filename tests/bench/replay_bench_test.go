@@ -19,6 +19,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/memlimit"
 	"exacto.dev/pkg/projection"
 	"exacto.dev/pkg/stream"
 )
@@ -151,7 +152,9 @@ func rebuildOnce(b *testing.B, ctx context.Context, js jetstream.JetStream, dir 
 	resetPeakRSS(b)
 	rssBefore := vmKiB(b, os.Getpid(), "VmRSS")
 	start, cpu, gc := time.Now(), processCPU(), collectorCPU()
+	restoreGC := memlimit.Batch(memlimit.BatchHeap) // as `exacto replay` runs it
 	p, err := projection.Replay(ctx, js, projection.Memories(), projection.ReplayOptions{Dir: dir})
+	restoreGC()
 	if err != nil {
 		b.Fatal(err)
 	}
