@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,13 +105,11 @@ func dlqCmd() *cobra.Command {
 			for i, a := range l.Actions {
 				results[i] = a.Kind + ": " + cmp.Or(a.ResultText(), "closed")
 			}
-			b, _ := json.MarshalIndent(struct {
+			return printJSON(cmd.OutOrStdout(), struct {
 				dlq.Letter
 				EventNow string   `json:"event_now"`
 				Achieved []string `json:"achieved,omitempty"`
-			}{l, cmp.Or(p.Guard, guard.Received), results}, "", "  ")
-			fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			return nil
+			}{l, cmp.Or(p.Guard, guard.Received), results})
 		},
 	}
 	var force, dryRun, matching bool

@@ -104,9 +104,7 @@ func eventsCmd() *cobra.Command {
 			if cut {
 				out["history_cut"] = fmt.Sprintf("the first %d outcomes of its type read: there may be later ones", consumer.HistoryScanned)
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(out)
+			return printJSON(cmd.OutOrStdout(), out)
 		},
 	}
 	show.Flags().StringVar(&natsURL, "nats-url", nats.DefaultURL, "NATS to read from (a running `exacto up` listens on 127.0.0.1:4222)")

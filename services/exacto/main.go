@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -58,6 +60,15 @@ func bindEnv(cmd *cobra.Command) {
 	for _, c := range cmd.Commands() {
 		bindEnv(c)
 	}
+}
+
+// printJSON writes v as indented JSON for a person to read: a message id's <…> as
+// written, not as \u003c…\u003e.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
 // dialBound connects to the deployment's NATS at url and binds what bind builds on it

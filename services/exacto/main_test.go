@@ -26,3 +26,15 @@ func TestFlagsHaveEnvironmentTwins(t *testing.T) {
 		t.Fatalf("--nats-url from env: %q", v)
 	}
 }
+
+// What the commands print for a person keeps a message id's angle brackets and an
+// ampersand as written.
+func TestPrintJSONIsReadable(t *testing.T) {
+	var b strings.Builder
+	if err := printJSON(&b, map[string]string{"message_id": "<CA1@mail.example>", "q": "a&b"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\n  \"message_id\": \"<CA1@mail.example>\",\n  \"q\": \"a&b\"\n}\n"; b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -65,9 +64,7 @@ func quarantineCmd() *cobra.Command {
 				_, err := cmd.OutOrStdout().Write(e.Body)
 				return err
 			}
-			b, _ := json.MarshalIndent(e, "", "  ")
-			fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			return nil
+			return printJSON(cmd.OutOrStdout(), e)
 		},
 	}
 	show.Flags().BoolVar(&body, "body", false, "print the kept body alone, byte for byte")

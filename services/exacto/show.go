@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -87,9 +86,7 @@ func showCmd(what, arg, short string) *cobra.Command {
 				}
 				out = shown
 			}
-			b, _ := json.MarshalIndent(out, "", "  ")
-			fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			return nil
+			return printJSON(cmd.OutOrStdout(), out)
 		},
 	}
 	show.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the config's tenant, when it has one)")

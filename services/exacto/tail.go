@@ -35,8 +35,8 @@ func tailCmd() *cobra.Command {
 tenant, provider, type, envelope id, contact, campaign, and for a derived event what it
 says (a reply's label, the event it came from). --since D shows the events of the last
 D first; --count N stops after N events; --json prints each envelope as JSON instead
-(raw payload left out). Refused deliveries are not events: the console's overview
-counts them.`,
+(raw payload left out). Refused deliveries are not events: the console's Refused
+page lists them, with why each was refused.`,
 		Example: "  exacto tail --provider instantly\n  exacto tail --type reply.classified --since 1h",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

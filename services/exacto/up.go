@@ -183,7 +183,10 @@ func banner(env *service.Env, httpAddr string) {
 	if env.Sandbox != nil {
 		sandboxURL = env.Sandbox.URL
 	}
-	fmt.Fprint(w, tryIt(cfg, invokedAs(), httpAddr, sandboxURL, natsURL, natsCLIPath()))
+	exe, _ := os.Executable()
+	wd, _ := os.Getwd()
+	natsCLI, natsHow := natsCLIFor(exe, wd, exec.LookPath)
+	fmt.Fprint(w, tryIt(cfg, invokedAs(), httpAddr, sandboxURL, natsURL, natsCLI, natsHow))
 	if demo {
 		fmt.Fprintf(w, "  (demo config: its secrets are public; write exacto.yaml for real traffic)\n")
 	}
@@ -192,7 +195,7 @@ func banner(env *service.Env, httpAddr string) {
 // tryIt is the banner's commands, as they run from where exacto was started, in
 // another terminal (without this one's EXACTO_ variables): a webhook to the config's
 // first endpoint, then the stream it landed in.
-func tryIt(cfg *config.Config, self, httpAddr, sandboxURL, natsURL, natsCLI string) string {
+func tryIt(cfg *config.Config, self, httpAddr, sandboxURL, natsURL, natsCLI, natsHow string) string {
 	var e *config.Endpoint
 	for i := range cfg.Tenants {
 		if len(cfg.Tenants[i].Endpoints) > 0 {
@@ -220,7 +223,7 @@ func tryIt(cfg *config.Config, self, httpAddr, sandboxURL, natsURL, natsCLI stri
 	if natsCLI != "" {
 		fmt.Fprintf(&b, "    %s --server %s stream info EXACTO_EVENTS\n", natsCLI, natsURL)
 	} else {
-		fmt.Fprintf(&b, "    (to look at the stream with the stock nats CLI: make bin/nats, then ./bin/nats --server %s stream info EXACTO_EVENTS)\n", natsURL)
+		fmt.Fprintf(&b, "    (to look at the stream with the stock nats CLI: %s --server %s stream info EXACTO_EVENTS)\n", natsHow, natsURL)
 	}
 	showFlag := ""
 	if natsURL != nats.DefaultURL {
@@ -239,24 +242,43 @@ func invokedAs() string {
 		return "go run ./services/exacto"
 	case filepath.IsAbs(self):
 		if wd, err := os.Getwd(); err == nil {
-			if rel, err := filepath.Rel(wd, self); err == nil && !strings.HasPrefix(rel, "..") {
-				return "./" + rel
-			}
+			return fromWD(wd, self)
 		}
 	}
 	return shellQuote(self)
 }
 
-// natsCLIPath is the nats CLI as the banner can name it: ./bin/nats (make bin/nats),
-// else one on PATH, else "".
-func natsCLIPath() string {
-	if st, err := os.Stat(filepath.Join("bin", "nats")); err == nil && !st.IsDir() {
-		return "./bin/nats"
+// natsCLIFor is the nats CLI as the banner can name it from wd for the binary exe:
+// beside exe (make bin/nats puts it beside bin/exacto), else one on PATH; else "" and
+// how to get it — make in the checkout exe was built in, else go install.
+func natsCLIFor(exe, wd string, lookPath func(string) (string, error)) (cli, howTo string) {
+	beside := filepath.Join(filepath.Dir(exe), "nats")
+	if st, err := os.Stat(beside); exe != "" && err == nil && !st.IsDir() {
+		return fromWD(wd, beside), ""
 	}
-	if _, err := exec.LookPath("nats"); err == nil {
-		return "nats"
+	if _, err := lookPath("nats"); err == nil {
+		return "nats", ""
 	}
-	return ""
+	repo := filepath.Dir(filepath.Dir(exe))
+	if _, err := os.Stat(filepath.Join(repo, "Makefile")); exe != "" && err == nil && filepath.Base(filepath.Dir(exe)) == "bin" {
+		make := "make -C " + fromWD(wd, repo) + " bin/nats"
+		if repo == wd {
+			make = "make bin/nats"
+		}
+		return "", make + ", then " + fromWD(wd, beside)
+	}
+	return "", "go install github.com/nats-io/natscli/nats@" + natsCLIVersion + ", then nats"
+}
+
+// natsCLIVersion is the nats CLI the Makefile's bin/nats installs.
+const natsCLIVersion = "v0.5.0"
+
+// fromWD names path as a command run from wd can: relative below wd, else absolute.
+func fromWD(wd, path string) string {
+	if rel, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(rel, "..") {
+		return shellQuote("./" + rel)
+	}
+	return shellQuote(path)
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.
