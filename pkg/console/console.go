@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -427,18 +428,37 @@ const (
 // proxyFailures are the failed sign-ins a trusted proxy's clients may make together in
 // a loginWindow: a backstop, since a proxy that passes X-Forwarded-For on as the client
 // wrote it (rather than appending the address it saw) lets a guesser name a new
-// client each time.
+// client each time. Its price: a flood of failures through one proxy refuses that
+// proxy's sign-ins for the rest of the minute (sessions open keep working), where
+// before every client behind it shared a client's count of 20.
 const proxyFailures = 10 * loginFailures
 
 // failureCounts are the counts a sign-in of r's counts in, with their limits: its
-// client's, and through a proxy that proxy's too.
+// client's (an IPv6 client's /64, which one host holds whole), and through a proxy
+// that proxy's too.
 func (c *console) failureCounts(r *http.Request) map[string]int {
 	client := c.proxies.Client(r)
-	counts := map[string]int{client: loginFailures}
-	if peer, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && peer != client {
-		counts["via "+peer] = proxyFailures
+	counts := map[string]int{clientKey(client): loginFailures}
+	peer, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		peer = r.RemoteAddr
+	}
+	if peer != client {
+		counts[viaKey+peer] = proxyFailures
 	}
 	return counts
+}
+
+// viaKey begins a proxy's count.
+const viaKey = "via "
+
+// clientKey is what a client's failures are counted by: its address, an IPv6 one's /64.
+func clientKey(addr string) string {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() && !a.Is4In6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return addr
 }
 
 // limited says whether r's client, or the proxy it came through, failed to sign in as
@@ -463,10 +483,12 @@ func (c *console) failedSignIn(r *http.Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for who := range c.failureCounts(r) {
-		if len(c.failed) >= loginClients {
-			for k := range c.failed { // forget one at random rather than grow without bound
-				delete(c.failed, k)
-				break
+		if _, known := c.failed[who]; !known && len(c.failed) >= loginClients {
+			for k := range c.failed { // forget a client at random rather than grow without bound
+				if !strings.HasPrefix(k, viaKey) {
+					delete(c.failed, k)
+					break
+				}
 			}
 		}
 		c.failed[who] = append(c.failed[who], c.o.Now())
@@ -595,7 +617,9 @@ func (c *console) sameOrigin(r *http.Request) bool {
 	if err != nil || o == "null" || ou.Host == "" {
 		return false
 	}
-	if ou.Host == r.Host || slices.ContainsFunc(c.cfg.AdminHosts, func(n string) bool { return strings.EqualFold(n, ou.Hostname()) }) {
+	// A name of admin_hosts at its scheme's own port: the console behind its proxy, not
+	// another site on another port of the same name.
+	if ou.Host == r.Host || ou.Port() == "" && slices.ContainsFunc(c.cfg.AdminHosts, func(n string) bool { return strings.EqualFold(n, ou.Hostname()) }) {
 		return true
 	}
 	fh := r.Header.Get("X-Forwarded-Host")

@@ -30,6 +30,7 @@ import (
 	"exacto.dev/pkg/dlq"
 	"exacto.dev/pkg/dlq/dlqtest"
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/forwarded"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/ingest"
 	"exacto.dev/pkg/providers"
@@ -1310,5 +1311,46 @@ func TestSignInLimitIsPerForwardedClient(t *testing.T) {
 	}
 	if code, _, _ := f.post("/console/login", url.Values{"token": {consoleToken}}, from("198.51.100.9")); code != http.StatusTooManyRequests {
 		t.Errorf("a new client name after %d failures through the proxy: %d, want 429", proxyFailures, code)
+	}
+}
+
+// sameOrigin, case by case: what a browser sends from the console's own pages passes,
+// what another site's page can make it send does not, and a proxy's word counts only
+// from a trusted proxy.
+func TestSameOrigin(t *testing.T) {
+	proxies, _ := forwarded.Parse([]string{"10.0.0.0/8"})
+	c := &console{cfg: &config.Config{AdminHosts: []string{"console.example.com"}}, proxies: proxies}
+	for _, tc := range []struct {
+		name, remote string
+		header       map[string]string
+		want         bool
+	}{
+		{"no browser headers (curl)", "192.0.2.1:1", nil, true},
+		{"the Host asked for", "192.0.2.1:1", map[string]string{"Origin": "http://127.0.0.1:8081"}, true},
+		{"the browser says same-origin", "192.0.2.1:1", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "https://anything.example"}, true},
+		{"a name of admin_hosts", "192.0.2.1:1", map[string]string{"Origin": "https://console.example.com"}, true},
+		{"that name on another port", "192.0.2.1:1", map[string]string{"Origin": "http://console.example.com:3000"}, false},
+		{"a trusted proxy's X-Forwarded-Host", "10.0.0.5:1", map[string]string{"Origin": "https://ops.example.com", "X-Forwarded-Host": "ops.example.com"}, true},
+		{"X-Forwarded-Host from anyone else", "192.0.2.1:1", map[string]string{"Origin": "https://ops.example.com", "X-Forwarded-Host": "ops.example.com"}, false},
+		{"another origin", "192.0.2.1:1", map[string]string{"Origin": "https://evil.example"}, false},
+		{"null", "192.0.2.1:1", map[string]string{"Origin": "null"}, false},
+		{"cross-site", "192.0.2.1:1", map[string]string{"Sec-Fetch-Site": "cross-site"}, false},
+		{"a sibling host", "192.0.2.1:1", map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:8081"}, false},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8081/console/login", nil)
+		r.RemoteAddr = tc.remote
+		for k, v := range tc.header {
+			r.Header.Set(k, v)
+		}
+		if got := c.sameOrigin(r); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// An IPv6 client is counted by its /64: one host holds the whole of it.
+	if a, b := clientKey("2001:db8:1:2::1"), clientKey("2001:db8:1:2:ffff::9"); a != b || a != "2001:db8:1:2::/64" {
+		t.Errorf("IPv6 clients of one /64: %q, %q", a, b)
+	}
+	if k := clientKey("198.51.100.7"); k != "198.51.100.7" {
+		t.Errorf("an IPv4 client: %q", k)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/consumer"
@@ -336,7 +337,10 @@ func seqAt(ctx context.Context, st jetstream.Stream, t time.Time) (uint64, error
 	if ci.NumPending == 0 {
 		return info.State.LastSeq + 1, nil
 	}
-	m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+	m, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
+	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) {
+		return info.State.LastSeq + 1, nil // the pending ones gone since (the retention)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -24,6 +24,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -144,16 +145,22 @@ func read() usage {
 // Batch makes the collector run less often for a batch job whose live heap is small: a
 // replay's garbage is short-lived (decoded events, encoded records), and at GOGC=100
 // the collector took a fifth of a rebuild's CPU (docs/performance.md, Replay). It sets
-// GOGC to 400 until the live heap passes smallHeap, then gives the process its own
-// setting back, so a large history costs no more memory than before: the heap peaks
-// near five times a live heap under smallHeap, twice one over it. A GOGC in the
-// environment is the operator's: left as it is. restore undoes it (at once; call it
-// when the batch ends).
+// GOGC to 400 under a soft memory limit of two and a half times smallHeap (or the
+// process's own limit, when that is lower) until the live heap passes smallHeap, then
+// gives the process its own settings back, so a large history costs no more memory
+// than before. A GOGC in the environment is the operator's: left as it is. restore
+// undoes it (at once; call it when the batch ends).
 func Batch(smallHeap int64) (restore func()) {
 	if os.Getenv("GOGC") != "" {
 		return func() {}
 	}
-	old := debug.SetGCPercent(batchGOGC)
+	oldLimit := debug.SetMemoryLimit(-1)
+	oldGOGC := debug.SetGCPercent(batchGOGC)
+	debug.SetMemoryLimit(min(oldLimit, smallHeap*5/2))
+	back := sync.OnceFunc(func() {
+		debug.SetGCPercent(oldGOGC)
+		debug.SetMemoryLimit(oldLimit)
+	})
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -166,7 +173,7 @@ func Batch(smallHeap int64) (restore func()) {
 				return
 			case <-t.C:
 				if read().live > smallHeap {
-					debug.SetGCPercent(old)
+					back()
 					return
 				}
 			}
@@ -175,7 +182,7 @@ func Batch(smallHeap int64) (restore func()) {
 	return func() {
 		close(done)
 		<-stopped
-		debug.SetGCPercent(old)
+		back()
 	}
 }
 
@@ -183,6 +190,6 @@ func Batch(smallHeap int64) (restore func()) {
 const batchGOGC = 400
 
 // BatchHeap is the live heap a batch is small under: `exacto replay` of 50,000 events
-// lives in 27 MB, so such a replay's heap peaks near 140 MB, and no replay's past
-// about 320 MB before its GOGC is the process's own again.
+// lives in 27 MB, so such a replay's heap peaks near 140 MB, and none goes past the
+// soft limit of 320 MiB while its GOGC is 400.
 const BatchHeap = 128 << 20

@@ -153,11 +153,11 @@ func TestLimitLeavesRoomInAFragmentedHeap(t *testing.T) {
 	runtime.KeepAlive(kept)
 }
 
-// gogc is the process's GOGC now.
+// gogc is the process's GOGC now, read without setting it (Batch's watcher may).
 func gogc() int {
-	v := debug.SetGCPercent(100)
-	debug.SetGCPercent(v)
-	return v
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
 }
 
 // Batch raises GOGC while the live heap is small and gives the process its own back
@@ -165,14 +165,14 @@ func gogc() int {
 func TestBatch(t *testing.T) {
 	t.Setenv("GOGC", "")
 	os.Unsetenv("GOGC")
-	before := gogc()
-	restore := Batch(1 << 40)
-	if got := gogc(); got != batchGOGC {
-		t.Fatalf("GOGC during a small batch: %d", got)
+	before, limit := gogc(), debug.SetMemoryLimit(-1)
+	restore := Batch(64 << 20)
+	if got, l := gogc(), debug.SetMemoryLimit(-1); got != batchGOGC || l != min(limit, 160<<20) {
+		t.Fatalf("during a small batch: GOGC %d, limit %d", got, l)
 	}
 	restore()
-	if got := gogc(); got != before {
-		t.Fatalf("GOGC after it: %d, want %d", got, before)
+	if got, l := gogc(), debug.SetMemoryLimit(-1); got != before || l != limit {
+		t.Fatalf("after it: GOGC %d, limit %d; want %d, %d", got, l, before, limit)
 	}
 	// A live heap past the small one: back to the process's own setting mid-batch.
 	restore = Batch(1 << 20)

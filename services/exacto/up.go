@@ -249,23 +249,36 @@ func invokedAs() string {
 }
 
 // natsCLIFor is the nats CLI as the banner can name it from wd for the binary exe:
-// beside exe (make bin/nats puts it beside bin/exacto), else one on PATH; else "" and
-// how to get it — make in the checkout exe was built in, else go install.
+// beside exe (make bin/nats puts it beside bin/exacto), or in wd's bin/ (go run from a
+// checkout), else one on PATH; else "" and how to get it — make in the checkout exe
+// was built in or wd is, else go install.
 func natsCLIFor(exe, wd string, lookPath func(string) (string, error)) (cli, howTo string) {
-	beside := filepath.Join(filepath.Dir(exe), "nats")
-	if st, err := os.Stat(beside); exe != "" && err == nil && !st.IsDir() {
-		return fromWD(wd, beside), ""
+	var checkouts []string
+	if exe != "" {
+		if st, err := os.Stat(filepath.Join(filepath.Dir(exe), "nats")); err == nil && !st.IsDir() {
+			return fromWD(wd, filepath.Join(filepath.Dir(exe), "nats")), ""
+		}
+		if filepath.Base(filepath.Dir(exe)) == "bin" {
+			checkouts = append(checkouts, filepath.Dir(filepath.Dir(exe)))
+		}
+	}
+	checkouts = append(checkouts, wd)
+	for _, c := range checkouts {
+		if st, err := os.Stat(filepath.Join(c, "bin", "nats")); err == nil && !st.IsDir() {
+			return fromWD(wd, filepath.Join(c, "bin", "nats")), ""
+		}
 	}
 	if _, err := lookPath("nats"); err == nil {
 		return "nats", ""
 	}
-	repo := filepath.Dir(filepath.Dir(exe))
-	if _, err := os.Stat(filepath.Join(repo, "Makefile")); exe != "" && err == nil && filepath.Base(filepath.Dir(exe)) == "bin" {
-		make := "make -C " + fromWD(wd, repo) + " bin/nats"
-		if repo == wd {
-			make = "make bin/nats"
+	for _, c := range checkouts {
+		if _, err := os.Stat(filepath.Join(c, "Makefile")); err == nil {
+			make := "make -C " + fromWD(wd, c) + " bin/nats"
+			if c == wd {
+				make = "make bin/nats"
+			}
+			return "", make + ", then " + fromWD(wd, filepath.Join(c, "bin", "nats"))
 		}
-		return "", make + ", then " + fromWD(wd, beside)
 	}
 	return "", "go install github.com/nats-io/natscli/nats@" + natsCLIVersion + ", then nats"
 }

@@ -33,6 +33,15 @@ func TestNatsCLIIsNamedFromTheWorkingDirectory(t *testing.T) {
 	check("beside, from the checkout", repo, onPath, "./bin/nats", "")
 	check("beside, from elsewhere", elsewhere, none, filepath.Join(repo, "bin", "nats"), "")
 	check("beside, from below the checkout", filepath.Dir(exe), none, "./nats", "")
+	// go run from a checkout: the binary in a build cache, the CLI in the checkout's bin/.
+	tmpExe := filepath.Join(elsewhere, "go-build123", "exe", "exacto")
+	if cli, how := natsCLIFor(tmpExe, repo, none); cli != "./bin/nats" || how != "" {
+		t.Errorf("go run, bin/nats built: %q, %q", cli, how)
+	}
+	os.Remove(filepath.Join(repo, "bin", "nats"))
+	if cli, how := natsCLIFor(tmpExe, repo, none); cli != "" || how != "make bin/nats, then ./bin/nats" {
+		t.Errorf("go run, bin/nats not built: %q, %q", cli, how)
+	}
 	// The version said is the one the Makefile installs.
 	mk, err := os.ReadFile("../../Makefile")
 	if err != nil || !strings.Contains(string(mk), "natscli/nats@"+natsCLIVersion) {
