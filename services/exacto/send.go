@@ -154,8 +154,8 @@ func (f sendFlags) outgoing() (outgoing, error) {
 	}
 	d.secret, d.signingSecret, d.endpoint = f.secret, f.signingSecret, e
 	if e != nil {
-		if err := e.Unresolved(); err != nil && d.secret == "" {
-			return d, fmt.Errorf("endpoint %s of %s: %w; set it, or give --secret", e.ID, f.to, err)
+		if len(e.Secrets) > 0 && e.Secrets[0].Unresolved != nil && d.secret == "" { // the one it signs with
+			return d, fmt.Errorf("endpoint %s of %s: %w; set it, or give --secret", e.ID, f.to, e.Secrets[0].Unresolved)
 		}
 		if v := e.SignatureVersions; len(v) > 0 && !slices.Contains(v, "v3") && !slices.Contains(v, "v1") {
 			return d, fmt.Errorf("endpoint %s takes HubSpot signatures %s only: exacto send signs v3 and v1", e.ID, strings.Join(v, ", "))
@@ -165,6 +165,9 @@ func (f sendFlags) outgoing() (outgoing, error) {
 		}
 		if d.signingSecret == "" && spec.SignOptional != nil && len(e.SigningSecrets) > 0 {
 			d.signingSecret = e.SigningSecrets[0].Value
+			if err := e.SigningSecrets[0].Unresolved; err != nil {
+				d.notes = append(d.notes, fmt.Sprintf("sent without its optional signature: %v (give --signing-secret)", err))
+			}
 		}
 	}
 	if d.secret == "" {

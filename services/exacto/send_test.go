@@ -123,6 +123,18 @@ func TestSendEndpointFromConfig(t *testing.T) {
 	if d, err := g.outgoing(); err != nil || d.secret != "whsec_given" {
 		t.Fatalf("--secret for an endpoint whose variable is unset: %v, secret %q", err, d.secret)
 	}
+	// Smartlead's optional signature's secret unset: sent without it, and said.
+	sl := filepath.Join(t.TempDir(), "exacto.yaml")
+	os.WriteFile(sl, []byte(sendConfig+`      - id: smartlead-main
+        provider: smartlead
+        path_token: acme-smartlead-token-0123456789
+        secrets: [sl-secret]
+        signing_secrets: [env:ACME_UNSET_SIGNING]
+`), 0o600)
+	s := sendFlags{endpoint: "smartlead-main", config: sl, sandbox: "none"}
+	if d, err := s.outgoing(); err != nil || d.signingSecret != "" || len(d.notes) != 1 || !strings.Contains(d.notes[0], "sent without its optional signature") || !strings.Contains(d.notes[0], "ACME_UNSET_SIGNING is not set") {
+		t.Fatalf("smartlead's signing secret unset: %v, notes %q", err, d.notes)
+	}
 	// Its path token unset: no URL to send to.
 	noToken := filepath.Join(t.TempDir(), "exacto.yaml")
 	os.WriteFile(noToken, []byte(strings.Replace(sendConfig, "path_token: acme-stripe-token-0123456789", "path_token: env:ACME_UNSET_TOKEN", 1)), 0o600)
