@@ -111,9 +111,7 @@ func (s *simulation) run(ctx context.Context) error {
 	for i := range emails {
 		emails[i] = sc.email(i)
 	}
-	if err := s.control(ctx, http.MethodDelete, sandbox.ControlFaults, nil); err != nil {
-		return err
-	}
+	// The sandbox's faults were cleared by the preflight, which runs first.
 	if err := s.control(ctx, http.MethodPost, sandbox.ControlLeads, sandbox.ControlLeadsRequest{Campaign: sc.Campaign, Emails: emails}); err != nil {
 		return err
 	}
@@ -251,7 +249,8 @@ func instantlyEndpoints(cfg *config.Config) []string {
 }
 
 // preflight asks the gateway and the sandbox once before a delivery is sent, and says
-// what is wrong instead of sending hundreds of deliveries that will all be refused.
+// what is wrong instead of sending hundreds of deliveries that will all be refused; it
+// clears the sandbox's faults for the run.
 func (s *simulation) preflight(ctx context.Context, cfg *config.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
