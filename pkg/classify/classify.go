@@ -304,8 +304,8 @@ func (r *rules) Classify(ctx context.Context, text string, lang string) (Result,
 		res.Evidence = []string{}
 	}
 	res.Action = actions[res.Label]
-	if res.Label == followUp || res.Label == ooo {
-		res.When = when(body, res.Label == ooo)
+	if res.Label == ooo { // a follow-up's When is decide's
+		res.When = when(body, true)
 	}
 	if res.Confidence < r.threshold || res.Label == unclear {
 		res.Action = ActionHumanReview
@@ -336,10 +336,13 @@ func (r *rules) decide(raw, body, lang string) Result {
 	if m := timeRe.FindString(body); m != "" {
 		t.add(meeting, 1.5, strings.ToLower(m))
 	}
-	// A no or a later that names a time ("not now, maybe Q3") is a timing objection.
-	if (t.score[notInterested] > 0 || t.score[followUp] > 0) && !t.noFollowUp {
-		if w := when(body, false); w != "" {
-			t.add(followUp, 3, w)
+	// A no or a later that names a time ("not now, maybe Q3") is a timing objection;
+	// the time found is a follow-up's When.
+	later := ""
+	if t.score[notInterested] > 0 || t.score[followUp] > 0 {
+		later = when(body, false)
+		if later != "" && !t.noFollowUp {
+			t.add(followUp, 3, later)
 		}
 	}
 
@@ -391,7 +394,11 @@ func (r *rules) decide(raw, body, lang string) Result {
 	if m := math.Max(second, machine); m > second {
 		second = m
 	}
-	return Result{Label: human, Confidence: strength(hs) * margin(hs, second), Evidence: t.evidence[human]}
+	res := Result{Label: human, Confidence: strength(hs) * margin(hs, second), Evidence: t.evidence[human]}
+	if human == followUp { // its score is above 0: later was looked for
+		res.When = later
+	}
+	return res
 }
 
 // also is "label: evidence" of each of labels found with weight (2 or more) in a reply
