@@ -33,7 +33,6 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -439,11 +438,7 @@ const proxyFailures = 10 * loginFailures
 func (c *console) failureCounts(r *http.Request) map[string]int {
 	client := c.proxies.Client(r)
 	counts := map[string]int{clientKey(client): loginFailures}
-	peer, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		peer = r.RemoteAddr
-	}
-	if peer != client {
+	if peer := forwarded.Peer(r); peer != client {
 		counts[viaKey+peer] = proxyFailures
 	}
 	return counts

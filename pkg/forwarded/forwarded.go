@@ -48,7 +48,7 @@ func (t Trusted) Scheme(r *http.Request) string {
 	if r.TLS != nil {
 		return "https"
 	}
-	if p := r.Header.Get("X-Forwarded-Proto"); p != "" && t.trusts(r.RemoteAddr) {
+	if p := r.Header.Get("X-Forwarded-Proto"); p != "" && t.Trusts(r) {
 		if strings.EqualFold(strings.TrimSpace(strings.Split(p, ",")[0]), "https") {
 			return "https"
 		}
@@ -61,11 +61,8 @@ func (t Trusted) Scheme(r *http.Request) string {
 // from the right: a client can write the header's left part, never what the proxies
 // append after it. The peer's address when the header says nothing readable.
 func (t Trusted) Client(r *http.Request) string {
-	peer, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		peer = r.RemoteAddr
-	}
-	if !t.trusts(r.RemoteAddr) {
+	peer := Peer(r)
+	if !t.Trusts(r) {
 		return peer
 	}
 	var hops []string
@@ -86,28 +83,30 @@ func (t Trusted) Client(r *http.Request) string {
 	return client
 }
 
+// Peer is the address r's connection came from (RemoteAddr without its port).
+func Peer(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
 // Trusts reports whether r came from a proxy of t.
-func (t Trusted) Trusts(r *http.Request) bool { return t.trusts(r.RemoteAddr) }
+func (t Trusted) Trusts(r *http.Request) bool {
+	a, err := netip.ParseAddr(Peer(r))
+	return err == nil && t.contains(a)
+}
 
 // Remote describes where r came from for a log: the client, and the proxy it came
 // through when that is another address ("198.51.100.7 via 127.0.0.1") — the client's
 // address is only as true as that proxy's X-Forwarded-For.
 func (t Trusted) Remote(r *http.Request) string {
-	client := t.Client(r)
-	if peer, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && peer != client {
+	client, peer := t.Client(r), Peer(r)
+	if peer != client {
 		return client + " via " + peer
 	}
 	return client
-}
-
-// trusts reports whether remote (host:port, as http.Request.RemoteAddr) is a proxy of t.
-func (t Trusted) trusts(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && t.contains(a)
 }
 
 // contains reports whether address a is a proxy of t.
