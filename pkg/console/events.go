@@ -214,22 +214,35 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, u who) {
 
 // byID is the stored event with envelope id, by the index (none when not indexed).
 func (c *console) byID(ctx context.Context, id string) ([]eventRow, error) {
-	seq, err := c.lookup(ctx, id)
-	if err != nil || seq == 0 {
+	m, err := c.stored(ctx, id)
+	if err != nil || m == nil {
 		return nil, err
 	}
-	st, err := c.js.Stream(ctx, stream.Events)
-	if err != nil {
-		return nil, err
-	}
-	m, err := st.GetMsg(ctx, seq)
-	if err != nil {
-		return nil, err
-	}
-	if rw, ok := row(seq, m.Time, m.Data); ok {
+	if rw, ok := row(m.Sequence, m.Time, m.Data); ok {
 		return []eventRow{rw}, nil
 	}
 	return nil, nil
+}
+
+// stored is the stream's message of envelope id, found by the index (nil when the
+// index has no such id).
+func (c *console) stored(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
+	seq, err := c.lookup(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("index lookup: %w", err)
+	}
+	if seq == 0 {
+		return nil, nil
+	}
+	st, err := c.js.Stream(ctx, stream.Events)
+	var m *jetstream.RawStreamMsg
+	if err == nil {
+		m, err = st.GetMsg(ctx, seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream: %w", err)
+	}
+	return m, nil
 }
 
 // list is a page of the events d's filter and search take, newest first: the events
@@ -446,24 +459,16 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u who) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	id := r.PathValue("id")
-	seq, err := c.lookup(ctx, id)
+	m, err := c.stored(ctx, id)
 	if err != nil {
-		c.render(w, http.StatusInternalServerError, "error", u, view{Title: "Event", Nav: "events", Error: "index lookup: " + err.Error()})
+		c.render(w, http.StatusInternalServerError, "error", u, view{Title: "Event", Nav: "events", Error: err.Error()})
 		return
 	}
-	if seq == 0 {
+	if m == nil {
 		c.render(w, http.StatusNotFound, "error", u, view{Title: "Event", Nav: "events", Error: "no stored event has this id (ids start with ev_; search by provider event id, contact or campaign instead)"})
 		return
 	}
-	st, err := c.js.Stream(ctx, stream.Events)
-	var m *jetstream.RawStreamMsg
-	if err == nil {
-		m, err = st.GetMsg(ctx, seq)
-	}
-	if err != nil {
-		c.render(w, http.StatusInternalServerError, "error", u, view{Title: "Event", Nav: "events", Error: "stream: " + err.Error()})
-		return
-	}
+	seq := m.Sequence
 	rw, _ := row(seq, m.Time, m.Data)
 	d := eventData{eventRow: rw, Subject: m.Subject, Arrivals: 1, Envelope: m.Data}
 	if kv, err := c.js.KeyValue(ctx, stream.Arrivals); err == nil {
