@@ -617,8 +617,8 @@ func (c *console) sameOrigin(r *http.Request) bool {
 	if ou.Host == r.Host || ou.Port() == "" && slices.ContainsFunc(c.cfg.AdminHosts, func(n string) bool { return strings.EqualFold(n, ou.Hostname()) }) {
 		return true
 	}
-	fh := r.Header.Get("X-Forwarded-Host")
-	return fh != "" && c.proxies.Trusts(r) && strings.EqualFold(strings.TrimSpace(strings.Split(fh, ",")[0]), ou.Host)
+	fh := c.proxies.Host(r)
+	return fh != "" && strings.EqualFold(fh, ou.Host)
 }
 
 // post guards a state change: a same-origin request carrying u's CSRF token.

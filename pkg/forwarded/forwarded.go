@@ -1,9 +1,9 @@
-// Package forwarded says which scheme a client used and from which address, believing
-// X-Forwarded-Proto and X-Forwarded-For only from the proxies the config trusts
-// (trusted_proxies). Any client can send the
-// header: believed from anyone, it would make a HubSpot v3 signature verify over a URL
-// the provider never called, and mark a console session cookie Secure or not at the
-// client's word.
+// Package forwarded says which scheme and host a client asked for and from which
+// address, believing X-Forwarded-Proto, -Host and -For only from the proxies the config
+// trusts (trusted_proxies). Any client can send them: believed from anyone, they would
+// make a HubSpot v3 signature verify over a URL the provider never called, mark a
+// console session cookie Secure or not, and vouch for a form's origin at the client's
+// word.
 package forwarded
 
 import (
@@ -48,12 +48,23 @@ func (t Trusted) Scheme(r *http.Request) string {
 	if r.TLS != nil {
 		return "https"
 	}
-	if p := r.Header.Get("X-Forwarded-Proto"); p != "" && t.Trusts(r) {
-		if strings.EqualFold(strings.TrimSpace(strings.Split(p, ",")[0]), "https") {
-			return "https"
-		}
+	if strings.EqualFold(t.first(r, "X-Forwarded-Proto"), "https") {
+		return "https"
 	}
 	return "http"
+}
+
+// Host is the host the client asked a trusted proxy for (X-Forwarded-Host, its first
+// value); "" when r came from no proxy of t or it says none.
+func (t Trusted) Host(r *http.Request) string { return t.first(r, "X-Forwarded-Host") }
+
+// first is the first value of header (the client's side) when a proxy of t sent r.
+func (t Trusted) first(r *http.Request, header string) string {
+	v := r.Header.Get(header)
+	if v == "" || !t.trusts(r) {
+		return ""
+	}
+	return strings.TrimSpace(strings.Split(v, ",")[0])
 }
 
 // Client is the address r came from: its peer's, or, when the peer is a trusted
@@ -62,7 +73,7 @@ func (t Trusted) Scheme(r *http.Request) string {
 // append after it. The peer's address when the header says nothing readable.
 func (t Trusted) Client(r *http.Request) string {
 	peer := Peer(r)
-	if !t.Trusts(r) {
+	if !t.trusts(r) {
 		return peer
 	}
 	var hops []string
@@ -92,8 +103,8 @@ func Peer(r *http.Request) string {
 	return host
 }
 
-// Trusts reports whether r came from a proxy of t.
-func (t Trusted) Trusts(r *http.Request) bool {
+// trusts reports whether r came from a proxy of t.
+func (t Trusted) trusts(r *http.Request) bool {
 	a, err := netip.ParseAddr(Peer(r))
 	return err == nil && t.contains(a)
 }
