@@ -66,6 +66,16 @@ func (c Contact) appendJSON(b []byte) ([]byte, bool) {
 		}
 		b = append(b, '}')
 	}
+	if len(c.Views) > 0 {
+		b = append(b, `,"views":{`...)
+		for i, id := range sortedKeys(c.Views) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(append(jsonenc.String(b, id), ':'), c.Views[id], 10)
+		}
+		b = append(b, '}')
+	}
 	return append(b, '}'), true
 }
 
@@ -105,6 +115,9 @@ func (m Member) appendJSON(b []byte) []byte {
 	}
 	if m.Undecided != 0 {
 		b = strconv.AppendInt(append(b, `,"undecided":`...), int64(m.Undecided), 10)
+	}
+	if m.Views != 0 {
+		b = strconv.AppendUint(append(b, `,"views":`...), m.Views, 10)
 	}
 	return append(b, '}')
 }

@@ -73,12 +73,18 @@ func TestEncodeIsMarshal(t *testing.T) {
 				c.Campaigns[str()] = state()
 			}
 		}
+		if r.IntN(3) > 0 {
+			c.Views = map[string]uint64{}
+			for range r.IntN(3) {
+				c.Views[str()] = r.Uint64N(1 << 20)
+			}
+		}
 		sh := Shard{Tenant: str(), Campaign: str()}
 		if r.IntN(4) > 0 {
 			sh.Members = map[string]Member{}
 			for range r.IntN(5) {
 				sh.Members[str()] = Member{Rev: r.Uint64N(1 << 40), Status: lifecycle.Status(str()), Replied: r.IntN(2) == 0, Bounced: r.IntN(2) == 0,
-					Unsubscribed: r.IntN(2) == 0, MeetingBooked: r.IntN(2) == 0, Opportunity: r.IntN(2) == 0, Discrepancies: r.IntN(3) - 1, Undecided: r.IntN(3)}
+					Unsubscribed: r.IntN(2) == 0, MeetingBooked: r.IntN(2) == 0, Opportunity: r.IntN(2) == 0, Discrepancies: r.IntN(3) - 1, Undecided: r.IntN(3), Views: r.Uint64N(3)}
 			}
 		}
 		for _, v := range []any{c, sh} {

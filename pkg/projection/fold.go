@@ -58,7 +58,9 @@ func foldOne(ctx context.Context, s Stores, tenant string, who identity, loser s
 		if who.accountID != "" {
 			c.AccountID = who.accountID
 		}
+		was := memberViews(c)
 		joinContact(&c, lc)
+		countViews(&c, was)
 		after, _ := encode(c)
 		return after, string(before) != string(after), nil
 	})

@@ -9,8 +9,10 @@
 //     lifecycle merge is a semilattice, any order and any duplicates give one state.
 //   - campaigns: each campaign's members, sharded 256 ways by contact id (a shard stays
 //     small for a campaign of a million leads), each member with its effective view
-//     (status and flags) and the revision of the contact record it was computed from. A member is only ever replaced by one computed from a newer
-//     record, so a slow projector cannot put an old view back.
+//     (status and flags), the revision of the contact record it was computed from and
+//     the record's count of that view's changes. A member is only ever replaced by a
+//     newer view (Member.replaces), so a slow projector cannot put an old view back,
+//     and a change of the record that leaves the view as it was writes no shard.
 //   - suppression: the contacts whose contact-level lifecycle is terminal (unsubscribed,
 //     bounced, suppressed), with the event that made it so.
 //
@@ -59,6 +61,10 @@ type Contact struct {
 	// Lifecycle is the contact-level lifecycle; Campaigns each campaign's.
 	Lifecycle lifecycle.State            `json:"lifecycle"`
 	Campaigns map[string]lifecycle.State `json:"campaigns,omitempty"`
+	// Views counts, by campaign, the live projector's changes of the contact's member
+	// view there (a Member without its revision): a member is rewritten only when its
+	// view changed, not on every change of the record (Member.replaces).
+	Views map[string]uint64 `json:"views,omitempty"`
 }
 
 // clone is c with lists and maps of its own (recently keeps records decoded).
@@ -80,6 +86,7 @@ func (c Contact) clone() Contact {
 		}
 		c.Campaigns = cs
 	}
+	c.Views = maps.Clone(c.Views)
 	return c
 }
 
@@ -117,15 +124,57 @@ type Member struct {
 	Opportunity   bool             `json:"opportunity,omitempty"`
 	Discrepancies int              `json:"discrepancies,omitempty"`
 	Undecided     int              `json:"undecided,omitempty"`
+	// Views is the record's count of changes of this view (Contact.Views) it was
+	// computed at; 0 where the record counts none (a replay's, or one written before).
+	Views uint64 `json:"views,omitempty"`
 }
 
-func member(rev uint64, v lifecycle.View) Member {
+// memberOf is c's member in campaign, computed from c at revision rev.
+func memberOf(c Contact, campaign string, rev uint64) Member {
+	v := c.InCampaign(campaign)
 	return Member{Rev: rev, Status: v.Status, Replied: v.Replied, Bounced: v.Bounced, Unsubscribed: v.Unsubscribed,
-		MeetingBooked: v.MeetingBooked, Opportunity: v.Opportunity, Discrepancies: len(v.Discrepancies), Undecided: len(v.Undecided)}
+		MeetingBooked: v.MeetingBooked, Opportunity: v.Opportunity, Discrepancies: len(v.Discrepancies), Undecided: len(v.Undecided),
+		Views: c.Views[campaign]}
 }
 
-// same is m without its revision, for comparing projections built apart.
-func (m Member) same(o Member) bool { m.Rev, o.Rev = 0, 0; return m == o }
+// same is m without its revision and count, for comparing projections built apart.
+func (m Member) same(o Member) bool { m.Rev, o.Rev, m.Views, o.Views = 0, 0, 0, 0; return m == o }
+
+// replaces reports whether m, computed from a newer or older record than cur, is to
+// replace it. A record counting its view's changes says by the count: the same count is
+// the same view (nothing to write), a lower one an older view. Without counts (a
+// replay's records, or members written before they were counted) the newer record's
+// revision does. Two projectors deriving from two revisions of one record thus never
+// put the older view back: each change of the view raised the count.
+func (m Member) replaces(cur Member) bool {
+	if m.Views != cur.Views {
+		return m.Views > cur.Views
+	}
+	return m.Views == 0 && m.Rev > cur.Rev
+}
+
+// memberViews are c's member views by campaign, revision aside.
+func memberViews(c Contact) map[string]Member {
+	out := make(map[string]Member, len(c.Campaigns))
+	for campaign := range c.Campaigns {
+		out[campaign] = memberOf(c, campaign, 0)
+	}
+	return out
+}
+
+// countViews raises c.Views in each campaign whose member view differs from was's
+// (memberViews of the record before it changed).
+func countViews(c *Contact, was map[string]Member) {
+	for campaign := range c.Campaigns {
+		if memberOf(*c, campaign, 0).same(was[campaign]) {
+			continue
+		}
+		if c.Views == nil {
+			c.Views = map[string]uint64{}
+		}
+		c.Views[campaign]++
+	}
+}
 
 // Shard is one of a campaign's 256 parts: the members whose contact id hashes to it.
 type Shard struct {
@@ -410,14 +459,26 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 			return Result{}, err
 		}
 	}
-	c, rev, err := updateRecord(ctx, s.Contacts, m, back, "contact record", key, func(c *Contact, found bool) (bool, error) {
+	c, rev, err := updateRecord(ctx, s.Contacts, m, back, false, "contact record", key, func(c *Contact, found bool) (bool, error) {
 		created = !found
 		if s.held != nil { // a replay keeps no Result: the views cost more than the merge
+			var was map[string]Member
+			if !back || len(c.Views) > 0 {
+				// Counted as live counts, but in a replay's write-back into memory of its
+				// own: its members are derived once, from the last record (catchUp).
+				was = memberViews(*c)
+			}
 			res.Changed = merge(c, who, env, n.ext, keys)
+			if res.Changed && was != nil {
+				countViews(c, was)
+			}
 			return res.Changed, nil
 		}
-		before := views(*c, keys)
+		before, was := views(*c, keys), memberViews(*c)
 		res.Changed = merge(c, who, env, n.ext, keys)
+		if res.Changed {
+			countViews(c, was)
+		}
 		after := views(*c, keys)
 		res.Discrepancies, res.Undecided = nil, nil
 		for i := range before {
@@ -497,17 +558,18 @@ func deriveMembers(ctx context.Context, s Stores, c Contact, rev uint64) error {
 		m, back = s.held.shards, s.held.back
 	}
 	for _, campaign := range slices.Sorted(maps.Keys(c.Campaigns)) {
-		_, _, err := updateRecord(ctx, s.Campaigns, m, back, "campaign shard", shardKey(c.Tenant, campaign, c.ContactID), func(sh *Shard, found bool) (bool, error) {
+		_, _, err := updateRecord(ctx, s.Campaigns, m, back, true, "campaign shard", shardKey(c.Tenant, campaign, c.ContactID), func(sh *Shard, found bool) (bool, error) {
 			if !found {
 				sh.Tenant, sh.Campaign = c.Tenant, campaign
 			}
-			if cur, ok := sh.Members[c.ContactID]; ok && cur.Rev >= rev {
-				return false, nil // as new or newer already
+			m := memberOf(c, campaign, rev)
+			if cur, ok := sh.Members[c.ContactID]; ok && !m.replaces(cur) {
+				return false, nil // the same view, or a newer one already
 			}
 			if sh.Members == nil {
 				sh.Members = map[string]Member{}
 			}
-			sh.Members[c.ContactID] = member(rev, c.InCampaign(campaign))
+			sh.Members[c.ContactID] = m
 			return true, nil
 		})
 		if err != nil {
@@ -612,7 +674,7 @@ func Repair(ctx context.Context, s Stores, above uint64) (int, error) {
 					return nil, false, err
 				}
 				if ok {
-					sh.Members[id] = member(rev, c.InCampaign(sh.Campaign))
+					sh.Members[id] = memberOf(c, sh.Campaign, rev)
 				} else {
 					delete(sh.Members, id)
 				}

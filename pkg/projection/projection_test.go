@@ -536,3 +536,77 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// A campaign member is rewritten when its view changes, not on every change of its
+// contact's record: a fact that leaves the view as it was costs no shard write, nor a
+// read of the shard the projector remembers. Two
+// projectors deriving from revisions out of order still leave the latest view, also
+// when a view comes back to an earlier one (replied, booked, cancelled: replied again),
+// which a member compared by its view alone would let the older revision overwrite.
+func TestMembersChangeWithTheirView(t *testing.T) {
+	ctx := context.Background()
+	campaigns := &countingStore{Store: NewMemory()}
+	s := Remembering(Stores{Contacts: NewMemory(), Campaigns: campaigns, Suppression: NewMemory()})
+	const email, campaign = "ana@northwind.example", "camp-1"
+	shard := ""
+	type step struct {
+		env        envelope.Envelope
+		viewChange bool
+	}
+	booked := event(2, envelope.TypeMeetingBooked, email, campaign, 2*time.Minute)
+	booked.Data.Meeting = &envelope.Meeting{ID: "mt-1"}
+	cancelled := event(3, envelope.TypeMeetingCancelled, email, campaign, 3*time.Minute)
+	cancelled.Data.Meeting = &envelope.Meeting{ID: "mt-1"}
+	steps := []step{
+		{event(0, envelope.TypeEmailSent, email, campaign, 0), true},
+		{event(1, envelope.TypeReplyReceived, email, campaign, time.Minute), true},
+		{event(4, envelope.TypeEmailOpened, email, campaign, 30*time.Second), false}, // before the reply: still replied
+		{booked, true},
+		{cancelled, true},
+	}
+	var results []Result
+	lastShardRev := uint64(0)
+	for i, st := range steps {
+		campaigns.gets.Store(0)
+		res, err := Apply(ctx, s, nil, st.env)
+		if err != nil || !res.Changed {
+			t.Fatalf("step %d: changed %v, %v", i, res.Changed, err)
+		}
+		results = append(results, res)
+		shard = shardKey("acme", campaign, res.Contact.ContactID)
+		_, rev, err := s.Campaigns.Get(ctx, shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wrote := rev != lastShardRev; wrote != st.viewChange {
+			t.Fatalf("step %d (%s): shard written %v, the view changed %v", i, st.env.Type, wrote, st.viewChange)
+		}
+		lastShardRev = rev
+		if n := campaigns.gets.Load() - 1; i > 0 && n != 0 {
+			t.Fatalf("step %d (%s): %d reads of the shard this projector remembers", i, st.env.Type, n)
+		}
+	}
+	if v1, v3 := memberOf(results[1].Contact, campaign, 0), memberOf(results[4].Contact, campaign, 0); !v1.same(v3) {
+		t.Fatalf("the cancelled meeting should leave the contact as the reply did: %+v, %+v", v1, v3)
+	}
+	want := memberOf(results[4].Contact, campaign, results[4].Rev)
+	for _, order := range [][]int{{1, 4, 3}, {4, 3, 2, 1, 0}, {0, 2, 4, 3}} {
+		out := Stores{Contacts: NewMemory(), Campaigns: NewMemory(), Suppression: NewMemory()}
+		for _, i := range order {
+			if err := deriveMembers(ctx, out, results[i].Contact, results[i].Rev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data, _, err := out.Campaigns.Get(ctx, shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sh Shard
+		if err := json.Unmarshal(data, &sh); err != nil {
+			t.Fatal(err)
+		}
+		if got := sh.Members[results[4].Contact.ContactID]; !got.same(want) || got.Views != want.Views {
+			t.Fatalf("derived in order %v: member %+v, want %+v", order, got, want)
+		}
+	}
+}
