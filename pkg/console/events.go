@@ -398,7 +398,7 @@ func (c *console) state(ctx context.Context, statuses *consumer.Statuses, rw eve
 		if !sub.Takes(subject) {
 			continue
 		}
-		rec, ok, err := statuses.Of(ctx, sub, rw.Env.Tenant, rw.Env.ID, rw.Seq)
+		rec, ok, err := statuses.OfEvent(ctx, sub, rw.Env, rw.Seq)
 		if err != nil {
 			return l, err
 		}
@@ -477,12 +477,12 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u who) {
 			d.Arrivals += n
 		}
 	}
-	kv, err := c.js.KeyValue(ctx, stream.Guards)
+	statuses, err := c.statuses(ctx)
 	for _, sub := range stream.Subscriptions {
 		cs := consumerStatus{Consumer: sub.Name()}
 		if err != nil {
 			cs.Err = err.Error()
-		} else if rec, ok, gerr := consumer.Status(ctx, c.js, kv, sub, rw.Env.Tenant, id, seq); gerr != nil {
+		} else if rec, ok, gerr := statuses.OfEvent(ctx, sub, rw.Env, seq); gerr != nil {
 			cs.Err = gerr.Error()
 		} else {
 			cs.Seen, cs.Record = ok, rec

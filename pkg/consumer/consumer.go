@@ -104,10 +104,11 @@ type Options struct {
 	Handle  Handler
 	// Acts, when set, tells the events the handler makes an effect of; for the others
 	// it must do nothing (log at most). Those claim nothing (no contact lease, no guard
-	// read) and their plain success has no outcome; their guard record is still written
-	// once, completed, so that Status and every check of the guards tell them as before
-	// (a classification the suppressor does nothing with cost it three round trips, the
-	// guard's read and record and its outcome; now one).
+	// read) and their plain success has no outcome and no guard record: Status tells
+	// them completed once the ack floor passes them, Statuses.OfEvent at once where the
+	// service declared its Acts (DeclareActs). A classification the suppressor does
+	// nothing with cost it three round trips, the guard's read and record and its
+	// outcome, then one (the record), now none.
 	Acts func(envelope.Envelope) bool
 	// Dependencies, when set, say what the handler calls for an event (through
 	// Event.Call): their Retry-After pauses (Pacer) and circuit breakers (Breakers)
@@ -638,16 +639,14 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 	if herr == nil {
 		crashPoint(CrashAfterEffect)
 		// An attempt that claimed nothing (an idempotent consumer's, or one at an event
-		// its handler does nothing with) has no outcome the first time, and an idempotent
-		// consumer's no record either: its ack tells it (Status). After a failure, or
-		// replayed from the DLQ, both say completed.
-		recorded := !a.Assumed || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays
-		if recorded || !r.o.Sub.Idempotent {
+		// its handler does nothing with) has no record and no outcome the first time:
+		// its ack tells it (Status), and a guard record kept for ever to say that nothing
+		// was done would cost a write and a subject in the bucket's memory per event.
+		// After a failure, or replayed from the DLQ, both say completed.
+		if !a.Assumed || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
 			if err := r.guard.Complete(ctx, a); err != nil {
 				r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
 			}
-		}
-		if recorded {
 			r.outcome(ctx, env, a.Record)
 		}
 		r.ack(ctx, m)

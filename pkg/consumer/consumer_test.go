@@ -1256,7 +1256,8 @@ func TestErasedEventsAreLeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.JS.PublishMsg(context.Background(), msg); err != nil {
+	stored, err := conn.JS.PublishMsg(context.Background(), msg)
+	if err != nil {
 		t.Fatal(err)
 	}
 	// A copy an erasure stored in place of an event: its guard record is the original's.
@@ -1276,7 +1277,7 @@ func TestErasedEventsAreLeftAlone(t *testing.T) {
 		waitFor(t, "both events handled", func() bool { return calls.get(ids[0]) == 1 && calls.get(ids[1]) == 1 })
 		kv, _ := conn.JS.KeyValue(context.Background(), stream.Guards)
 		waitFor(t, "the erased event completed", func() bool {
-			rec, _, err := guard.Status(context.Background(), kv, s.Durable, erased.ID)
+			rec, _, err := Status(context.Background(), conn.JS, kv, s, "acme", erased.ID, stored.Sequence)
 			return err == nil && rec.Status == guard.Completed
 		})
 		if n := calls.get(erased.ID); (n == 1) != takes {

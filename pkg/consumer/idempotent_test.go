@@ -106,17 +106,19 @@ func TestEventsTheHandlerDoesNotActOnClaimNothing(t *testing.T) {
 		c, err := conn.JS.Consumer(ctx, stream.Events, sub.Durable)
 		return err == nil && c.CachedInfo().AckFloor.Stream == 3
 	})
-	// The event not acted on: its record written once and never read; the one acted on
-	// was claimed (created, then completed).
+	// The event not acted on: no record, neither read nor written; the one acted on was
+	// claimed (created, then completed).
 	acts, idles := guard.Key(sub.Durable, acted), guard.Key(sub.Durable, idle)
-	if reads(idles) != 0 || writes(idles) != 1 || reads(acts)+writes(acts) < 2 {
+	if reads(idles) != 0 || writes(idles) != 0 || reads(acts)+writes(acts) < 2 {
 		t.Fatalf("guard reads and writes: %d and %d of the event not acted on, %d and %d of the one acted on",
 			reads(idles), writes(idles), reads(acts), writes(acts))
 	}
-	for _, id := range []string{acted, idle} {
-		if rec, ok, err := Status(ctx, conn.JS, guards, sub, "acme", id, 0); err != nil || !ok || rec.Status != guard.Completed || rec.Attempts != 1 {
-			t.Fatalf("%s is recorded as %+v %v %v", id, rec, ok, err)
-		}
+	if rec, ok, err := Status(ctx, conn.JS, guards, sub, "acme", acted, 0); err != nil || !ok || rec.Status != guard.Completed || rec.Attempts != 1 {
+		t.Fatalf("the event acted on is recorded as %+v %v %v", rec, ok, err)
+	}
+	// The one not acted on is completed by the ack floor that passed it (stored second).
+	if rec, ok, err := Status(ctx, conn.JS, guards, sub, "acme", idle, 2); err != nil || !ok || rec.Status != guard.Completed {
+		t.Fatalf("the event not acted on reads %+v %v %v past the ack floor", rec, ok, err)
 	}
 	if rec, ok, _ := guard.Status(ctx, guards, sub.Durable, flaky); !ok || rec.Status != guard.Completed || rec.Attempts != 2 {
 		t.Fatalf("the success after a failure is recorded as %+v %v", rec, ok)
@@ -200,5 +202,37 @@ func TestStatusAboveTheFloorByTheDerivedEvent(t *testing.T) {
 	pr, _ := stream.SubscriptionOf(stream.Projector)
 	if _, ok, err := st.Of(ctx, pr, "acme", classified, 2); err != nil || ok {
 		t.Errorf("the projector: %v %v", ok, err)
+	}
+}
+
+// Where a service declared which events its handler acts on, an event it does nothing
+// with (which has no guard record) is completed at once, not only once the ack floor
+// passes it; one it acts on and has not recorded yet is received, as before.
+func TestDeclaredActsTellEventsLeftAloneCompleted(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	ids := publishFor(t, conn, 2, func(int) string { return "lead@example.com" })
+	acted, idle := ids[0], ids[1]
+	guards, err := conn.JS.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sub
+	s.Durable = "declared-acts" // never bound: its ack floor is 0
+	statuses := NewStatuses(conn.JS, guards)
+	env := func(id string) envelope.Envelope {
+		return envelope.Envelope{ID: id, Tenant: "acme", Type: envelope.TypeReplyReceived}
+	}
+	for _, id := range ids {
+		if rec, ok, err := statuses.OfEvent(ctx, s, env(id), 2); err != nil || ok {
+			t.Fatalf("%s before any declaration: %+v %v %v, want received", id, rec, ok, err)
+		}
+	}
+	DeclareActs(s.Name(), func(e envelope.Envelope) bool { return e.ID == acted })
+	if rec, ok, err := statuses.OfEvent(ctx, s, env(idle), 2); err != nil || !ok || rec.Status != guard.Completed {
+		t.Fatalf("the event its handler does nothing with: %+v %v %v, want completed", rec, ok, err)
+	}
+	if rec, ok, err := statuses.OfEvent(ctx, s, env(acted), 1); err != nil || ok {
+		t.Fatalf("the event it acts on, not attempted yet: %+v %v %v, want received", rec, ok, err)
 	}
 }

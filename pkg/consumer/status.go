@@ -3,20 +3,25 @@ package consumer
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/stream"
 )
 
 // Status is what sub's service has done with tenant's event id, stored at stream
 // sequence seq: its guard record, ok false when it has none (received: not attempted
-// yet). An idempotent subscription records only what is not plain success, so past its
-// consumer's ack floor an event it holds no record of — or a failure record since
-// followed by a success — is completed; above the floor (held by an event still being
-// retried) one whose derived event is stored is completed too.
+// yet). An idempotent subscription records only what is not plain success, and no
+// subscription records the events its handler does nothing with (Options.Acts), so
+// past its consumer's ack floor an event it holds no record of — or, idempotent, a
+// failure record since followed by a success — is completed; above the floor (held by
+// an event still being retried) one whose derived event an idempotent subscription
+// stored is completed too, and so is one that Statuses.OfEvent knows the handler does
+// nothing with.
 func Status(ctx context.Context, js jetstream.JetStream, guards jetstream.KeyValue, sub stream.Subscription, tenant, id string, seq uint64) (guard.Record, bool, error) {
 	return NewStatuses(js, guards).Of(ctx, sub, tenant, id, seq)
 }
@@ -38,7 +43,7 @@ func NewStatuses(js jetstream.JetStream, guards jetstream.KeyValue) *Statuses {
 // Of is Status, the consumer's ack floor read once per Statuses.
 func (s *Statuses) Of(ctx context.Context, sub stream.Subscription, tenant, id string, seq uint64) (guard.Record, bool, error) {
 	rec, ok, err := guard.Status(ctx, s.guards, sub.Name(), id)
-	if err != nil || !sub.Idempotent || rec.Status == guard.Completed || rec.Status == guard.DeadLetter {
+	if err != nil || (!sub.Idempotent && ok) || rec.Status == guard.Completed || rec.Status == guard.DeadLetter {
 		return rec, ok, err
 	}
 	floor, asked := s.floors[sub.Durable]
@@ -49,7 +54,7 @@ func (s *Statuses) Of(ctx context.Context, sub stream.Subscription, tenant, id s
 		s.floors[sub.Durable] = floor
 	}
 	done := seq > 0 && seq <= floor
-	if !done && !ok {
+	if !done && !ok && sub.Idempotent {
 		if done, err = s.derived(ctx, sub, tenant, id); err != nil {
 			return rec, ok, err
 		}
@@ -60,6 +65,28 @@ func (s *Statuses) Of(ctx context.Context, sub stream.Subscription, tenant, id s
 	}
 	return rec, ok, nil
 }
+
+// OfEvent is Of for env, completed at once where the handler declared (DeclareActs)
+// that it does nothing with env: such an event has no guard record.
+func (s *Statuses) OfEvent(ctx context.Context, sub stream.Subscription, env envelope.Envelope, seq uint64) (guard.Record, bool, error) {
+	rec, ok, err := s.Of(ctx, sub, env.Tenant, env.ID, seq)
+	if err != nil || ok {
+		return rec, ok, err
+	}
+	if f, declared := acts.Load(sub.Name()); declared && !f.(func(envelope.Envelope) bool)(env) {
+		return guard.Record{Status: guard.Completed}, true, nil
+	}
+	return rec, ok, nil
+}
+
+// acts are the services' Options.Acts by consumer name (DeclareActs), for OfEvent.
+var acts sync.Map
+
+// DeclareActs tells OfEvent which events consumer name's handler acts on (the Options.Acts
+// its service runs with): a service's package declares it when it is linked in, so
+// that whatever shows statuses in the same binary (the console, `exacto events show`)
+// knows it without running the service.
+func DeclareActs(name string, f func(envelope.Envelope) bool) { acts.Store(name, f) }
 
 // derived says whether sub's service stored the event it derives from tenant's event
 // id: its effect, made.

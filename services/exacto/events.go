@@ -55,12 +55,13 @@ func eventsCmd() *cobra.Command {
 			}
 			consumers := map[string]any{}
 			if kv, err := js.KeyValue(ctx, stream.Guards); err == nil {
+				statuses := consumer.NewStatuses(js, kv)
 				for _, sub := range stream.Subscriptions {
 					if !sub.Takes(msg.Subject) {
 						consumers[sub.Durable] = map[string]string{"status": "not_subscribed"}
 						continue
 					}
-					rec, ok, err := consumer.Status(ctx, js, kv, sub, env.Tenant, id, seq)
+					rec, ok, err := statuses.OfEvent(ctx, sub, env, seq)
 					switch {
 					case err != nil:
 						consumers[sub.Durable] = map[string]string{"error": err.Error()}

@@ -384,6 +384,11 @@ func upMemory(b *testing.B, what string, n int, load func(url string, bodies [][
 			mib(atPass), waited.Round(100*time.Millisecond), pass, drainNote, mib(rss), count("reply.classified"), count("sequence.stopped"), cpu, idleCPU, after))
 }
 
+// guardsPerReply are the guard records a reply leaves (BenchmarkUpRequests: put
+// EXACTO_GUARDS): the classifier's none (idempotent), the stopper's and the crmwriter's
+// of the reply, the crmwriter's of its classification.
+const guardsPerReply = 3
+
 // BenchmarkGuardHeap measures what a guard kept costs the process's memory: the live
 // heap (once the blocks written have dropped their caches) grows by this much per key while EXACTO_GUARDS holds it,
 // because nats-server keeps every subject of a stream in memory (its per-subject
@@ -430,6 +435,6 @@ func BenchmarkGuardHeap(b *testing.B) {
 	perKey := grown / float64(n)
 	keyLen := len(guard.Key("stopper", id(0)))
 	row("memory", "live heap per guard kept (nats-server's subject index)", fmt.Sprintf("%.0f B", perKey), fmt.Sprintf("%d B", keyLen), perKey/float64(keyLen),
-		fmt.Sprintf("guards %d to %d begun and completed (sync always), the live heap once the blocks dropped their caches; baseline: the key's length; kept as long as the stream holds the event: at 5 guards a reply (the requests row), %.0f MB of heap per million replies",
-			n, 2*n, perKey*5))
+		fmt.Sprintf("guards %d to %d begun and completed (sync always), the live heap once the blocks dropped their caches; baseline: the key's length; kept as long as the stream holds the event: at %d guards a reply (the requests row: a guard record only where a handler acts), %.0f MB of heap per million replies",
+			n, 2*n, guardsPerReply, perKey*guardsPerReply))
 }

@@ -346,6 +346,8 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 // Acts says which events the stopper acts on (what an unsigned one must first be
 // confirmed for, and what its consumer keeps a guard record of): a stop's cause, or a
 // classification that raises a label. The handler does nothing with any other.
+func init() { consumer.DeclareActs(stream.Stopper, Acts) }
+
 func Acts(env envelope.Envelope) bool {
 	if _, ok := classifiedLabel(env); ok {
 		return true
