@@ -306,8 +306,8 @@ func (d *Directory) Record(ctx context.Context, tenant string, s Seen) (Record, 
 	if tenant == "" || len(keys) == 0 {
 		return Record{}, errors.New("contacts: a tenant and an e-mail, phone or identifying id are required")
 	}
-	for range maxTries {
-		rec, err := d.record(ctx, tenant, s, keys)
+	for try := range maxTries {
+		rec, err := d.record(ctx, tenant, s, keys, try == 0)
 		if !errors.Is(err, kvstore.ErrConflict) {
 			return rec, err
 		}
@@ -344,8 +344,11 @@ type loaded struct {
 
 // record is one try of Record: read what the keys belong to, write the group they make
 // (the winner first, then each merged contact, then the keys' index), or ErrConflict
-// when someone wrote first.
-func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []string) (Record, error) {
+// when someone wrote first. A first try whose keys are linked to nobody creates the
+// contact without reading its record first: it exists only when another Record wrote
+// it and not yet its index entries, and then the create is refused (ErrConflict) and
+// the next try reads it.
+func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []string, first bool) (Record, error) {
 	groups := map[string]loaded{}
 	pointed := map[string]loaded{} // key -> its index entry (rec.ContactID = the id it names)
 	of := map[string]string{}      // key -> the contact it belongs to
@@ -396,7 +399,7 @@ func (d *Directory) record(ctx context.Context, tenant string, s Seen, keys []st
 	next.AccountID = accountID(tenant, winner, next.Emails)
 
 	cur, isCurrent := groups[winner]
-	if !isCurrent {
+	if !isCurrent && !(first && len(pointed) == 0) {
 		l, err := d.read(ctx, tenant, winner)
 		if err != nil {
 			return Record{}, err

@@ -2,6 +2,7 @@ package contacts
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -292,5 +293,37 @@ func TestRecordReadsOneContactOnce(t *testing.T) {
 	}
 	if want := 3 + 1; store.gets != want {
 		t.Fatalf("a known contact of 3 keys: %d reads, want %d (3 index entries, 1 record)", store.gets, want)
+	}
+}
+
+// A contact none of whose keys is linked yet is created without reading its record
+// first (a read each, live, of a record that is almost never there): one read per key.
+// Where another Record wrote the record and not yet its index entries, the create is
+// refused and the next try reads and merges it: nothing is lost.
+func TestRecordCreatesANewContactWithoutReadingIt(t *testing.T) {
+	ctx := context.Background()
+	store := &counting{Store: kvstore.NewMemory()}
+	d := New(store)
+	s := Seen{Email: "ana@example.com", External: map[string]string{SendingPlatformContactID: "instantly:l1"}}
+	rec, err := d.Record(ctx, "acme", s)
+	if err != nil || len(rec.Keys) != 2 {
+		t.Fatalf("%+v %v", rec, err)
+	}
+	if store.gets != 2 {
+		t.Fatalf("a new contact of 2 keys: %d reads, want 2 (its index entries)", store.gets)
+	}
+	// Another Record's write of ben's record, its index entry not written yet.
+	other := New(kvstore.NewMemory())
+	ben, err := other.Record(ctx, "acme", Seen{Email: "ben@example.com", External: map[string]string{CampaignID: "instantly:c1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(ben)
+	if _, err := store.Put(ctx, recordKey("acme", ben.ContactID), data, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Record(ctx, "acme", Seen{Email: "ben@example.com", External: map[string]string{CampaignID: "instantly:c2"}})
+	if err != nil || got.ContactID != ben.ContactID || !slices.Equal(got.External[CampaignID], []string{"instantly:c1", "instantly:c2"}) {
+		t.Fatalf("ben recorded as %+v (%v), want his record with both campaigns", got, err)
 	}
 }
