@@ -3,12 +3,12 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"exacto.dev/pkg/config"
 	"exacto.dev/pkg/consumer"
 	"exacto.dev/pkg/contacts"
+	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
 	"exacto.dev/pkg/platform/sandbox"
 	"exacto.dev/pkg/projection"
@@ -159,15 +160,21 @@ func storedSubjects(t *testing.T, js jetstream.JetStream) map[string]storedAt {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[msg.Headers().Get(jetstream.MsgIDHeader)] = storedAt{msg.Subject(), md.Sequence.Stream}
+		var env envelope.Envelope
+		if err := json.Unmarshal(msg.Data(), &env); err != nil {
+			t.Fatal(err)
+		}
+		out[msg.Headers().Get(jetstream.MsgIDHeader)] = storedAt{msg.Subject(), md.Sequence.Stream, env}
 	})
 	return out
 }
 
-// storedAt is where an event is stored: its subject and stream sequence.
+// storedAt is where an event is stored: its subject and stream sequence, and the
+// event.
 type storedAt struct {
 	subject string
 	seq     uint64
+	env     envelope.Envelope
 }
 
 // unfinishedIn checks that every stored event each consumer takes is completed, or
@@ -183,6 +190,7 @@ func unfinishedIn(t *testing.T, js jetstream.JetStream, consumers ...string) (un
 	defer func() {
 		t.Logf("%d stored events: %d (event, consumer) pairs checked, %d unfinished", len(stored), checked, unfinished)
 	}()
+	statuses := consumer.NewStatuses(js, guards)
 	for _, c := range consumers {
 		sub, ok := stream.SubscriptionOf(c)
 		if !ok {
@@ -194,7 +202,7 @@ func unfinishedIn(t *testing.T, js jetstream.JetStream, consumers ...string) (un
 				continue
 			}
 			checked++
-			rec, _, err := consumer.Status(context.Background(), js, guards, sub, strings.Split(at.subject, ".")[1], id, at.seq)
+			rec, _, err := statuses.OfEvent(context.Background(), sub, at.env, at.seq)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -261,8 +261,9 @@ func (p *pipeline) status(name, id string) guard.Record {
 	if err != nil {
 		seq = 0 // not indexed yet: nothing is completed past an ack floor
 	}
-	env, _, _ := stream.Load(context.Background(), p.conn.JS, id) // its tenant, when indexed
-	rec, _, err := consumer.Status(context.Background(), p.conn.JS, kv, sub, env.Tenant, id, seq)
+	env, _, _ := stream.Load(context.Background(), p.conn.JS, id) // when indexed
+	env.ID = id
+	rec, _, err := consumer.NewStatuses(p.conn.JS, kv).OfEvent(context.Background(), sub, env, seq)
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -386,19 +386,21 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 	}
 
 	// Every event completed in every consumer that takes it, per the guard (or, for an
-	// idempotent one, its ack floor); none dead.
+	// idempotent one, its ack floor; for one a handler does nothing with, its
+	// delivery); none dead.
 	guards, err := js.KeyValue(context.Background(), stream.Guards)
 	if err != nil {
 		t.Fatal(err)
 	}
 	retried := map[string]map[string]int{} // consumer -> last error -> records with more than one attempt
 	checked := 0
+	statuses := consumer.NewStatuses(js, guards)
 	for _, e := range events {
 		for _, sub := range stream.Subscriptions {
 			if !subscribes(sub, e.Subject) {
 				continue
 			}
-			rec, ok, err := consumer.Status(context.Background(), js, guards, sub, strings.Split(e.Subject, ".")[1], e.ID, e.Seq)
+			rec, ok, err := statuses.OfEvent(context.Background(), sub, e.Env, e.Seq)
 			checked++
 			if powerCut && err == nil && (!ok || rec.Status == guard.Completed) {
 				// A power cut may take a guard record (persisted asynchronously) with
@@ -758,6 +760,7 @@ func checkCleanLog(t *testing.T, what, out string) {
 type sigtermEvent struct {
 	Subject, ID, Type string
 	Seq               uint64
+	Env               envelope.Envelope
 }
 
 // sigtermEvents reads every event of EXACTO_EVENTS.
@@ -765,7 +768,7 @@ func sigtermEvents(t *testing.T, js jetstream.JetStream) []sigtermEvent {
 	t.Helper()
 	var out []sigtermEvent
 	eachMsg(t, js, stream.Events, func(m jetstream.Msg) {
-		var env struct{ ID, Type string }
+		var env envelope.Envelope
 		if err := json.Unmarshal(m.Data(), &env); err != nil {
 			t.Fatalf("%s: %v", m.Subject(), err)
 		}
@@ -773,7 +776,7 @@ func sigtermEvents(t *testing.T, js jetstream.JetStream) []sigtermEvent {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, sigtermEvent{Subject: m.Subject(), ID: env.ID, Type: env.Type, Seq: md.Sequence.Stream})
+		out = append(out, sigtermEvent{Subject: m.Subject(), ID: env.ID, Type: env.Type, Seq: md.Sequence.Stream, Env: env})
 	})
 	return out
 }

@@ -1277,7 +1277,7 @@ func TestErasedEventsAreLeftAlone(t *testing.T) {
 		waitFor(t, "both events handled", func() bool { return calls.get(ids[0]) == 1 && calls.get(ids[1]) == 1 })
 		kv, _ := conn.JS.KeyValue(context.Background(), stream.Guards)
 		waitFor(t, "the erased event completed", func() bool {
-			rec, _, err := Status(context.Background(), conn.JS, kv, s, "acme", erased.ID, stored.Sequence)
+			rec, _, err := NewStatuses(conn.JS, kv).OfEvent(context.Background(), s, erased, stored.Sequence)
 			return err == nil && rec.Status == guard.Completed
 		})
 		if n := calls.get(erased.ID); (n == 1) != takes {

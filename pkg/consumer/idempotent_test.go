@@ -116,9 +116,15 @@ func TestEventsTheHandlerDoesNotActOnClaimNothing(t *testing.T) {
 	if rec, ok, err := Status(ctx, conn.JS, guards, sub, "acme", acted, 0); err != nil || !ok || rec.Status != guard.Completed || rec.Attempts != 1 {
 		t.Fatalf("the event acted on is recorded as %+v %v %v", rec, ok, err)
 	}
-	// The one not acted on is completed by the ack floor that passed it (stored second).
+	// The one not acted on (stored second) is completed: past the ack floor, and, where
+	// the service declared what its handler acts on, once delivered.
 	if rec, ok, err := Status(ctx, conn.JS, guards, sub, "acme", idle, 2); err != nil || !ok || rec.Status != guard.Completed {
 		t.Fatalf("the event not acted on reads %+v %v %v past the ack floor", rec, ok, err)
+	}
+	DeclareActs(sub.Name(), func(env envelope.Envelope) bool { return env.ID == acted })
+	idleEnv := envelope.Envelope{ID: idle, Tenant: "acme", Provider: "instantly", Type: envelope.TypeReplyReceived}
+	if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, sub, idleEnv, 2); err != nil || !ok || rec.Status != guard.Completed {
+		t.Fatalf("the event not acted on reads %+v %v %v once delivered", rec, ok, err)
 	}
 	if rec, ok, _ := guard.Status(ctx, guards, sub.Durable, flaky); !ok || rec.Status != guard.Completed || rec.Attempts != 2 {
 		t.Fatalf("the success after a failure is recorded as %+v %v", rec, ok)
@@ -205,34 +211,58 @@ func TestStatusAboveTheFloorByTheDerivedEvent(t *testing.T) {
 	}
 }
 
-// Where a service declared which events its handler acts on, an event it does nothing
-// with (which has no guard record) is completed at once, not only once the ack floor
-// passes it; one it acts on and has not recorded yet is received, as before.
-func TestDeclaredActsTellEventsLeftAloneCompleted(t *testing.T) {
+// An event a service declared its handler does nothing with reads received until its
+// consumer delivered it (not completed before anyone saw it), as does one of a type the
+// consumer does not take. A dead letter reset for its replay (its record deleted) is
+// received, though long past the ack floor: the earlier version of this change read it
+// completed there (found by review).
+func TestStatusWithoutARecord(t *testing.T) {
 	conn := brokertest.Start(t, "")
 	ctx := context.Background()
 	ids := publishFor(t, conn, 2, func(int) string { return "lead@example.com" })
-	acted, idle := ids[0], ids[1]
+	dead, idle := ids[0], ids[1]
 	guards, err := conn.JS.KeyValue(ctx, stream.Guards)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sub
-	s.Durable = "declared-acts" // never bound: its ack floor is 0
-	statuses := NewStatuses(conn.JS, guards)
-	env := func(id string) envelope.Envelope {
-		return envelope.Envelope{ID: id, Tenant: "acme", Type: envelope.TypeReplyReceived}
+	env := func(id, typ string) envelope.Envelope {
+		return envelope.Envelope{ID: id, Tenant: "acme", Provider: "instantly", Type: typ}
 	}
+	s := sub
+	s.Durable = "no-record"
+	DeclareActs(s.Name(), func(e envelope.Envelope) bool { return e.ID == dead })
+	// Before the consumer delivered anything: received, both.
 	for _, id := range ids {
-		if rec, ok, err := statuses.OfEvent(ctx, s, env(id), 2); err != nil || ok {
-			t.Fatalf("%s before any declaration: %+v %v %v, want received", id, rec, ok, err)
+		if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, s, env(id, envelope.TypeReplyReceived), 2); err != nil || ok {
+			t.Fatalf("%s before its delivery: %+v %v %v, want received", id, rec, ok, err)
 		}
 	}
-	DeclareActs(s.Name(), func(e envelope.Envelope) bool { return e.ID == acted })
-	if rec, ok, err := statuses.OfEvent(ctx, s, env(idle), 2); err != nil || !ok || rec.Status != guard.Completed {
-		t.Fatalf("the event its handler does nothing with: %+v %v %v, want completed", rec, ok, err)
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		if ev.Envelope.ID == dead {
+			return retry.Permanently("hubspot", errors.New("400"))
+		}
+		return nil
+	}, func(o *Options) { o.Sub = s; o.Acts = func(e envelope.Envelope) bool { return e.ID == dead } })
+	waitFor(t, "both events settled", func() bool {
+		c, err := conn.JS.Consumer(ctx, stream.Events, s.Durable)
+		return err == nil && c.CachedInfo().AckFloor.Stream == 2
+	})
+	if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, s, env(idle, envelope.TypeReplyReceived), 2); err != nil || !ok || rec.Status != guard.Completed {
+		t.Fatalf("the event not acted on: %+v %v %v, want completed", rec, ok, err)
 	}
-	if rec, ok, err := statuses.OfEvent(ctx, s, env(acted), 1); err != nil || ok {
-		t.Fatalf("the event it acts on, not attempted yet: %+v %v %v, want received", rec, ok, err)
+	if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, s, env("ev_other", envelope.TypeEmailOpened), 2); err != nil || ok {
+		t.Fatalf("an event of a type the consumer does not take: %+v %v %v, want received", rec, ok, err)
+	}
+	if rec, _, err := Status(ctx, conn.JS, guards, s, "acme", dead, 1); err != nil || rec.Status != guard.DeadLetter {
+		t.Fatalf("the dead letter: %+v %v", rec, err)
+	}
+	if _, reset, err := guard.New(guards, s.Name(), 0).Reset(ctx, dead); err != nil || !reset {
+		t.Fatalf("reset: %v %v", reset, err)
+	}
+	if rec, ok, err := Status(ctx, conn.JS, guards, s, "acme", dead, 1); err != nil || ok {
+		t.Fatalf("Status of the dead letter reset for its replay: %+v %v %v, want received", rec, ok, err)
+	}
+	if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, s, env(dead, envelope.TypeReplyReceived), 1); err != nil || ok {
+		t.Fatalf("OfEvent of the dead letter reset for its replay: %+v %v %v, want received", rec, ok, err)
 	}
 }

@@ -140,17 +140,15 @@ func memberOf(c Contact, campaign string, rev uint64) Member {
 // same is m without its revision and count, for comparing projections built apart.
 func (m Member) same(o Member) bool { m.Rev, o.Rev, m.Views, o.Views = 0, 0, 0, 0; return m == o }
 
-// replaces reports whether m, computed from a newer or older record than cur, is to
-// replace it. A record counting its view's changes says by the count: the same count is
-// the same view (nothing to write), a lower one an older view. Without counts (a
-// replay's records, or members written before they were counted) the newer record's
-// revision does. Two projectors deriving from two revisions of one record thus never
-// put the older view back: each change of the view raised the count.
+// replaces reports whether m is to replace cur: only one computed from a newer record,
+// so that a slow projector never puts an older view back, and not when both come from
+// records that count their views' changes and show the same view at the same count
+// (nothing changed: no write). The count is what makes the skip safe: a view that went
+// away and came back has a higher count, so a member of the view in between, computed
+// from an older record, finds its place taken by a newer one. Records without counts (a
+// replay's, or one an older build wrote) are written on every newer revision, as before.
 func (m Member) replaces(cur Member) bool {
-	if m.Views != cur.Views {
-		return m.Views > cur.Views
-	}
-	return m.Views == 0 && m.Rev > cur.Rev
+	return m.Rev > cur.Rev && (m.Views == 0 || m.Views != cur.Views || !m.same(cur))
 }
 
 // memberViews are c's member views by campaign, revision aside.
@@ -459,7 +457,7 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 			return Result{}, err
 		}
 	}
-	c, rev, err := updateRecord(ctx, s.Contacts, m, back, false, "contact record", key, func(c *Contact, found bool) (bool, error) {
+	c, rev, err := updateRecord(ctx, s.Contacts, m, back, "contact record", key, func(c *Contact, found bool) (bool, error) {
 		created = !found
 		if s.held != nil { // a replay keeps no Result: the views cost more than the merge
 			var was map[string]Member
@@ -558,13 +556,13 @@ func deriveMembers(ctx context.Context, s Stores, c Contact, rev uint64) error {
 		m, back = s.held.shards, s.held.back
 	}
 	for _, campaign := range slices.Sorted(maps.Keys(c.Campaigns)) {
-		_, _, err := updateRecord(ctx, s.Campaigns, m, back, true, "campaign shard", shardKey(c.Tenant, campaign, c.ContactID), func(sh *Shard, found bool) (bool, error) {
+		_, _, err := updateRecord(ctx, s.Campaigns, m, back, "campaign shard", shardKey(c.Tenant, campaign, c.ContactID), func(sh *Shard, found bool) (bool, error) {
 			if !found {
 				sh.Tenant, sh.Campaign = c.Tenant, campaign
 			}
 			m := memberOf(c, campaign, rev)
 			if cur, ok := sh.Members[c.ContactID]; ok && !m.replaces(cur) {
-				return false, nil // the same view, or a newer one already
+				return false, nil // the same view, or one of a newer record already
 			}
 			if sh.Members == nil {
 				sh.Members = map[string]Member{}

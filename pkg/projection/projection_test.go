@@ -538,15 +538,13 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 // A campaign member is rewritten when its view changes, not on every change of its
-// contact's record: a fact that leaves the view as it was costs no shard write, nor a
-// read of the shard the projector remembers. Two
+// contact's record: a fact that leaves the view as it was costs no shard write. Two
 // projectors deriving from revisions out of order still leave the latest view, also
 // when a view comes back to an earlier one (replied, booked, cancelled: replied again),
 // which a member compared by its view alone would let the older revision overwrite.
 func TestMembersChangeWithTheirView(t *testing.T) {
 	ctx := context.Background()
-	campaigns := &countingStore{Store: NewMemory()}
-	s := Remembering(Stores{Contacts: NewMemory(), Campaigns: campaigns, Suppression: NewMemory()})
+	s := Remembering(Memories())
 	const email, campaign = "ana@northwind.example", "camp-1"
 	shard := ""
 	type step struct {
@@ -567,7 +565,6 @@ func TestMembersChangeWithTheirView(t *testing.T) {
 	var results []Result
 	lastShardRev := uint64(0)
 	for i, st := range steps {
-		campaigns.gets.Store(0)
 		res, err := Apply(ctx, s, nil, st.env)
 		if err != nil || !res.Changed {
 			t.Fatalf("step %d: changed %v, %v", i, res.Changed, err)
@@ -582,9 +579,6 @@ func TestMembersChangeWithTheirView(t *testing.T) {
 			t.Fatalf("step %d (%s): shard written %v, the view changed %v", i, st.env.Type, wrote, st.viewChange)
 		}
 		lastShardRev = rev
-		if n := campaigns.gets.Load() - 1; i > 0 && n != 0 {
-			t.Fatalf("step %d (%s): %d reads of the shard this projector remembers", i, st.env.Type, n)
-		}
 	}
 	if v1, v3 := memberOf(results[1].Contact, campaign, 0), memberOf(results[4].Contact, campaign, 0); !v1.same(v3) {
 		t.Fatalf("the cancelled meeting should leave the contact as the reply did: %+v, %+v", v1, v3)
@@ -608,5 +602,57 @@ func TestMembersChangeWithTheirView(t *testing.T) {
 		if got := sh.Members[results[4].Contact.ContactID]; !got.same(want) || got.Views != want.Views {
 			t.Fatalf("derived in order %v: member %+v, want %+v", order, got, want)
 		}
+	}
+}
+
+// A projector that remembers a shard still reads it back when its memory says there is
+// nothing to write: another process may have lowered the member meanwhile. Here the
+// recovery of a power cut elsewhere (the record applied again in another order, then
+// Repair) leaves the member at a lower count than this projector remembers; its next
+// change of the view must reach the store. (Found by review, with this test.)
+func TestMemberAfterARepairElsewhere(t *testing.T) {
+	ctx := context.Background()
+	shared := Memories()
+	b := Remembering(shared)
+	const email, campaign = "ana@northwind.example", "camp-1"
+	sent := event(0, envelope.TypeEmailSent, email, campaign, 0)
+	opened := event(1, envelope.TypeEmailOpened, email, campaign, 30*time.Second)
+	reply := event(2, envelope.TypeReplyReceived, email, campaign, time.Minute)
+	booked := event(3, envelope.TypeMeetingBooked, email, campaign, 2*time.Minute)
+	booked.Data.Meeting = &envelope.Meeting{ID: "mt-1"}
+	for _, e := range []envelope.Envelope{sent, opened, reply} { // as they came live
+		if _, err := Apply(ctx, b, nil, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := Memories() // the same events as a recovery applies them: in stream order
+	var rec Result
+	for _, e := range []envelope.Envelope{sent, reply, opened} {
+		r, err := Apply(ctx, other, nil, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec = r
+	}
+	key := ContactKey("acme", rec.Contact.ContactID)
+	data, _, _ := other.Contacts.Get(ctx, key)
+	_, rev, _ := shared.Contacts.Get(ctx, key)
+	if _, err := shared.Contacts.Put(ctx, key, data, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Repair(ctx, shared, 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Apply(ctx, b, nil, booked) // b, still running, with its memory
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, _ = shared.Campaigns.Get(ctx, shardKey("acme", campaign, res.Contact.ContactID))
+	var sh Shard
+	if err := json.Unmarshal(data, &sh); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sh.Members[res.Contact.ContactID], memberOf(res.Contact, campaign, res.Rev); !got.same(want) {
+		t.Fatalf("stored member %+v, the record's view %+v", got, want)
 	}
 }

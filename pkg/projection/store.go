@@ -33,15 +33,6 @@ func NewMemory() *Memory { return kvstore.NewMemory() }
 // the revision read, and says whether it changed anything; an unchanged value is not
 // written.
 func update(ctx context.Context, s Store, key string, merge func(old []byte, rev uint64) ([]byte, bool, error)) ([]byte, uint64, error) {
-	return updateOf(ctx, s, key, false, merge)
-}
-
-// updateOf is update; derived says that merge keeps only what is newer by its own rule
-// (a campaign member replaces one of an older view): a value that what this process
-// remembers of key leaves unchanged is left so without reading the store, since
-// whatever another projector wrote there since is as new or newer, or a fold's removal
-// of a contact merged away.
-func updateOf(ctx context.Context, s Store, key string, derived bool, merge func(old []byte, rev uint64) ([]byte, bool, error)) ([]byte, uint64, error) {
 	r, remembers := s.(*recently)
 	for try := range 50 {
 		var old []byte
@@ -57,7 +48,7 @@ func updateOf(ctx context.Context, s Store, key string, derived bool, merge func
 			}
 		}
 		next, changed, err := merge(old, rev)
-		if err == nil && !changed && fromMemory && !derived {
+		if err == nil && !changed && fromMemory {
 			// Nothing to write by what this process remembers: no write checks it, so read
 			// what the store holds (another projector may have folded the record away).
 			continue
@@ -443,13 +434,13 @@ func hold[T any](s Store, m map[string]heldRec[T], key string, r heldRec[T]) err
 // stored and its revision. With m (a replay), the record comes from m when m holds key
 // at the revision read, and merge owns it: m gives it up until the write; with back,
 // m holds it for good (write-back, above).
-func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], back, derived bool, what, key string, merge func(v *T, found bool) (bool, error)) (T, uint64, error) {
+func updateRecord[T any](ctx context.Context, s Store, m map[string]heldRec[T], back bool, what, key string, merge func(v *T, found bool) (bool, error)) (T, uint64, error) {
 	if mem, ok := s.(*Memory); ok && back {
 		return updateBack(ctx, mem, m, what, key, merge)
 	}
 	var v T
 	r, _ := s.(*recently)
-	_, rev, err := updateOf(ctx, s, key, derived, func(old []byte, rev uint64) ([]byte, bool, error) {
+	_, rev, err := update(ctx, s, key, func(old []byte, rev uint64) ([]byte, bool, error) {
 		v = *new(T)
 		if h, ok := m[key]; ok && h.rev == rev && rev != 0 {
 			v = h.v

@@ -304,15 +304,15 @@ func TestRememberedShardIsKeptDecoded(t *testing.T) {
 		}
 	}
 	for i := range 100 {
-		if _, _, err := updateRecord(ctx, r, nil, false, true, "campaign shard", key, add(fmt.Sprint("ct_", i))); err != nil {
+		if _, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, add(fmt.Sprint("ct_", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	first, _, err := updateRecord(ctx, r, nil, false, true, "campaign shard", key, add("ct_first"))
+	first, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, add("ct_first"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := updateRecord(ctx, r, nil, false, true, "campaign shard", key, add("ct_next")); err != nil {
+	if _, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, add("ct_next")); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := first.Members["ct_next"]; ok {
@@ -336,7 +336,7 @@ func TestRememberedShardIsKeptDecoded(t *testing.T) {
 	n := 0
 	updating := testing.AllocsPerRun(20, func() {
 		n++
-		if _, _, err := updateRecord(ctx, r, nil, false, true, "campaign shard", key, add(fmt.Sprint("ct_more", n))); err != nil {
+		if _, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, add(fmt.Sprint("ct_more", n))); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -40,7 +40,7 @@ type rig struct {
 	sb      *sandbox.Server
 	handle  consumer.Handler
 	clients accounts.Clients
-	stored  sync.Map // event id -> its stream sequence, for consumer.Status
+	stored  sync.Map // event id -> storedEvent, for its status
 }
 
 func newRig(t *testing.T) *rig {
@@ -125,11 +125,16 @@ func (r *rig) publish(env envelope.Envelope, msgID string) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.stored.Store(env.ID, ack.Sequence)
+	r.stored.Store(env.ID, storedEvent{env, ack.Sequence})
 }
 
-// status is the stopper's status of event id: its guard record, or completed once the
-// ack floor passed an event it keeps no record of (one it does nothing with).
+type storedEvent struct {
+	env envelope.Envelope
+	seq uint64
+}
+
+// status is the stopper's status of event id as the console tells it: its guard
+// record, or completed once delivered where the handler does nothing (no record).
 func (r *rig) status(id string) guard.Record {
 	r.t.Helper()
 	kv, err := r.conn.JS.KeyValue(context.Background(), stream.Guards)
@@ -137,9 +142,9 @@ func (r *rig) status(id string) guard.Record {
 		r.t.Fatal(err)
 	}
 	sub, _ := stream.SubscriptionOf(stream.Stopper)
-	seq, _ := r.stored.Load(id)
-	n, _ := seq.(uint64)
-	rec, _, err := consumer.Status(context.Background(), r.conn.JS, kv, sub, "acme", id, n)
+	v, _ := r.stored.Load(id)
+	st, _ := v.(storedEvent)
+	rec, _, err := consumer.NewStatuses(r.conn.JS, kv).OfEvent(context.Background(), sub, st.env, st.seq)
 	if err != nil {
 		r.t.Fatal(err)
 	}
