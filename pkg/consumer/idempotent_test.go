@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/guard"
+	"exacto.dev/pkg/privacy"
 	"exacto.dev/pkg/retry"
 	"exacto.dev/pkg/stream"
 )
@@ -264,5 +266,45 @@ func TestStatusWithoutARecord(t *testing.T) {
 	}
 	if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, s, env(dead, envelope.TypeReplyReceived), 1); err != nil || ok {
 		t.Fatalf("OfEvent of the dead letter reset for its replay: %+v %v %v, want received", rec, ok, err)
+	}
+}
+
+// An erasure writes the guards bucket anew (its entries alone, nothing of the old
+// revisions on disk) and keeps the markers of keys deleted: a dead letter reset for its
+// replay still reads received after anyone's erasure. (Found by review, with this test:
+// the rewrite had dropped the markers, and the reset letter read completed.)
+func TestAResetSurvivesAnErasure(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	ids := publishFor(t, conn, 2, func(int) string { return "lead@example.com" })
+	dead := ids[0]
+	guards, err := conn.JS.KeyValue(ctx, stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sub
+	s.Durable = "reset-erased"
+	stop := run(t, conn, func(ctx context.Context, ev Event) error {
+		if ev.Envelope.ID == dead {
+			return retry.Permanently("hubspot", errors.New("400"))
+		}
+		return nil
+	}, func(o *Options) { o.Sub = s })
+	waitFor(t, "both events settled", func() bool {
+		c, err := conn.JS.Consumer(ctx, stream.Events, s.Durable)
+		return err == nil && c.CachedInfo().AckFloor.Stream == 2
+	})
+	stop()
+	if _, reset, err := guard.New(guards, s.Name(), 0).Reset(ctx, dead); err != nil || !reset {
+		t.Fatalf("reset: %v %v", reset, err)
+	}
+	p := privacy.NewPerson("acme", "an_someone", []string{"email:someone.else@example.com"}, nil)
+	r, err := privacy.Erase(ctx, conn.JS, p)
+	if err != nil || !slices.Contains(r.Rewritten, stream.Guards) {
+		t.Fatalf("erasure: %+v %v", r, err)
+	}
+	env := envelope.Envelope{ID: dead, Tenant: "acme", Provider: "instantly", Type: envelope.TypeReplyReceived}
+	if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, s, env, 1); err != nil || ok {
+		t.Fatalf("the reset dead letter after an erasure: %+v %v %v, want received", rec, ok, err)
 	}
 }

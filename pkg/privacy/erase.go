@@ -285,6 +285,14 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}
+		var resets []string
+		if name == stream.Guards {
+			// A guard key deleted is a dead letter reset for its replay (consumer.Status
+			// tells it by the marker): the rewrite keeps the markers.
+			if resets, err = deletedKeys(ctx, kv); err != nil {
+				return fmt.Errorf("bucket %s: %w", name, err)
+			}
+		}
 		removed := 0
 		for k, v := range entries {
 			next, keep, err := p.scrubEntry(name, v)
@@ -311,6 +319,11 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 		}
 		if err := rewrite(ctx, js, kv, st, entries); err != nil {
 			return fmt.Errorf("rewrite bucket %s: %w", name, err)
+		}
+		for _, k := range resets {
+			if err := kv.Delete(ctx, k); err != nil {
+				return fmt.Errorf("bucket %s: mark %s deleted again: %w", name, k, err)
+			}
 		}
 		r.Rewritten = append(r.Rewritten, name)
 	}
@@ -368,6 +381,34 @@ func current(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, err
 				return out, nil
 			}
 			out[e.Key()] = e.Value()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// deletedKeys are the keys of kv whose last entry is a delete or purge marker.
+func deletedKeys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	deleted := map[string]bool{}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				var keys []string
+				for k, d := range deleted {
+					if d {
+						keys = append(keys, k)
+					}
+				}
+				slices.Sort(keys)
+				return keys, nil
+			}
+			deleted[e.Key()] = e.Operation() != jetstream.KeyValuePut
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
