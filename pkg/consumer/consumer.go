@@ -105,8 +105,8 @@ type Options struct {
 	// Acts, when set, tells the events the handler makes an effect of; for the others
 	// it must do nothing (log at most). Those claim nothing (no contact lease, no guard
 	// read) and their plain success has no outcome and no guard record: Status tells
-	// them completed once the ack floor passes them, Statuses.OfEvent at once where the
-	// service declared its Acts (DeclareActs). A classification the suppressor does
+	// them completed once the ack floor passes them, Statuses.OfEvent once delivered
+	// where the service declared its Acts (DeclareActs). A classification the suppressor does
 	// nothing with cost it three round trips, the guard's read and record and its
 	// outcome, then one (the record), now none.
 	Acts func(envelope.Envelope) bool

@@ -346,8 +346,6 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 // Acts says which events the stopper acts on (what an unsigned one must first be
 // confirmed for, and what its consumer keeps a guard record of): a stop's cause, or a
 // classification that raises a label. The handler does nothing with any other.
-func init() { consumer.DeclareActs(stream.Stopper, Acts) }
-
 func Acts(env envelope.Envelope) bool {
 	if _, ok := classifiedLabel(env); ok {
 		return true
@@ -355,6 +353,10 @@ func Acts(env envelope.Envelope) bool {
 	cause, _ := Cause(env)
 	return cause != ""
 }
+
+// The console and `exacto events show` tell an event Acts leaves alone by it: it has
+// no guard record (consumer.Statuses.OfEvent).
+func init() { consumer.DeclareActs(stream.Stopper, Acts) }
 
 // combine is the error of several independent effects of one event (nil when none
 // failed): transient when any is (the event is tried again, and what succeeded is

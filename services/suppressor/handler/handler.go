@@ -165,6 +165,8 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 // Acts says which events the suppressor acts on (what an unsigned one must first be
 // confirmed for, and what its consumer keeps a guard record of): those with a Reason.
 // The handler does nothing with any other.
-func init() { consumer.DeclareActs(stream.Suppressor, Acts) }
-
 func Acts(env envelope.Envelope) bool { return Reason(env) != "" }
+
+// The console and `exacto events show` tell an event Acts leaves alone by it: it has
+// no guard record (consumer.Statuses.OfEvent).
+func init() { consumer.DeclareActs(stream.Suppressor, Acts) }
