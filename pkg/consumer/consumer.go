@@ -481,7 +481,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	}()
 	var a guard.Attempt
 	r.forgotten.Anonymize(&env)
-	leftAlone := env.Rewritten() && !r.o.Sub.Forgotten // see stream.Subscription.Forgotten
+	leftAlone := leavesAlone(r.o.Sub, env)
 	if leftAlone && m.Metadata.Get(privacy.ErasedFromHeader) != "" {
 		// A copy stored in place of an event that was handled as it came (or, about a
 		// forgotten person, is never to be): that event's guard record stays as it is.
@@ -541,6 +541,13 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 	// Derived events a failed handler left are dropped here: their ids are fixed, so
 	// the next attempt's are the same events.
 	r.settle(ctx, m, env, &a, herr)
+}
+
+// leavesAlone reports whether sub's runner leaves env alone, its handler not called: an
+// event an erasure or the retention rewrote, for a service that does not take those
+// (stream.Subscription.Forgotten).
+func leavesAlone(sub stream.Subscription, env envelope.Envelope) bool {
+	return env.Rewritten() && !sub.Forgotten
 }
 
 // claim takes the contact's lease and the event's guard for an attempt: ok with the

@@ -239,16 +239,7 @@ func TestStatusWithoutARecord(t *testing.T) {
 			t.Fatalf("%s before its delivery: %+v %v %v, want received", id, rec, ok, err)
 		}
 	}
-	run(t, conn, func(ctx context.Context, ev Event) error {
-		if ev.Envelope.ID == dead {
-			return retry.Permanently("hubspot", errors.New("400"))
-		}
-		return nil
-	}, func(o *Options) { o.Sub = s; o.Acts = func(e envelope.Envelope) bool { return e.ID == dead } })
-	waitFor(t, "both events settled", func() bool {
-		c, err := conn.JS.Consumer(ctx, stream.Events, s.Durable)
-		return err == nil && c.CachedInfo().AckFloor.Stream == 2
-	})
+	deadLetterFirst(t, conn, s, dead)
 	if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, s, env(idle, envelope.TypeReplyReceived), 2); err != nil || !ok || rec.Status != guard.Completed {
 		t.Fatalf("the event not acted on: %+v %v %v, want completed", rec, ok, err)
 	}
@@ -284,17 +275,7 @@ func TestAResetSurvivesAnErasure(t *testing.T) {
 	}
 	s := sub
 	s.Durable = "reset-erased"
-	stop := run(t, conn, func(ctx context.Context, ev Event) error {
-		if ev.Envelope.ID == dead {
-			return retry.Permanently("hubspot", errors.New("400"))
-		}
-		return nil
-	}, func(o *Options) { o.Sub = s })
-	waitFor(t, "both events settled", func() bool {
-		c, err := conn.JS.Consumer(ctx, stream.Events, s.Durable)
-		return err == nil && c.CachedInfo().AckFloor.Stream == 2
-	})
-	stop()
+	deadLetterFirst(t, conn, s, dead)
 	if _, reset, err := guard.New(guards, s.Name(), 0).Reset(ctx, dead); err != nil || !reset {
 		t.Fatalf("reset: %v %v", reset, err)
 	}
@@ -307,4 +288,22 @@ func TestAResetSurvivesAnErasure(t *testing.T) {
 	if rec, ok, err := NewStatuses(conn.JS, guards).OfEvent(ctx, s, env, 1); err != nil || ok {
 		t.Fatalf("the reset dead letter after an erasure: %+v %v %v, want received", rec, ok, err)
 	}
+}
+
+// deadLetterFirst runs s over the two events stored until both are settled: dead, which
+// its handler acts on and fails for good (a dead letter), and the other, which it does
+// nothing with.
+func deadLetterFirst(t *testing.T, conn *broker.Conn, s stream.Subscription, dead string) {
+	t.Helper()
+	stop := run(t, conn, func(ctx context.Context, ev Event) error {
+		if ev.Envelope.ID == dead {
+			return retry.Permanently("hubspot", errors.New("400"))
+		}
+		return nil
+	}, func(o *Options) { o.Sub = s; o.Acts = func(e envelope.Envelope) bool { return e.ID == dead } })
+	defer stop()
+	waitFor(t, "both events settled", func() bool {
+		c, err := conn.JS.Consumer(context.Background(), stream.Events, s.Durable)
+		return err == nil && c.CachedInfo().AckFloor.Stream == 2
+	})
 }

@@ -123,7 +123,7 @@ func (s *Statuses) OfEvent(ctx context.Context, sub stream.Subscription, env env
 	if err != nil || ok || reset || sub.Idempotent {
 		return rec, ok, err
 	}
-	if leftAlone := env.Rewritten() && !sub.Forgotten; !leftAlone { // as the runner leaves it
+	if !leavesAlone(sub, env) {
 		f, declared := acts.Load(sub.Name())
 		if !declared || f.(func(envelope.Envelope) bool)(env) {
 			return rec, ok, nil

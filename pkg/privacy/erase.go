@@ -281,7 +281,7 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 		if err := finishRewrite(ctx, js, kv, st); err != nil {
 			return err
 		}
-		entries, err := current(ctx, kv)
+		entries, deleted, err := current(ctx, kv)
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}
@@ -289,9 +289,7 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 		if name == stream.Guards {
 			// A guard key deleted is a dead letter reset for its replay (consumer.Status
 			// tells it by the marker): the rewrite keeps the markers.
-			if resets, err = deletedKeys(ctx, kv); err != nil {
-				return fmt.Errorf("bucket %s: %w", name, err)
-			}
+			resets = deleted
 		}
 		removed := 0
 		for k, v := range entries {
@@ -366,58 +364,37 @@ func (p *Person) scrubEntry(bucket string, value []byte) (next []byte, keep bool
 	return nil, false, nil
 }
 
-// current reads every entry kv holds now.
-func current(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	out := map[string][]byte{}
-	for {
-		select {
-		case e := <-w.Updates():
-			if e == nil {
-				return out, nil
-			}
-			out[e.Key()] = e.Value()
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// deletedKeys are the keys of kv whose last entry is a delete or purge marker.
-func deletedKeys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+// current reads every entry kv holds now, and the keys whose last entry is a delete
+// or purge marker, sorted.
+func current(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, []string, error) {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer w.Stop()
-	deleted := map[string]bool{}
+	out, deleted := map[string][]byte{}, map[string]bool{}
 	for {
 		select {
 		case e := <-w.Updates():
 			if e == nil {
-				var keys []string
-				for k, d := range deleted {
-					if d {
-						keys = append(keys, k)
-					}
-				}
-				slices.Sort(keys)
-				return keys, nil
+				return out, slices.Sorted(maps.Keys(deleted)), nil
 			}
-			deleted[e.Key()] = e.Operation() != jetstream.KeyValuePut
+			if e.Operation() == jetstream.KeyValuePut {
+				out[e.Key()] = e.Value()
+				delete(deleted, e.Key())
+			} else {
+				delete(out, e.Key())
+				deleted[e.Key()] = true
+			}
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }
 
 // putRight makes kv hold entries where it held something else (a bucket in memory).
 func putRight(ctx context.Context, kv jetstream.KeyValue, entries map[string][]byte) error {
-	now, err := current(ctx, kv)
+	now, _, err := current(ctx, kv)
 	if err != nil {
 		return err
 	}
@@ -484,7 +461,7 @@ func finishRewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 		return err
 	}
 	if _, err := tmp.Get(ctx, complete); err == nil {
-		entries, err := current(ctx, tmp)
+		entries, _, err := current(ctx, tmp)
 		if err != nil {
 			return err
 		}

@@ -585,21 +585,13 @@ func TestMembersChangeWithTheirView(t *testing.T) {
 	}
 	want := memberOf(results[4].Contact, campaign, results[4].Rev)
 	for _, order := range [][]int{{1, 4, 3}, {4, 3, 2, 1, 0}, {0, 2, 4, 3}} {
-		out := Stores{Contacts: NewMemory(), Campaigns: NewMemory(), Suppression: NewMemory()}
+		out := Memories()
 		for _, i := range order {
 			if err := deriveMembers(ctx, out, results[i].Contact, results[i].Rev); err != nil {
 				t.Fatal(err)
 			}
 		}
-		data, _, err := out.Campaigns.Get(ctx, shard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sh Shard
-		if err := json.Unmarshal(data, &sh); err != nil {
-			t.Fatal(err)
-		}
-		if got := sh.Members[results[4].Contact.ContactID]; !got.same(want) || got.Views != want.Views {
+		if got := storedShard(t, out.Campaigns, shard).Members[results[4].Contact.ContactID]; !got.same(want) || got.Views != want.Views {
 			t.Fatalf("derived in order %v: member %+v, want %+v", order, got, want)
 		}
 	}
@@ -647,12 +639,22 @@ func TestMemberAfterARepairElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, _, _ = shared.Campaigns.Get(ctx, shardKey("acme", campaign, res.Contact.ContactID))
+	sh := storedShard(t, shared.Campaigns, shardKey("acme", campaign, res.Contact.ContactID))
+	if got, want := sh.Members[res.Contact.ContactID], memberOf(res.Contact, campaign, res.Rev); !got.same(want) {
+		t.Fatalf("stored member %+v, the record's view %+v", got, want)
+	}
+}
+
+// storedShard is the campaign shard s holds at key, decoded.
+func storedShard(t *testing.T, s Store, key string) Shard {
+	t.Helper()
+	data, _, err := s.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var sh Shard
 	if err := json.Unmarshal(data, &sh); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := sh.Members[res.Contact.ContactID], memberOf(res.Contact, campaign, res.Rev); !got.same(want) {
-		t.Fatalf("stored member %+v, the record's view %+v", got, want)
-	}
+	return sh
 }
