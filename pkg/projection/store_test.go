@@ -343,4 +343,15 @@ func TestRememberedShardIsKeptDecoded(t *testing.T) {
 	if updating >= decoding {
 		t.Fatalf("an update allocated %.0f times, decoding the shard alone %.0f: it was decoded again", updating, decoding)
 	}
+	// An update that changes nothing reads the key back (update checks a remembered no-op
+	// against the store): the revision read is the one kept, and so is its decoding.
+	unchanged := func(*Shard, bool) (bool, error) { return false, nil }
+	skipping := testing.AllocsPerRun(20, func() {
+		if _, _, err := updateRecord(ctx, r, nil, false, "campaign shard", key, unchanged); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if skipping >= decoding {
+		t.Fatalf("an update that changed nothing allocated %.0f times, decoding the shard alone %.0f: reading it back lost its decoding", skipping, decoding)
+	}
 }
