@@ -119,6 +119,9 @@ func (g *Guard) Begin(ctx context.Context, eventID string) (Attempt, error) {
 		return Attempt{}, fmt.Errorf("guard create %s: %w", key, err)
 	}
 	cur, curRev, err := g.get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) { // gone since the create (a reset): tried again
+		return Attempt{}, fmt.Errorf("guard read %s: %w", key, err)
+	}
 	if err != nil {
 		return Attempt{}, err
 	}
@@ -290,6 +293,9 @@ func (g *Guard) update(ctx context.Context, a *Attempt, rec Record) error {
 
 func (g *Guard) get(ctx context.Context, key string) (Record, uint64, error) {
 	e, err := g.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, 0, err // a new event's, the common case: callers test for it alone
+	}
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("guard read %s: %w", key, err)
 	}
