@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,13 +98,16 @@ func openLoop(url string, bodies [][]byte, header http.Header, rate int) openLoa
 // e2eRun is one path measured: the load, then each event from receipt to its derived
 // event stored.
 type e2eRun struct {
-	load        openLoad
-	lat         []time.Duration // receipt to derived event stored, per event
-	stopped     int
-	first, last time.Time // first receipt, last derived event stored
-	backlogEnd  uint64    // events stored and not yet acked by the consumer when sending ended
-	backlogPeak uint64
-	drained     time.Duration // from the end of sending until the last derived event
+	load openLoad
+	lat  []time.Duration // receipt to derived event stored, per event
+	// lat split at the event stored: receipt to stored (the gateway's part) and stored
+	// to the derived event stored (the consumer's).
+	toStored, fromStored []time.Duration
+	stopped              int
+	first, last          time.Time // first receipt, last derived event stored
+	backlogEnd           uint64    // events stored and not yet acked by the consumer when sending ended
+	backlogPeak          uint64
+	drained              time.Duration // from the end of sending until the last derived event
 }
 
 func (r e2eRun) rate() float64 { return float64(r.stopped) / r.last.Sub(r.first).Seconds() }
@@ -215,7 +219,7 @@ func runExacto(b *testing.B, fsync string, n, rate int, drainFor time.Duration) 
 	r := e2eMeasure(js, url, header, bodies, rate, stream.Stopper, stoppedSubject, drainFor)
 
 	ctx := context.Background()
-	received := map[string]time.Time{}
+	received, stored := map[string]time.Time{}, map[string]time.Time{}
 	replySubject := stream.EventSubject("demo", "instantly", envelope.TypeReplyReceived)
 	replies := int(countSubject(ctx, js, replySubject))
 	stops := int(countSubject(ctx, js, stoppedSubject))
@@ -230,7 +234,7 @@ func runExacto(b *testing.B, fsync string, n, rate int, drainFor time.Duration) 
 		}
 		switch env.Type {
 		case envelope.TypeReplyReceived:
-			received[env.ID] = env.ReceivedAt
+			received[env.ID], stored[env.ID] = env.ReceivedAt, md.Timestamp
 			if r.first.IsZero() || env.ReceivedAt.Before(r.first) {
 				r.first = env.ReceivedAt
 			}
@@ -240,6 +244,8 @@ func runExacto(b *testing.B, fsync string, n, rate int, drainFor time.Duration) 
 				b.Fatalf("sequence.stopped %s: cause %s not read before it", env.ID, env.Data.Cause)
 			}
 			r.lat = append(r.lat, md.Timestamp.Sub(from))
+			r.toStored = append(r.toStored, stored[env.Data.Cause].Sub(from))
+			r.fromStored = append(r.fromStored, md.Timestamp.Sub(stored[env.Data.Cause]))
 			r.stopped++
 			if md.Timestamp.After(r.last) {
 				r.last = md.Timestamp
@@ -271,10 +277,10 @@ func bareStamped(js jetstream.JetStream) http.Handler {
 	})
 }
 
-// bareConsumer is the baseline's stopper: a durable consumer whose workers (as many as
-// the stopper's, 2) publish one derived event per event, wait for its PubAck (and its
-// sync, where the process syncs the store), and double-ack: no guard, no lease, no
-// platform call. It runs until ctx ends.
+// bareConsumer is the baseline's stopper: a durable consumer whose two workers publish
+// one derived event per event, wait for its PubAck (and its sync, where the process
+// syncs the store), and double-ack: no guard, no lease, no platform call. It runs until
+// ctx ends.
 func bareConsumer(ctx context.Context, b *testing.B, js jetstream.JetStream) (stop func()) {
 	c, err := js.CreateOrUpdateConsumer(ctx, stream.Events, jetstream.ConsumerConfig{Durable: "bare", AckPolicy: jetstream.AckExplicitPolicy,
 		FilterSubject: bareReceived, AckWait: 30 * time.Second, MaxAckPending: 1000})
@@ -323,26 +329,36 @@ func runBare(b *testing.B, fsync string, n, rate int, drainFor time.Duration) e2
 		bodies[i] = replyBody(i, at.Add(time.Duration(i)*time.Millisecond))
 	}
 	r := e2eMeasure(conn.JS, srv.URL, http.Header{"Content-Type": {"application/json"}}, bodies, rate, "bare", bareStopped, drainFor)
-	stops := int(countSubject(ctx, conn.JS, bareStopped))
-	readAll(b, conn.JS, stops, func(m jetstream.Msg) {
+	received, stops := int(countSubject(ctx, conn.JS, bareReceived)), int(countSubject(ctx, conn.JS, bareStopped))
+	stored := map[string]time.Time{} // by Nats-Msg-Id
+	readAll(b, conn.JS, received+stops, func(m jetstream.Msg) {
 		md, err := m.Metadata()
 		if err != nil {
 			b.Fatal(err)
+		}
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		if m.Subject() == bareReceived {
+			stored[id] = md.Timestamp
+			return
 		}
 		ns, err := strconv.ParseInt(m.Headers().Get(receivedHeader), 10, 64)
 		if err != nil {
 			b.Fatal(err)
 		}
-		from := time.Unix(0, ns)
+		from, at := time.Unix(0, ns), stored[strings.TrimPrefix(id, "stopped-")]
+		if at.IsZero() {
+			b.Fatalf("%s: its event not read before it", id)
+		}
 		if r.first.IsZero() || from.Before(r.first) {
 			r.first = from
 		}
 		r.lat = append(r.lat, md.Timestamp.Sub(from))
+		r.toStored, r.fromStored = append(r.toStored, at.Sub(from)), append(r.fromStored, md.Timestamp.Sub(at))
 		r.stopped++
 		if md.Timestamp.After(r.last) {
 			r.last = md.Timestamp
 		}
-	}, bareStopped)
+	}, bareReceived, bareStopped)
 	return r
 }
 
@@ -382,6 +398,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 			rateRow("e2e", fmt.Sprintf("sequence.stopped/s at %d/s offered", rate), ex.rate(), base.rate(),
 				fmt.Sprintf("first receipt to last stop; the last stop %v after sending ended (bare %v)",
 					ex.drained.Round(100*time.Millisecond), base.drained.Round(100*time.Millisecond)))
+			split := "the row above split at the reply stored (its JetStream timestamp; the bare path's at its event stored)"
+			latencyRow("e2e", fmt.Sprintf("receipt to stored p99 at %d/s", rate), percentile(ex.toStored, 99), percentile(base.toStored, 99),
+				fmt.Sprintf("%s; p50 %s vs %s", split, ms(percentile(ex.toStored, 50)), ms(percentile(base.toStored, 50))))
+			latencyRow("e2e", fmt.Sprintf("stored to sequence.stopped p99 at %d/s", rate), percentile(ex.fromStored, 99), percentile(base.fromStored, 99),
+				fmt.Sprintf("%s; p50 %s vs %s", split, ms(percentile(ex.fromStored, 50)), ms(percentile(base.fromStored, 50))))
 			latencyRow("e2e", fmt.Sprintf("webhook answered p99 at %d/s", rate), ex.load.p99, base.load.p99,
 				fmt.Sprintf("p50 %s vs %s", ms(ex.load.p50), ms(base.load.p50)))
 			b.ReportMetric(float64(percentile(ex.lat, 99).Microseconds())/1000, "exacto_p99_ms")
