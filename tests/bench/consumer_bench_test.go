@@ -182,12 +182,13 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 	return drained{events: events, took: elapsed, cpu: cpu, sent: sent, mallocs: m1.Mallocs - m0.Mallocs, calls: called, startup: startup, before: before}
 }
 
-// rawDrains is the baseline, the median of three rawDrain runs: one takes a tenth of
-// a second, short enough for the machine's noise to move it by a third.
-func rawDrains(b *testing.B, conn *broker.Conn, n int) drained {
+// rawDrains is the baseline, the median of three rawDrain runs (each a durable of its
+// own, named from name): one takes a tenth of a second, short enough for the machine's
+// noise to move it by a third.
+func rawDrains(b *testing.B, conn *broker.Conn, name string, n int) drained {
 	runs := make([]drained, 3)
 	for i := range runs {
-		runs[i] = rawDrain(b, conn, fmt.Sprint("raw", i), n)
+		runs[i] = rawDrain(b, conn, fmt.Sprint(name, i), n)
 	}
 	slices.SortFunc(runs, func(a, b drained) int { return cmp.Compare(a.took, b.took) })
 	return runs[1]
@@ -280,21 +281,36 @@ func BenchmarkConsumers(b *testing.B) {
 		b.Fatal(err) // as the crmwriter's start makes it
 	}
 	b.ResetTimer()
-	rows := []consumerRow{{"bare JetStream consume + double ack", rawDrains(b, conn, 2*n)}}
-	rows = append(rows, consumerRow{"framework, no-op handler", drain(b, conn, sb, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})})
-	rows = append(rows, consumerRow{"classifier (classify + publish)", drain(b, conn, sb, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New())})})
-	rows = append(rows, consumerRow{"stopper (check, stop, confirm, publish)", drain(b, conn, sb, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies,
-		Handle: stopper.New(d, platforms.For, dir, nil)})})
-	rows = append(rows, consumerRow{"crmwriter (contact, note, classification)", drain(b, conn, sb, of(stream.CRMWriter), 2*n, consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),
-		Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
-			Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish})})})
-	rows = append(rows, consumerRow{"suppressor (list, tell platforms)", drain(b, conn, sb, of(stream.Suppressor), 2*n, consumer.Options{
-		Handle: suppressor.New(suppression.New(kv), platforms.For, dir)})})
+	// Each row beside a bare consume measured right before it: the machine's speed moves
+	// by a quarter within a run, and a baseline taken once at the start put the later
+	// rows on either side of their targets by that alone.
+	var rows, bases []consumerRow
+	add := func(name string, measure func() drained) {
+		bases = append(bases, consumerRow{"bare JetStream consume + double ack, right before", rawDrains(b, conn, fmt.Sprint("raw", len(rows), "-"), 2*n)})
+		rows = append(rows, consumerRow{name, measure()})
+	}
+	add("framework, no-op handler", func() drained {
+		return drain(b, conn, sb, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }})
+	})
+	add("classifier (classify + publish)", func() drained {
+		return drain(b, conn, sb, of(stream.Classifier), n, consumer.Options{Handle: classifier.New(d, classify.New())})
+	})
+	add("stopper (check, stop, confirm, publish)", func() drained {
+		return drain(b, conn, sb, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies, Handle: stopper.New(d, platforms.For, dir, nil)})
+	})
+	add("crmwriter (contact, note, classification)", func() drained {
+		return drain(b, conn, sb, of(stream.CRMWriter), 2*n, consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),
+			Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
+				Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish})})
+	})
+	add("suppressor (list, tell platforms)", func() drained {
+		return drain(b, conn, sb, of(stream.Suppressor), 2*n, consumer.Options{Handle: suppressor.New(suppression.New(kv), platforms.For, dir)})
+	})
 	b.StopTimer()
 	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
-	base := rows[0]
-	for _, r := range rows[1:] {
-		note := fmt.Sprintf("%d events, 8 workers, timed once steady (after %v and %d events); baseline: %s", r.events, r.startup.Round(time.Millisecond), r.before, base.name)
+	for i, r := range rows {
+		base := bases[i]
+		note := fmt.Sprintf("%d events, 8 workers, timed once steady (after %v and %d events); baseline: %s (%.0f events/s)", r.events, r.startup.Round(time.Millisecond), r.before, base.name, rate(base))
 		rateRow("consumers", r.name+" events/s", rate(r), rate(base), note)
 		row("consumers", r.name+": messages sent to the server per event", fmt.Sprintf("%.1f", r.per(r.sent)), fmt.Sprintf("%.1f", base.per(base.sent)), r.per(r.sent)/base.per(base.sent), note)
 		row("consumers", r.name+": allocations per event (client and server)", fmt.Sprintf("%.0f", r.per(r.mallocs)), fmt.Sprintf("%.0f", base.per(base.mallocs)), r.per(r.mallocs)/base.per(base.mallocs), note)
@@ -326,7 +342,7 @@ func BenchmarkConsumersCluster(b *testing.B) {
 	}
 	publishEvents(b, conn, n)
 	b.ResetTimer()
-	base := consumerRow{"bare JetStream consume + double ack", rawDrains(b, conn, 2*n)}
+	base := consumerRow{"bare JetStream consume + double ack", rawDrains(b, conn, "raw", 2*n)}
 	r := consumerRow{"framework, no-op handler", drainWith(b, conn, noopSub, n, consumer.Options{Handle: func(context.Context, consumer.Event) error { return nil }}, false, nil)}
 	b.StopTimer()
 	rate := func(r consumerRow) float64 { return float64(r.events) / r.took.Seconds() }
