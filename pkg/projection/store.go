@@ -169,13 +169,15 @@ func (r *recently) lookup(key string) (remembered, bool) {
 func (r *recently) remember(key string, value []byte, rev uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	keep := remembered{value: value, rev: rev}
-	if m, ok := r.lookup(key); ok && m.rev > rev {
+	m, ok := r.lookup(key)
+	if ok && m.rev > rev {
 		return // a slower read or write of an older revision
-	} else if ok && m.rev == rev {
-		// The same message (a revision is a stream sequence): its decoding holds. A
-		// skipped write reads the key back, and a shard decoded again on each was most
-		// of the projector's time in shards.
+	}
+	keep := remembered{value: value, rev: rev}
+	if ok && m.rev == rev {
+		// The same message (a revision is a stream sequence), so its decoding holds: a
+		// skipped write reads the key back, and decoding the shard again each time was
+		// most of the projector's time in shards.
 		keep.decoded = m.decoded
 	}
 	if r.size+len(value) > r.max {
