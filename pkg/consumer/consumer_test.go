@@ -1222,6 +1222,41 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	<-done
 }
 
+// A paused urgent consumer is not behind, however many of its events wait: they wait
+// for the operator, and the others must not crawl for as long as the pause lasts.
+func TestPrecedenceLeavesAPausedConsumerOut(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := conn.JS.CreateOrUpdateConsumer(ctx, stream.Events, sub.ConsumerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, conn, urgentBehind+4) // undelivered: no runner takes them
+	p := &Precedence{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		none := func() int64 { return 0 }
+		p.watch(ctx, sub.Durable, func() jetstream.Consumer { return c }, inHand{none, none}, func() (float64, bool) { return 0.1, true })
+	}()
+	waitFor(t, "behind with its events undelivered", p.Behind)
+	if _, err := conn.JS.PauseConsumer(ctx, stream.Events, sub.Durable, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "not behind once paused", func() bool { return !p.Behind() })
+	time.Sleep(3 * precedenceEvery)
+	if p.Behind() {
+		t.Fatal("behind again while paused")
+	}
+	if _, err := conn.JS.ResumeConsumer(ctx, stream.Events, sub.Durable); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "behind again once resumed", p.Behind)
+	cancel()
+	<-done
+}
+
 // coreShare tells the share of the cores the process used since its last call: its CPU
 // time over the wall time of all its cores.
 func TestCoreShareFollowsTheProcess(t *testing.T) {

@@ -117,6 +117,14 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 		if err != nil {
 			continue
 		}
+		if info.Paused {
+			// Paused (`exacto worker pause`, an erasure): its backlog waits for the
+			// operator, not for cores, and deferring the others to it would only stall
+			// them for as long as the pause lasts.
+			behind, low = false, 0
+			p.set(name, false)
+			continue
+		}
 		queued := info.NumPending + uint64(max(waiting, 0))
 		all := queued + uint64(max(handling, 0))
 		switch {
