@@ -26,7 +26,8 @@ import (
 // than urgentCaughtUp waiting for a worker and, while the cores are short, fewer than
 // that in its hands: events in hand count only while the cores are short, to fall
 // behind as to catch up (a slow platform holds the stopper's workers without using a
-// core, and must not hold the CRM back). Nothing is dropped: the deferred events wait
+// core, and must not hold the CRM back). A paused urgent consumer is never behind: its
+// backlog waits for the operator. Nothing is dropped: the deferred events wait
 // in the stream, durably. The held workers' prefetched events are held less than their
 // ack wait. The classifier defers too: a reply asking to be left alone is stopped at
 // once and suppressed after the burst (an urgent classifier slowed the stops tenfold).
