@@ -1152,22 +1152,9 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	reader := metricsReader()
 	deferredFor := func() float64 { return metricSum[float64](t, reader, "exacto_consumer_deferred_seconds", sub.Durable) }
-	conn := brokertest.Start(t, "")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c, err := conn.JS.CreateOrUpdateConsumer(ctx, stream.Events, sub.ConsumerConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var waiting, handling atomic.Int64
 	var used atomic.Uint64 // percent of the cores
-	p := &Precedence{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.watch(ctx, sub.Durable, func() jetstream.Consumer { return c }, inHand{waiting.Load, handling.Load},
-			func() (float64, bool) { return float64(used.Load()) / 100, true })
-	}()
+	p, _ := watching(t, inHand{waiting.Load, handling.Load}, func() (float64, bool) { return float64(used.Load()) / 100, true })
 	stillBehind := func(what string) {
 		t.Helper()
 		time.Sleep(caughtUpFor + 3*precedenceEvery)
@@ -1218,28 +1205,36 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	waitFor(t, "behind again", p.Behind)
 	handling.Store(urgentCaughtUp - 1)
 	caughtUp("caught up with little in hand")
-	cancel()
-	<-done
+}
+
+// watching binds sub's consumer on a server of its own and watches it for a Precedence
+// of its own, held and share standing for the process, until the test ends.
+func watching(t *testing.T, held inHand, share func() (float64, bool)) (*Precedence, *broker.Conn) {
+	t.Helper()
+	conn := brokertest.Start(t, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := conn.JS.CreateOrUpdateConsumer(ctx, stream.Events, sub.ConsumerConfig())
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	p := &Precedence{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.watch(ctx, sub.Durable, func() jetstream.Consumer { return c }, held, share)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return p, conn
 }
 
 // A paused urgent consumer is not behind, however many of its events wait: they wait
 // for the operator, and the others must not crawl for as long as the pause lasts.
 func TestPrecedenceLeavesAPausedConsumerOut(t *testing.T) {
-	conn := brokertest.Start(t, "")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c, err := conn.JS.CreateOrUpdateConsumer(ctx, stream.Events, sub.ConsumerConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	none := func() int64 { return 0 }
+	p, conn := watching(t, inHand{none, none}, func() (float64, bool) { return 0.1, true })
 	publish(t, conn, urgentBehind+4) // undelivered: no runner takes them
-	p := &Precedence{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		none := func() int64 { return 0 }
-		p.watch(ctx, sub.Durable, func() jetstream.Consumer { return c }, inHand{none, none}, func() (float64, bool) { return 0.1, true })
-	}()
+	ctx := context.Background()
 	waitFor(t, "behind with its events undelivered", p.Behind)
 	if _, err := conn.JS.PauseConsumer(ctx, stream.Events, sub.Durable, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -1253,8 +1248,6 @@ func TestPrecedenceLeavesAPausedConsumerOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "behind again once resumed", p.Behind)
-	cancel()
-	<-done
 }
 
 // coreShare tells the share of the cores the process used since its last call: its CPU
