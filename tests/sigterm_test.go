@@ -397,7 +397,7 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 	statuses := consumer.NewStatuses(js, guards)
 	for _, e := range events {
 		for _, sub := range stream.Subscriptions {
-			if !subscribes(sub, e.Subject) {
+			if sub.StreamName() != stream.Events || !sub.Takes(e.Subject) {
 				continue
 			}
 			rec, ok, err := statuses.OfEvent(context.Background(), sub, e.Env, e.Seq)
@@ -438,7 +438,7 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 	lostOutcomes := 0
 	for _, e := range events {
 		for _, sub := range stream.Subscriptions {
-			if !subscribes(sub, e.Subject) {
+			if sub.StreamName() != stream.Events || !sub.Takes(e.Subject) {
 				continue
 			}
 			switch c := completed[sub.Name()+" "+e.ID]; {
@@ -850,32 +850,6 @@ func dumpStream(t *testing.T, js jetstream.JetStream, name string) []string {
 	var out []string
 	eachMsg(t, js, name, func(m jetstream.Msg) { out = append(out, string(m.Data())) })
 	return out
-}
-
-// subscribes reports whether sub's filter takes subject.
-func subscribes(sub stream.Subscription, subject string) bool {
-	if sub.StreamName() != stream.Events {
-		return false
-	}
-	for _, f := range sub.Subjects {
-		if subjectMatch(f, subject) {
-			return true
-		}
-	}
-	return false
-}
-
-func subjectMatch(filter, subject string) bool {
-	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
-	for i, tok := range f {
-		if tok == ">" {
-			return len(s) > i
-		}
-		if i >= len(s) || (tok != "*" && tok != s[i]) {
-			return false
-		}
-	}
-	return len(f) == len(s)
 }
 
 // suppressionEntries is the suppression list by e-mail.
