@@ -138,7 +138,7 @@ type Options struct {
 }
 
 // prefetch is how many events each worker's pull asks for at a time: the next events
-// wait in the client while the worker handles one, so a pull request's round trip is
+// wait in the client while the workers are busy, so a pull request's round trip is
 // paid once per few events, not per event. When the process stops, those it buffers go
 // back to the server at once (Run: the drain passes them through Unmarshal, which naks
 // them), so a replica or the next start gets them without waiting out the ack wait. One
@@ -229,6 +229,11 @@ func Run(ctx context.Context, o Options) error {
 	ctx, stopWorkers := context.WithCancel(ctx) // ends with Run's, or when a worker cannot start
 	defer stopWorkers()
 	var wg sync.WaitGroup
+	// Each worker's subscription pulls prefetch events at a time, and every worker takes
+	// from one queue they all feed: an event waits only while every worker is busy,
+	// never behind one slow attempt while another worker is idle. An event a feeder
+	// holds when the process stops is in delivered, handed back below.
+	queue := make(chan *message.Message)
 	for range o.Workers {
 		msgs, err := sub.Subscribe(subCtx, o.Sub.StreamName())
 		if err != nil {
@@ -241,7 +246,25 @@ func Run(ctx context.Context, o Options) error {
 			sub.Close()
 			return err
 		}
-		wg.Add(1)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m, ok := <-msgs:
+					if !ok {
+						return
+					}
+					select {
+					case <-ctx.Done():
+						return
+					case queue <- m:
+					}
+				}
+			}
+		}()
 		go func() {
 			defer wg.Done()
 			// A CPU profile of the process tells each consumer's share (pprof -tagfocus).
@@ -253,10 +276,7 @@ func Run(ctx context.Context, o Options) error {
 				select {
 				case <-ctx.Done():
 					return
-				case m, ok := <-msgs:
-					if !ok {
-						return
-					}
+				case m := <-queue:
 					r.taken.Add(1)
 					r.handle(ctx, m)
 					r.handled.Add(1)
