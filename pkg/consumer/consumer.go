@@ -243,6 +243,7 @@ func Run(ctx context.Context, o Options) error {
 			r.settling.Wait()
 			r.settlers.stop()
 			r.acks.close()
+			r.handBack()
 			sub.Close()
 			return err
 		}
@@ -318,22 +319,27 @@ func Run(ctx context.Context, o Options) error {
 		close(stopCheckpoints)
 		<-checkpointsDone
 	}
-	// Events this process fetched but no worker took go back to the server now, so that
-	// another replica (or this one restarted) gets them at once, not after the ack wait:
-	// those waiting for a worker here, and those the client still buffers, which the
-	// subscriber's drain passes through Unmarshal (stopping) before it closes the
-	// connection — so wait for that.
+	// The client still buffers events, which the subscriber's drain passes through
+	// Unmarshal (stopping: handed back) before it closes the connection — so wait for that.
+	r.handBack()
+	err = sub.Close()
+	for deadline := time.Now().Add(5 * time.Second); !o.NC.IsClosed() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
+}
+
+// handBack makes every event this process fetched and no worker took go back to the
+// server now, so that another replica (or this one restarted) gets it at once, not
+// after the ack wait: those waiting for a worker here (a feeder's included), and from
+// now on those Unmarshal is given (stopping).
+func (r *runner) handBack() {
 	r.stopping.Store(true)
 	r.delivered.Range(func(k, v any) bool {
 		v.(jetstream.Msg).Nak()
 		r.delivered.Delete(k)
 		return true
 	})
-	err = sub.Close()
-	for deadline := time.Now().Add(5 * time.Second); !o.NC.IsClosed() && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	return err
 }
 
 type runner struct {
@@ -365,8 +371,8 @@ type runner struct {
 	// their record is written: another copy of the event waits meanwhile.
 	unclaimed sync.Map
 	// received and taken count the deliveries to this process and those a worker took:
-	// the difference waits in the client; handled those a worker is done with
-	// (Precedence).
+	// the difference waits in the client or a feeder; handled those a worker is done
+	// with (Precedence).
 	received, taken, handled atomic.Int64
 }
 

@@ -39,8 +39,9 @@ import (
 // on at the first calm read. Since the workers take from one queue (Run), an event
 // waits only while every worker is busy, so fewer wait than when each waited behind
 // its own worker's attempt: at 16 the others deferred about a sixth less, and the
-// stops were slower for it; at 8 the p99 was 36 to 47 ms, p50 2.7 to 3.4 ms, against
-// 59 to 62 and 3.4 to 7.5 at 16 before the queue ("One queue per consumer").
+// stops were slower for it; at 8 the p99 was 36 to 47 ms in six runs of seven (one
+// 116 ms), p50 2.7 to 3.4 ms, against 51 to 63 and 3.4 to 10.5 at 16 before the queue
+// ("One queue per consumer").
 const (
 	urgentBehind   = 8
 	urgentCaughtUp = 4
@@ -83,8 +84,9 @@ func (p *Precedence) set(name string, behind bool) {
 }
 
 // inHand is what an urgent runner holds in this process: events delivered to it that
-// no worker has taken yet (waiting: the workers' prefetched events, up to a hundred and
-// more, which the server counts as delivered), and those its workers handle now.
+// no worker has taken yet (waiting: what its subscriptions handed over and no worker
+// took, up to two a worker, which the server counts as delivered), and those its
+// workers handle now.
 type inHand struct{ waiting, handling func() int64 }
 
 // watch reads c's backlog every precedenceEvery until ctx ends and tells p whether
