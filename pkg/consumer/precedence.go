@@ -40,8 +40,9 @@ import (
 // waits only while every worker is busy, so fewer wait than when each waited behind
 // its own worker's attempt: at 16 the others deferred about a sixth less, and the
 // stops were slower for it; at 8 the p99 was 36 to 47 ms in six runs of seven (one
-// 116 ms), p50 2.7 to 3.4 ms, against 51 to 63 and 3.4 to 10.5 at 16 before the queue
-// ("One queue per consumer").
+// 116 ms), p50 2.7 to 3.4 ms, against 51 to 63 and 3.4 to 10.5 at 16 before the queue,
+// over 10 s of load; over 30 s, with the stopper behind nearly all of it either way,
+// no change ("One queue per consumer").
 const (
 	urgentBehind   = 8
 	urgentCaughtUp = 4
