@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -216,16 +215,9 @@ func runExacto(b *testing.B, fsync string, n, rate int, drainFor, platformLatenc
 	u := startUp(b, []string{"EXACTO_NATS_SYNC=" + fsync})
 	defer u.stop()
 	bodies := fsyncBodies(b, u.addr(3), 0, n)
-	if platformLatency > 0 {
-		fault, _ := json.Marshal(sandbox.ControlFaultRequest{Route: "instantly", Fault: sandbox.ControlFault{Latency: platformLatency.String()}})
-		resp, err := http.Post("http://"+u.addr(3)+sandbox.ControlFaults, "application/json", bytes.NewReader(fault))
-		if err != nil {
-			b.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("sandbox latency fault: %s", resp.Status)
-		}
+	if platformLatency > 0 && !sandboxControl(b, u.addr(3), sandbox.ControlFaults,
+		sandbox.ControlFaultRequest{Route: "instantly", Fault: sandbox.ControlFault{Latency: platformLatency.String()}}) {
+		b.FailNow()
 	}
 	js := u.js(b)
 	url := "http://" + u.addr(0) + "/hooks/instantly/demo-instantly-token"

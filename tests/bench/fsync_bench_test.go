@@ -151,22 +151,9 @@ func fsyncBodies(b *testing.B, addr string, from, count int) [][]byte {
 		emails[i] = e2eLead(from + i)
 		bodies[i] = replyBody(from+i, at)
 	}
-	control := func(path string, v any) {
-		data, _ := json.Marshal(v)
-		resp, err := http.Post("http://"+addr+path, "application/json", bytes.NewReader(data))
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Errorf("sandbox %s: %s", path, resp.Status)
-		}
-	}
 	for len(emails) > 0 { // ten thousand a request: the sandbox reads bodies of up to 1 MiB
 		n := min(len(emails), 10000)
-		control(sandbox.ControlLeads, sandbox.ControlLeadsRequest{Campaign: e2eCampaign, Emails: emails[:n]})
+		sandboxControl(b, addr, sandbox.ControlLeads, sandbox.ControlLeadsRequest{Campaign: e2eCampaign, Emails: emails[:n]})
 		emails = emails[n:]
 	}
 	if b.Failed() {
@@ -178,7 +165,7 @@ func fsyncBodies(b *testing.B, addr string, from, count int) [][]byte {
 	for range 8 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(bodies); i = int(next.Add(1)) - 1 {
-				control(sandbox.ControlHappened, sandbox.ControlHappenedRequest{Provider: "instantly", Body: bodies[i]})
+				sandboxControl(b, addr, sandbox.ControlHappened, sandbox.ControlHappenedRequest{Provider: "instantly", Body: bodies[i]})
 			}
 		})
 	}
@@ -187,6 +174,24 @@ func fsyncBodies(b *testing.B, addr string, from, count int) [][]byte {
 		b.FailNow()
 	}
 	return bodies
+}
+
+// sandboxControl posts v to the control path of the sandbox at addr; it reports whether
+// the sandbox took it (each failure an error of b's).
+func sandboxControl(b testing.TB, addr, path string, v any) bool {
+	data, _ := json.Marshal(v)
+	resp, err := http.Post("http://"+addr+path, "application/json", bytes.NewReader(data))
+	if err != nil {
+		b.Error(err)
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Errorf("sandbox %s: %s", path, resp.Status)
+		return false
+	}
+	return true
 }
 
 // sendAll posts every body once from senders concurrent senders; it returns how many
