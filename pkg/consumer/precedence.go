@@ -36,15 +36,13 @@ import (
 // receipt to sequence.stopped had a p99 of 160 to 477 ms, p50 62 to 78 ms, when only
 // the events waiting for a worker counted (the others seldom deferred); 79 to 130 ms,
 // p50 4.5 to 12 ms, as it is now; 119 to 162 ms, p50 32 to 46 ms, with the others going
-// on at the first calm read. Since the workers take from one queue (Run), an event
-// waits only while every worker is busy, so fewer wait than when each waited behind
-// its own worker's attempt: at 16 the others deferred about a sixth less, and the
-// stops were slower for it; at 8 the p99 was 36 to 47 ms in six runs of seven (one
-// 116 ms), p50 2.7 to 3.4 ms, against 51 to 63 and 3.4 to 10.5 at 16 before the queue,
-// over 10 s of load; over 30 s, with the stopper behind nearly all of it either way,
-// no change ("One queue per consumer").
+// on at the first calm read. Since the workers take from one queue (Run), fewer wait:
+// 8 gave a lower p99 over 10 s of load (none over 30 s), but it also called a stopper
+// behind whose four workers a platform's timeouts held with ten events, and the CRM
+// crawled for it (TestChaosDependencyFaults failed two runs of three): 16 it stays
+// ("One queue per consumer").
 const (
-	urgentBehind   = 8
+	urgentBehind   = 16
 	urgentCaughtUp = 4
 	deferredPace   = 5 * time.Second
 	// precedenceEvery is how often an urgent runner reads its consumer's backlog.
