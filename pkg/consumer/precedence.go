@@ -36,11 +36,7 @@ import (
 // receipt to sequence.stopped had a p99 of 160 to 477 ms, p50 62 to 78 ms, when only
 // the events waiting for a worker counted (the others seldom deferred); 79 to 130 ms,
 // p50 4.5 to 12 ms, as it is now; 119 to 162 ms, p50 32 to 46 ms, with the others going
-// on at the first calm read. Since the workers take from one queue (Run), fewer wait:
-// 8 gave a lower p99 over 10 s of load (none over 30 s), but it also called a stopper
-// behind whose four workers a platform's timeouts held with ten events, and the CRM
-// crawled for it (TestChaosDependencyFaults failed two runs of three): 16 it stays
-// ("One queue per consumer").
+// on at the first calm read.
 const (
 	urgentBehind   = 16
 	urgentCaughtUp = 4
@@ -83,9 +79,8 @@ func (p *Precedence) set(name string, behind bool) {
 }
 
 // inHand is what an urgent runner holds in this process: events delivered to it that
-// no worker has taken yet (waiting: what its subscriptions handed over and no worker
-// took, up to two a worker, which the server counts as delivered), and those its
-// workers handle now.
+// no worker has taken yet (waiting: the workers' prefetched events, up to a hundred and
+// more, which the server counts as delivered), and those its workers handle now.
 type inHand struct{ waiting, handling func() int64 }
 
 // watch reads c's backlog every precedenceEvery until ctx ends and tells p whether
