@@ -277,6 +277,7 @@ func Run(ctx context.Context, o Options) error {
 			}, inHand{
 				waiting:  func() int64 { return r.received.Load() - r.taken.Load() },
 				handling: func() int64 { return r.taken.Load() - r.handled.Load() },
+				finished: r.finished.Load,
 			}, coreShare())
 		}()
 		defer func() { stopWatch(); <-watched }()
@@ -345,9 +346,10 @@ type runner struct {
 	// their record is written: another copy of the event waits meanwhile.
 	unclaimed sync.Map
 	// received and taken count the deliveries to this process and those a worker took:
-	// the difference waits in the client; handled those a worker is done with
-	// (Precedence).
-	received, taken, handled atomic.Int64
+	// the difference waits in the client; handled those a worker is done with; finished
+	// the attempts whose handler made its effect or failed for good, not for its
+	// dependency (Precedence).
+	received, taken, handled, finished atomic.Int64
 }
 
 // bind creates or updates the service's durable consumer from the topology (each
@@ -488,7 +490,8 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		r.ack(ctx, m)
 		return
 	}
-	if r.o.Sub.Idempotent || leftAlone || (r.o.Acts != nil && !r.o.Acts(env)) {
+	acts := !leftAlone && (r.o.Acts == nil || r.o.Acts(env))
+	if r.o.Sub.Idempotent || !acts {
 		a = r.guard.Assume(env.ID, delivered) // nothing to claim
 	} else {
 		claimed, rel, ok := r.claim(ctx, stopping, m, env)
@@ -509,6 +512,9 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		herr = r.call(hctx, ev)
 	}
 	hcancel()
+	if acts && (herr == nil || retry.Of(herr).Class == retry.Permanent) {
+		r.finished.Add(1) // its platforms answer (Precedence)
+	}
 	if herr == nil {
 		// The effect is made; its derived events (if any) are being committed with
 		// others'. The attempt is settled (the contact released, the guard completed,

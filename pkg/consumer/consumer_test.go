@@ -1152,9 +1152,10 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	reader := metricsReader()
 	deferredFor := func() float64 { return metricSum[float64](t, reader, "exacto_consumer_deferred_seconds", sub.Durable) }
-	var waiting, handling atomic.Int64
-	var used atomic.Uint64 // percent of the cores
-	p, _ := watching(t, inHand{waiting.Load, handling.Load}, func() (float64, bool) { return float64(used.Load()) / 100, true })
+	var waiting, handling, done atomic.Int64
+	var used atomic.Uint64                             // percent of the cores
+	progressing := func() int64 { return done.Add(1) } // its workers finish events all the time
+	p, _ := watching(t, inHand{waiting.Load, handling.Load, progressing}, func() (float64, bool) { return float64(used.Load()) / 100, true })
 	stillBehind := func(what string) {
 		t.Helper()
 		time.Sleep(caughtUpFor + 3*precedenceEvery)
@@ -1171,6 +1172,7 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 		}
 	}
 
+	used.Store(50)                  // the cores in use, not short
 	waiting.Store(urgentBehind + 1) // nothing undelivered: all of it prefetched here
 	waitFor(t, "behind", p.Behind)
 	waiting.Store(urgentBehind / 2)
@@ -1207,6 +1209,103 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	caughtUp("caught up with little in hand")
 }
 
+// An urgent consumer whose events wait is not behind while deferring the others would
+// give it nothing: while the process leaves its cores idle, or while its workers hold
+// events and finish none (a platform down, a breaker open, a Retry-After).
+func TestPrecedenceLeavesOutWhatDeferringCannotHelp(t *testing.T) {
+	var waiting, handling, done atomic.Int64
+	var used atomic.Uint64 // percent of the cores
+	var stuck atomic.Bool  // its workers finish nothing
+	finished := func() int64 {
+		if stuck.Load() {
+			return done.Load()
+		}
+		return done.Add(1)
+	}
+	p, _ := watching(t, inHand{waiting.Load, handling.Load, finished}, func() (float64, bool) { return float64(used.Load()) / 100, true })
+	notBehind := func(what string) {
+		t.Helper()
+		for range 3 * int(caughtUpFor/precedenceEvery) / 2 {
+			if p.Behind() {
+				t.Fatalf("behind %s", what)
+			}
+			time.Sleep(precedenceEvery)
+		}
+	}
+
+	waiting.Store(urgentBehind + 1)
+	handling.Store(urgentCaughtUp)
+	used.Store(10)
+	notBehind("with its events waiting while the cores are idle")
+	used.Store(50) // in use, not short: what waits is the cores' doing
+	waitFor(t, "behind once the cores are in use", p.Behind)
+	used.Store(10)
+	calm := time.Now()
+	waitFor(t, "caught up once the cores are idle", func() bool { return !p.Behind() })
+	if d := time.Since(calm); d < caughtUpFor-2*precedenceEvery {
+		t.Fatalf("caught up %v after the cores went idle, want %v of idle first", d, caughtUpFor)
+	}
+
+	used.Store(90)
+	waitFor(t, "behind again with the cores busy", p.Behind)
+	stuck.Store(true) // its platform stops answering: its workers hold what they took
+	stalled := time.Now()
+	waitFor(t, "not behind once its workers finish nothing", func() bool { return !p.Behind() })
+	if d := time.Since(stalled); d < 2*caughtUpFor-3*precedenceEvery {
+		t.Fatalf("not behind %v after its workers stalled, want a second stalled and a second more", d)
+	}
+	notBehind("while its workers finish nothing, however busy the cores")
+	stuck.Store(false)
+	waitFor(t, "behind again once its workers finish events", p.Behind)
+	handling.Store(0) // none in hand: nothing to finish, nothing stalled
+	stuck.Store(true)
+	time.Sleep(caughtUpFor + 5*precedenceEvery)
+	if !p.Behind() {
+		t.Fatal("caught up with nothing in hand to finish and more than a few waiting on busy cores")
+	}
+}
+
+// A platform down holds the urgent consumer's workers without using a core (each waits
+// for the breaker with the event it took): the others go on at full speed meanwhile,
+// not one event per deferredPace per worker for as long as the outage lasts.
+func TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	urgent := sub
+	urgent.Durable, urgent.Urgent, urgent.AckWait, urgent.MaxDeliver = "testurgent", true, 30*time.Second, 10
+	var p Precedence
+	const n = 5 * (1 + prefetch) * 4 // four urgent workers hold one event each, and their pulls more
+	publish(t, conn, n)
+	var calls atomic.Int64
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		return ev.Call(ctx, "instantly", func(context.Context) error {
+			calls.Add(1)
+			return retry.Transiently("instantly", errors.New("503 service unavailable"))
+		})
+	}, func(o *Options) {
+		o.Sub, o.Workers, o.Precedence = urgent, 4, &p
+		o.Dependencies, o.Breakers = On("instantly"), NewBreakers(time.Minute, 3)
+	})
+	waitFor(t, "the breaker open", func() bool { return calls.Load() >= 3 })
+	time.Sleep(2*caughtUpFor + 3*precedenceEvery) // the platform down for a while
+	if p.Behind() {
+		t.Fatal("behind while its platform holds its workers")
+	}
+	var handled atomic.Int64
+	var deferred atomic.Bool
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		handled.Add(1)
+		return nil
+	}, func(o *Options) { o.Workers, o.Precedence = 2, &p })
+	// Deferred, its two workers would take one event each per deferredPace: minutes.
+	waitFor(t, "the other consumer's events handled", func() bool {
+		deferred.Store(deferred.Load() || p.Behind())
+		return handled.Load() == n
+	})
+	if deferred.Load() {
+		t.Fatal("the others deferred to an urgent consumer its platform holds")
+	}
+}
+
 // watching binds sub's consumer on a server of its own and watches it for a Precedence
 // of its own, held and share standing for the process, until the test ends.
 func watching(t *testing.T, held inHand, share func() (float64, bool)) (*Precedence, *broker.Conn) {
@@ -1232,7 +1331,7 @@ func watching(t *testing.T, held inHand, share func() (float64, bool)) (*Precede
 // for the operator, and the others must not crawl for as long as the pause lasts.
 func TestPrecedenceLeavesAPausedConsumerOut(t *testing.T) {
 	none := func() int64 { return 0 }
-	p, conn := watching(t, inHand{none, none}, func() (float64, bool) { return 0.1, true })
+	p, conn := watching(t, inHand{none, none, none}, func() (float64, bool) { return 0.5, true })
 	publish(t, conn, urgentBehind+4) // undelivered: no runner takes them
 	ctx := context.Background()
 	waitFor(t, "behind with its events undelivered", p.Behind)

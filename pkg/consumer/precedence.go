@@ -26,10 +26,16 @@ import (
 // than urgentCaughtUp waiting for a worker and, while the cores are short, fewer than
 // that in its hands: events in hand count only while the cores are short, to fall
 // behind as to catch up (a slow platform holds the stopper's workers without using a
-// core, and must not hold the CRM back). A paused urgent consumer is never behind: its
-// backlog waits for the operator. Nothing is dropped: the deferred events wait
-// in the stream, durably. The held workers' prefetched events are held less than their
-// ack wait. The classifier defers too: a reply asking to be left alone is stopped at
+// core, and must not hold the CRM back). Nor is an urgent consumer behind, however many
+// of its events wait, while deferring the others would give it nothing: while the
+// process leaves most of its cores idle (under idleShare), or while its platforms hold
+// it (its workers hold events and no attempt has got through for caughtUpFor: a
+// platform down, its breaker open, a Retry-After). Else an Instantly outage would make
+// the classifier, the CRM writer and the projector crawl for as long as it lasts
+// (TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack). A paused urgent consumer is
+// never behind: its backlog waits for the operator. Nothing is dropped: the deferred
+// events wait in the stream, durably. The held workers' prefetched events are held
+// less than their ack wait. The classifier defers too: a reply asking to be left alone is stopped at
 // once and suppressed after the burst (an urgent classifier slowed the stops tenfold).
 //
 // At 500 replies/s (BenchmarkEndToEnd; docs/performance.md "Precedence by the cores")
@@ -44,8 +50,11 @@ const (
 	// precedenceEvery is how often an urgent runner reads its consumer's backlog.
 	precedenceEvery = 100 * time.Millisecond
 	// busyShare is the share of the process's cores (GOMAXPROCS), used over the last
-	// precedenceEvery, from which the cores are short.
+	// precedenceEvery, from which the cores are short; under idleShare they are idle.
+	// At 500 replies/s on two cores the process used half of them and more with the
+	// others deferred (docs/performance.md, Memory "The same replies at 200/s").
 	busyShare = 0.75
+	idleShare = 0.25
 	// caughtUpFor is how long, read after read, an urgent consumer must be found caught
 	// up before the others go on: they would take the cores back at once.
 	caughtUpFor = time.Second
@@ -80,8 +89,10 @@ func (p *Precedence) set(name string, behind bool) {
 
 // inHand is what an urgent runner holds in this process: events delivered to it that
 // no worker has taken yet (waiting: the workers' prefetched events, up to a hundred and
-// more, which the server counts as delivered), and those its workers handle now.
-type inHand struct{ waiting, handling func() int64 }
+// more, which the server counts as delivered), and those its workers handle now;
+// finished counts the attempts its handler got through (an effect made, or a
+// permanent failure), which a platform that does not answer stops.
+type inHand struct{ waiting, handling, finished func() int64 }
 
 // watch reads c's backlog every precedenceEvery until ctx ends and tells p whether
 // urgent consumer name is behind (with hysteresis), share being the process's use of
@@ -94,6 +105,7 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 	at := metric.WithAttributes(attribute.String("consumer", name))
 	deferred.Add(ctx, 0, at) // seen at 0 from the start: an alert on its rate works at once
 	last := time.Now()
+	seen, progressed := held.finished(), last // the last count of finished, and when it moved
 	for {
 		select {
 		case <-ctx.Done():
@@ -106,12 +118,16 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 		}
 		last = now
 		used, known := share()
-		busy := known && used >= busyShare
+		busy, idle := known && used >= busyShare, known && used < idleShare
 		cons := c()
 		if cons == nil {
 			continue
 		}
 		waiting, handling := held.waiting(), held.handling() // as the cores were used
+		if n := held.finished(); n != seen || handling <= 0 {
+			seen, progressed = n, now
+		}
+		stalled := now.Sub(progressed) >= caughtUpFor // its platforms hold it, not the cores
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		info, err := cons.Info(rctx)
 		cancel()
@@ -129,6 +145,12 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 		queued := info.NumPending + uint64(max(waiting, 0))
 		all := queued + uint64(max(handling, 0))
 		switch {
+		case stalled || idle:
+			// Deferring the others would give it nothing; a moment's calm is not this
+			// (a second of reads in a row, as for catching up).
+			if low++; time.Duration(low)*precedenceEvery >= caughtUpFor {
+				behind = false
+			}
 		case queued > urgentBehind, busy && all > urgentBehind:
 			behind, low = true, 0
 		case queued < urgentCaughtUp && (all < urgentCaughtUp || !busy):
