@@ -138,7 +138,7 @@ type Options struct {
 }
 
 // prefetch is how many events each worker's pull asks for at a time: the next events
-// wait in the client while the worker handles one, so a pull request's round trip is
+// wait in the client while the workers are busy, so a pull request's round trip is
 // paid once per few events, not per event. When the process stops, those it buffers go
 // back to the server at once (Run: the drain passes them through Unmarshal, which naks
 // them), so a replica or the next start gets them without waiting out the ack wait. One
@@ -229,6 +229,11 @@ func Run(ctx context.Context, o Options) error {
 	ctx, stopWorkers := context.WithCancel(ctx) // ends with Run's, or when a worker cannot start
 	defer stopWorkers()
 	var wg sync.WaitGroup
+	// Each worker's subscription pulls prefetch events at a time, and every worker takes
+	// from one queue they all feed: an event waits only while every worker is busy,
+	// never behind one slow attempt while another worker is idle. An event a feeder
+	// holds when the process stops is in delivered, handed back below.
+	queue := make(chan *message.Message)
 	for range o.Workers {
 		msgs, err := sub.Subscribe(subCtx, o.Sub.StreamName())
 		if err != nil {
@@ -238,10 +243,29 @@ func Run(ctx context.Context, o Options) error {
 			r.settling.Wait()
 			r.settlers.stop()
 			r.acks.close()
+			r.handBack()
 			sub.Close()
 			return err
 		}
-		wg.Add(1)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m, ok := <-msgs:
+					if !ok {
+						return
+					}
+					select {
+					case <-ctx.Done():
+						return
+					case queue <- m:
+					}
+				}
+			}
+		}()
 		go func() {
 			defer wg.Done()
 			// A CPU profile of the process tells each consumer's share (pprof -tagfocus).
@@ -253,10 +277,7 @@ func Run(ctx context.Context, o Options) error {
 				select {
 				case <-ctx.Done():
 					return
-				case m, ok := <-msgs:
-					if !ok {
-						return
-					}
+				case m := <-queue:
 					r.taken.Add(1)
 					r.handle(ctx, m)
 					r.handled.Add(1)
@@ -299,22 +320,27 @@ func Run(ctx context.Context, o Options) error {
 		close(stopCheckpoints)
 		<-checkpointsDone
 	}
-	// Events this process fetched but no worker took go back to the server now, so that
-	// another replica (or this one restarted) gets them at once, not after the ack wait:
-	// those waiting for a worker here, and those the client still buffers, which the
-	// subscriber's drain passes through Unmarshal (stopping) before it closes the
-	// connection — so wait for that.
+	// The client still buffers events, which the subscriber's drain passes through
+	// Unmarshal (stopping: handed back) before it closes the connection — so wait for that.
+	r.handBack()
+	err = sub.Close()
+	for deadline := time.Now().Add(5 * time.Second); !o.NC.IsClosed() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
+}
+
+// handBack makes every event this process fetched and no worker took go back to the
+// server now, so that another replica (or this one restarted) gets it at once, not
+// after the ack wait: those waiting for a worker here (a feeder's included), and from
+// now on those Unmarshal is given (stopping).
+func (r *runner) handBack() {
 	r.stopping.Store(true)
 	r.delivered.Range(func(k, v any) bool {
 		v.(jetstream.Msg).Nak()
 		r.delivered.Delete(k)
 		return true
 	})
-	err = sub.Close()
-	for deadline := time.Now().Add(5 * time.Second); !o.NC.IsClosed() && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	return err
 }
 
 type runner struct {
@@ -346,9 +372,9 @@ type runner struct {
 	// their record is written: another copy of the event waits meanwhile.
 	unclaimed sync.Map
 	// received and taken count the deliveries to this process and those a worker took:
-	// the difference waits in the client; handled those a worker is done with; finished
-	// the attempts whose handler made its effect or failed for good, not for its
-	// dependency (Precedence).
+	// the difference waits in the client or a feeder; handled those a worker is done
+	// with; finished the attempts whose handler made its effect or failed for good, not
+	// for its dependency (Precedence).
 	received, taken, handled, finished atomic.Int64
 }
 

@@ -88,8 +88,9 @@ func (p *Precedence) set(name string, behind bool) {
 }
 
 // inHand is what an urgent runner holds in this process: events delivered to it that
-// no worker has taken yet (waiting: the workers' prefetched events, up to a hundred and
-// more, which the server counts as delivered), and those its workers handle now;
+// no worker has taken yet (waiting: what its subscriptions handed over and no worker
+// took, up to two a worker, which the server counts as delivered), and those its
+// workers handle now;
 // finished counts the attempts its handler got through (an effect made, or a
 // permanent failure), which a platform that does not answer stops.
 type inHand struct{ waiting, handling, finished func() int64 }
