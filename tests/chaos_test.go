@@ -565,10 +565,16 @@ func TestChaosDependencyFaults(t *testing.T) {
 		}
 		t.Logf("%s: %d replies retried, %d dead letters", c, retried, len(dl))
 	}
+	faultedNotes := 0
 	for r, f := range faults {
-		if got := p.sb.Requests(r); got <= f.Count {
+		if slices.Contains(notes, r) {
+			faultedNotes += min(p.sb.Requests(r), f.Count)
+		} else if got := p.sb.Requests(r); got <= f.Count {
 			t.Errorf("%s: %d requests, none after its %d faulted ones", r, got, f.Count)
 		}
+	}
+	if got := p.sb.NoteWrites(); got <= faultedNotes {
+		t.Errorf("note writes: %d requests, none after the %d faulted ones", got, faultedNotes)
 	}
 	// After each 429, only requests already under way reach its route before its
 	// Retry-After has passed.

@@ -68,10 +68,17 @@ func (ev Event) Call(ctx context.Context, dep string, fn func(ctx context.Contex
 	if ev.pacer == nil { // an Event built by hand, outside a runner (tests)
 		return fn(ctx)
 	}
-	if err := ev.pacer.Wait(ctx, dep); err != nil {
+	if ev.runner != nil {
+		ev.runner.gated.Add(1) // a Retry-After holds it, not the cores (Precedence)
+	}
+	err := ev.pacer.Wait(ctx, dep)
+	if ev.runner != nil {
+		ev.runner.gated.Add(-1)
+	}
+	if err != nil {
 		return retry.Transiently(dep, err)
 	}
-	err := ev.breakers.call(dep, func() error { return fn(ctx) })
+	err = ev.breakers.call(dep, func() error { return fn(ctx) })
 	if errors.Is(err, errRefused) {
 		// The breaker opened between the runner's check and this call.
 		return retry.Transiently(dep, err)
@@ -298,7 +305,7 @@ func Run(ctx context.Context, o Options) error {
 			}, inHand{
 				waiting:  func() int64 { return r.received.Load() - r.taken.Load() },
 				handling: func() int64 { return r.taken.Load() - r.handled.Load() },
-				finished: r.finished.Load,
+				gated:    r.gated.Load,
 			}, coreShare())
 		}()
 		defer func() { stopWatch(); <-watched }()
@@ -373,9 +380,9 @@ type runner struct {
 	unclaimed sync.Map
 	// received and taken count the deliveries to this process and those a worker took:
 	// the difference waits in the client or a feeder; handled those a worker is done
-	// with; finished the attempts whose handler made its effect or failed for good, not
-	// for its dependency (Precedence).
-	received, taken, handled, finished atomic.Int64
+	// with; gated those a worker holds at a dependency's gate, its breaker open or its
+	// Retry-After not passed (Precedence).
+	received, taken, handled, gated atomic.Int64
 }
 
 // bind creates or updates the service's durable consumer from the topology (each
@@ -437,6 +444,9 @@ func (u withMetadata) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
 	}
 	u.delivered.Store(m, msg)
 	u.received.Add(1)
+	if u.stopping.Load() && u.delivered.CompareAndDelete(m, msg) {
+		msg.Nak() // the stop's hand-back swept before it was stored: back now, not after the ack wait
+	}
 	return m, nil
 }
 
@@ -484,7 +494,10 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		deps = r.o.Dependencies(env)
 	}
 	for _, dep := range deps {
-		if !r.o.Breakers.waitClosed(ctx, dep, r.o.Sub.AckWait/2) {
+		r.gated.Add(1)
+		closed := r.o.Breakers.waitClosed(ctx, dep, r.o.Sub.AckWait/2)
+		r.gated.Add(-1)
+		if !closed {
 			r.nack(m) // the dependency is down (or we are stopping): the event waits, no attempt is spent
 			return
 		}
@@ -516,8 +529,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		r.ack(ctx, m)
 		return
 	}
-	acts := !leftAlone && (r.o.Acts == nil || r.o.Acts(env))
-	if r.o.Sub.Idempotent || !acts {
+	if r.o.Sub.Idempotent || leftAlone || (r.o.Acts != nil && !r.o.Acts(env)) {
 		a = r.guard.Assume(env.ID, delivered) // nothing to claim
 	} else {
 		claimed, rel, ok := r.claim(ctx, stopping, m, env)
@@ -538,9 +550,6 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		herr = r.call(hctx, ev)
 	}
 	hcancel()
-	if acts && (herr == nil || retry.Of(herr).Class == retry.Permanent) {
-		r.finished.Add(1) // its platforms answer (Precedence)
-	}
 	if herr == nil {
 		// The effect is made; its derived events (if any) are being committed with
 		// others'. The attempt is settled (the contact released, the guard completed,

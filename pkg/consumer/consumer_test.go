@@ -1152,10 +1152,10 @@ func TestFirstDeliveryOfANewEventClaimsNothing(t *testing.T) {
 func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	reader := metricsReader()
 	deferredFor := func() float64 { return metricSum[float64](t, reader, "exacto_consumer_deferred_seconds", sub.Durable) }
-	var waiting, handling, done atomic.Int64
-	var used atomic.Uint64                             // percent of the cores
-	progressing := func() int64 { return done.Add(1) } // its workers finish events all the time
-	p, _ := watching(t, inHand{waiting.Load, handling.Load, progressing}, func() (float64, bool) { return float64(used.Load()) / 100, true })
+	var waiting, handling atomic.Int64
+	var used atomic.Uint64            // percent of the cores
+	none := func() int64 { return 0 } // nothing held at a dependency's gate
+	p, _ := watching(t, inHand{waiting.Load, handling.Load, none}, func() (float64, bool) { return float64(used.Load()) / 100, true })
 	stillBehind := func(what string) {
 		t.Helper()
 		time.Sleep(caughtUpFor + 3*precedenceEvery)
@@ -1209,25 +1209,19 @@ func TestPrecedenceCountsWhatWaitsInTheProcess(t *testing.T) {
 	caughtUp("caught up with little in hand")
 }
 
-// An urgent consumer whose events wait is not behind while deferring the others would
-// give it nothing: while the process leaves its cores idle, or while its workers hold
-// events and finish none (a platform down, a breaker open, a Retry-After).
+// An urgent consumer whose events wait does not fall behind while the process leaves
+// its cores idle (idle cores do not end a time behind: the deferral may idle them), and
+// is not behind while most of what its workers hold waits at a dependency's gate (a
+// platform down, its breaker open, a Retry-After).
 func TestPrecedenceLeavesOutWhatDeferringCannotHelp(t *testing.T) {
-	var waiting, handling, done atomic.Int64
+	var waiting, handling, gated atomic.Int64
 	var used atomic.Uint64 // percent of the cores
-	var stuck atomic.Bool  // its workers finish nothing
-	finished := func() int64 {
-		if stuck.Load() {
-			return done.Load()
-		}
-		return done.Add(1)
-	}
-	p, _ := watching(t, inHand{waiting.Load, handling.Load, finished}, func() (float64, bool) { return float64(used.Load()) / 100, true })
-	notBehind := func(what string) {
+	p, _ := watching(t, inHand{waiting.Load, handling.Load, gated.Load}, func() (float64, bool) { return float64(used.Load()) / 100, true })
+	steady := func(behind bool, what string) {
 		t.Helper()
 		for range 3 * int(caughtUpFor/precedenceEvery) / 2 {
-			if p.Behind() {
-				t.Fatalf("behind %s", what)
+			if p.Behind() != behind {
+				t.Fatalf("behind %v %s", !behind, what)
 			}
 			time.Sleep(precedenceEvery)
 		}
@@ -1236,33 +1230,24 @@ func TestPrecedenceLeavesOutWhatDeferringCannotHelp(t *testing.T) {
 	waiting.Store(urgentBehind + 1)
 	handling.Store(urgentCaughtUp)
 	used.Store(10)
-	notBehind("with its events waiting while the cores are idle")
+	steady(false, "with its events waiting while the cores are idle")
 	used.Store(50) // in use, not short: what waits is the cores' doing
 	waitFor(t, "behind once the cores are in use", p.Behind)
 	used.Store(10)
-	calm := time.Now()
-	waitFor(t, "caught up once the cores are idle", func() bool { return !p.Behind() })
-	if d := time.Since(calm); d < caughtUpFor-2*precedenceEvery {
-		t.Fatalf("caught up %v after the cores went idle, want %v of idle first", d, caughtUpFor)
-	}
+	steady(true, "once the cores went idle with the others deferred")
 
 	used.Store(90)
-	waitFor(t, "behind again with the cores busy", p.Behind)
-	stuck.Store(true) // its platform stops answering: its workers hold what they took
-	stalled := time.Now()
-	waitFor(t, "not behind once its workers finish nothing", func() bool { return !p.Behind() })
-	if d := time.Since(stalled); d < 2*caughtUpFor-3*precedenceEvery {
-		t.Fatalf("not behind %v after its workers stalled, want a second stalled and a second more", d)
+	gated.Store(urgentCaughtUp / 2) // half of what it holds waits for its breaker
+	held := time.Now()
+	waitFor(t, "not behind once its dependencies hold it", func() bool { return !p.Behind() })
+	if d := time.Since(held); d < 2*caughtUpFor-3*precedenceEvery {
+		t.Fatalf("not behind %v after its dependencies held it, want a second held and a second more", d)
 	}
-	notBehind("while its workers finish nothing, however busy the cores")
-	stuck.Store(false)
-	waitFor(t, "behind again once its workers finish events", p.Behind)
-	handling.Store(0) // none in hand: nothing to finish, nothing stalled
-	stuck.Store(true)
-	time.Sleep(caughtUpFor + 5*precedenceEvery)
-	if !p.Behind() {
-		t.Fatal("caught up with nothing in hand to finish and more than a few waiting on busy cores")
-	}
+	steady(false, "while its dependencies hold it, however busy the cores")
+	gated.Store(urgentCaughtUp/2 - 1) // most of it held by the cores again
+	waitFor(t, "behind again once the cores hold most of it", p.Behind)
+	handling.Store(0) // nothing in hand: nothing held at a gate either
+	steady(true, "with nothing in hand and more than a few waiting on busy cores")
 }
 
 // A platform down holds the urgent consumer's workers without using a core (each waits

@@ -26,12 +26,14 @@ import (
 // than urgentCaughtUp waiting for a worker and, while the cores are short, fewer than
 // that in its hands: events in hand count only while the cores are short, to fall
 // behind as to catch up (a slow platform holds the stopper's workers without using a
-// core, and must not hold the CRM back). Nor is an urgent consumer behind, however many
-// of its events wait, while deferring the others would give it nothing: while the
-// process leaves most of its cores idle (under idleShare), or while its platforms hold
-// it (its workers hold events and no attempt has got through for caughtUpFor: a
-// platform down, its breaker open, a Retry-After). Else an Instantly outage would make
-// the classifier, the CRM writer and the projector crawl for as long as it lasts
+// core, and must not hold the CRM back). Nor does an urgent consumer fall behind,
+// however many of its events wait, while the process leaves most of its cores idle
+// (under idleShare: deferring the others would give it nothing); idle cores do not end
+// a time behind, since the deferral may be what idles them. And it is not behind while
+// its dependencies hold it: at least half of the events in its workers' hands waiting
+// at a dependency's gate (its breaker open, a Retry-After not passed) for caughtUpFor,
+// and a second more of that ends a time behind. Else an Instantly outage would make the
+// classifier, the CRM writer and the projector crawl for as long as it lasts
 // (TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack). A paused urgent consumer is
 // never behind: its backlog waits for the operator. Nothing is dropped: the deferred
 // events wait in the stream, durably. The held workers' prefetched events are held
@@ -51,8 +53,6 @@ const (
 	precedenceEvery = 100 * time.Millisecond
 	// busyShare is the share of the process's cores (GOMAXPROCS), used over the last
 	// precedenceEvery, from which the cores are short; under idleShare they are idle.
-	// At 500 replies/s on two cores the process used half of them and more with the
-	// others deferred (docs/performance.md, Memory "The same replies at 200/s").
 	busyShare = 0.75
 	idleShare = 0.25
 	// caughtUpFor is how long, read after read, an urgent consumer must be found caught
@@ -90,10 +90,8 @@ func (p *Precedence) set(name string, behind bool) {
 // inHand is what an urgent runner holds in this process: events delivered to it that
 // no worker has taken yet (waiting: what its subscriptions handed over and no worker
 // took, up to two a worker, which the server counts as delivered), and those its
-// workers handle now;
-// finished counts the attempts its handler got through (an effect made, or a
-// permanent failure), which a platform that does not answer stops.
-type inHand struct{ waiting, handling, finished func() int64 }
+// workers handle now, of which gated wait at a dependency's gate.
+type inHand struct{ waiting, handling, gated func() int64 }
 
 // watch reads c's backlog every precedenceEvery until ctx ends and tells p whether
 // urgent consumer name is behind (with hysteresis), share being the process's use of
@@ -106,7 +104,7 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 	at := metric.WithAttributes(attribute.String("consumer", name))
 	deferred.Add(ctx, 0, at) // seen at 0 from the start: an alert on its rate works at once
 	last := time.Now()
-	seen, progressed := held.finished(), last // the last count of finished, and when it moved
+	ungated := last // when its events in hand were last found not held by its dependencies
 	for {
 		select {
 		case <-ctx.Done():
@@ -125,10 +123,10 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 			continue
 		}
 		waiting, handling := held.waiting(), held.handling() // as the cores were used
-		if n := held.finished(); n != seen || handling <= 0 {
-			seen, progressed = n, now
+		if gated := held.gated(); handling <= 0 || 2*gated < handling {
+			ungated = now
 		}
-		stalled := now.Sub(progressed) >= caughtUpFor // its platforms hold it, not the cores
+		stalled := now.Sub(ungated) >= caughtUpFor // its dependencies hold it, not the cores
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		info, err := cons.Info(rctx)
 		cancel()
@@ -146,13 +144,13 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 		queued := info.NumPending + uint64(max(waiting, 0))
 		all := queued + uint64(max(handling, 0))
 		switch {
-		case stalled || idle:
-			// Deferring the others would give it nothing; a moment's calm is not this
-			// (a second of reads in a row, as for catching up).
+		case stalled:
+			// Deferring the others would give it nothing: a second of such reads in a
+			// row, as for catching up, and they go on.
 			if low++; time.Duration(low)*precedenceEvery >= caughtUpFor {
 				behind = false
 			}
-		case queued > urgentBehind, busy && all > urgentBehind:
+		case !idle && queued > urgentBehind, busy && all > urgentBehind:
 			behind, low = true, 0
 		case queued < urgentCaughtUp && (all < urgentCaughtUp || !busy):
 			if low++; time.Duration(low)*precedenceEvery >= caughtUpFor {
