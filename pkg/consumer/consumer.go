@@ -306,7 +306,7 @@ func Run(ctx context.Context, o Options) error {
 				waiting:  func() int64 { return r.received.Load() - r.taken.Load() },
 				handling: func() int64 { return r.taken.Load() - r.handled.Load() },
 				gated:    r.gated.Load,
-			}, coreShare())
+			}, processShare())
 		}()
 		defer func() { stopWatch(); <-watched }()
 	}

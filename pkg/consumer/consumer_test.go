@@ -1252,8 +1252,11 @@ func TestPrecedenceLeavesOutWhatDeferringCannotHelp(t *testing.T) {
 
 // A platform down holds the urgent consumer's workers without using a core (each waits
 // for the breaker with the event it took): the others go on at full speed meanwhile,
-// not one event per deferredPace per worker for as long as the outage lasts.
+// not one event per deferredPace per worker for as long as the outage lasts — even with
+// the cores busy (as the test has them), where only the breaker's wait tells it.
 func TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack(t *testing.T) {
+	processShare = func() func() (float64, bool) { return func() (float64, bool) { return 0.9, true } }
+	t.Cleanup(func() { processShare = coreShare })
 	conn := brokertest.Start(t, "")
 	urgent := sub
 	urgent.Durable, urgent.Urgent, urgent.AckWait, urgent.MaxDeliver = "testurgent", true, 30*time.Second, 10

@@ -163,6 +163,10 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 	}
 }
 
+// processShare is what an urgent runner reads the process's use of its cores with (a
+// test stands in for the process's cores here).
+var processShare = coreShare
+
 // coreShare returns a func that tells the share of the process's cores (GOMAXPROCS)
 // it used since the func's last call, from the process's CPU time (processCPU).
 func coreShare() func() (float64, bool) {
