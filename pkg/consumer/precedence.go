@@ -37,8 +37,9 @@ import (
 // (TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack). A paused urgent consumer is
 // never behind: its backlog waits for the operator. Nothing is dropped: the deferred
 // events wait in the stream, durably. The held workers' prefetched events are held
-// less than their ack wait. The classifier defers too: a reply asking to be left alone is stopped at
-// once and suppressed after the burst (an urgent classifier slowed the stops tenfold).
+// less than their ack wait. The classifier defers too: a reply asking to be left alone
+// is stopped at once and suppressed after the burst (an urgent classifier slowed the
+// stops tenfold).
 //
 // At 500 replies/s (BenchmarkEndToEnd; docs/performance.md "Precedence by the cores")
 // receipt to sequence.stopped had a p99 of 160 to 477 ms, p50 62 to 78 ms, when only
