@@ -1274,10 +1274,10 @@ func TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack(t *testing.T) {
 		o.Dependencies, o.Breakers = On("instantly"), NewBreakers(time.Minute, 3)
 	})
 	waitFor(t, "the breaker open", func() bool { return calls.Load() >= 3 })
-	time.Sleep(2*caughtUpFor + 3*precedenceEvery) // the platform down for a while
-	if p.Behind() {
-		t.Fatal("behind while its platform holds its workers")
-	}
+	// Behind at first (its events wait on busy cores), then not once its workers have
+	// waited for the breaker for a second and a second more; before the rule, for ever.
+	waitFor(t, "behind with its events waiting on busy cores", p.Behind)
+	waitFor(t, "not behind while its platform holds its workers", func() bool { return !p.Behind() })
 	var handled atomic.Int64
 	var deferred atomic.Bool
 	run(t, conn, func(ctx context.Context, ev Event) error {
