@@ -529,9 +529,8 @@ func TestChaosDependencyFaults(t *testing.T) {
 	// later one (after a 429 or a timeout): which route meets the timeouts depends on
 	// how far each first delivery got, so two faulted note writes on either route will
 	// do (each route faults its first two: two writes in all were faulted).
-	notes := []string{sandbox.RouteHubSpotNoteCreate, sandbox.RouteHubSpotNoteUpsert}
 	for r, f := range faults {
-		if !slices.Contains(notes, r) {
+		if !slices.Contains(sandbox.NoteWriteRoutes, r) {
 			eventually(t, 2*time.Minute, fmt.Sprintf("the %d faulted requests to %s", f.Count, r), func() bool { return p.sb.Requests(r) >= f.Count })
 		}
 	}
@@ -567,7 +566,7 @@ func TestChaosDependencyFaults(t *testing.T) {
 	}
 	faultedNotes := 0
 	for r, f := range faults {
-		if slices.Contains(notes, r) {
+		if slices.Contains(sandbox.NoteWriteRoutes, r) {
 			faultedNotes += min(p.sb.Requests(r), f.Count)
 		} else if got := p.sb.Requests(r); got <= f.Count {
 			t.Errorf("%s: %d requests, none after its %d faulted ones", r, got, f.Count)

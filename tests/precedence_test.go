@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,10 +23,8 @@ func TestAnInstantlyOutageHoldsTheCRMWriterNotBack(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
 	p.env.Config.Consumers = map[string]config.ConsumerTuning{stream.Stopper: {Workers: 4}}
-	for _, r := range sandbox.Routes {
-		if strings.HasPrefix(r, "instantly") {
-			p.sb.SetFault(r, sandbox.Fault{DownFor: 5 * time.Minute})
-		}
+	for _, r := range sandbox.RoutesOf("instantly") {
+		p.sb.SetFault(r, sandbox.Fault{DownFor: 5 * time.Minute})
 	}
 	p.start(stream.Stopper, stopper.Run)
 	p.start(stream.CRMWriter, crmwriter.Run)

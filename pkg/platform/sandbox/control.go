@@ -92,8 +92,8 @@ type ControlStateAnswer struct {
 	NoteOwners map[string]string `json:"note_owners,omitempty"`
 }
 
-// routesOf resolves a route or a dependency name to route names.
-func routesOf(route string) []string {
+// RoutesOf resolves a route or a dependency name ("instantly") to route names.
+func RoutesOf(route string) []string {
 	if slices.Contains(Routes, route) {
 		return []string{route}
 	}
@@ -136,7 +136,7 @@ func (s *Server) ctlSetFault(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid JSON body: " + err.Error()})
 		return
 	}
-	routes := routesOf(req.Route)
+	routes := RoutesOf(req.Route)
 	if len(routes) == 0 {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "unknown route or dependency " + strconvQuote(req.Route)})
 		return

@@ -179,16 +179,24 @@ func (s *Server) SetFault(route string, f Fault) {
 	s.faults[route] = af
 }
 
-// SetNoteWriteFault sets f on both routes that write a HubSpot note: a New event's
-// create (with its association) and any other attempt's batch upsert.
+// NoteWriteRoutes are the routes that write a HubSpot note: a New event's create (with
+// its association) and any other attempt's batch upsert.
+var NoteWriteRoutes = []string{RouteHubSpotNoteCreate, RouteHubSpotNoteUpsert}
+
+// SetNoteWriteFault sets f on both routes that write a HubSpot note.
 func (s *Server) SetNoteWriteFault(f Fault) {
-	s.SetFault(RouteHubSpotNoteCreate, f)
-	s.SetFault(RouteHubSpotNoteUpsert, f)
+	for _, r := range NoteWriteRoutes {
+		s.SetFault(r, f)
+	}
 }
 
 // NoteWrites counts the requests to the routes that write a HubSpot note.
 func (s *Server) NoteWrites() int {
-	return s.Requests(RouteHubSpotNoteCreate) + s.Requests(RouteHubSpotNoteUpsert)
+	n := 0
+	for _, r := range NoteWriteRoutes {
+		n += s.Requests(r)
+	}
+	return n
 }
 
 // ClearFault removes route's fault; ClearFaults removes all.
