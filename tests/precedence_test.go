@@ -21,10 +21,24 @@ import (
 // stopper counted as behind (pkg/consumer/precedence.go).
 func TestAnInstantlyOutageHoldsTheCRMWriterNotBack(t *testing.T) {
 	t.Parallel()
+	crmWriterBesideAHeldStopper(t, sandbox.Fault{DownFor: 5 * time.Minute}, "down")
+}
+
+// So does an Instantly that answers, but each call a second later: the stopper's
+// workers wait for its answers, not on the cores.
+func TestASlowInstantlyHoldsTheCRMWriterNotBack(t *testing.T) {
+	t.Parallel()
+	crmWriterBesideAHeldStopper(t, sandbox.Fault{Latency: time.Second}, "answering in a second")
+}
+
+// crmWriterBesideAHeldStopper runs the stopper (four workers) and the CRM writer with
+// Instantly's routes faulted, holds the stopper with Instantly's replies, and then
+// wants the CRM writer done with Smartlead's replies at once.
+func crmWriterBesideAHeldStopper(t *testing.T, fault sandbox.Fault, instantly string) {
 	p := startPipeline(t)
 	p.env.Config.Consumers = map[string]config.ConsumerTuning{stream.Stopper: {Workers: 4}}
 	for _, r := range sandbox.RoutesOf("instantly") {
-		p.sb.SetFault(r, sandbox.Fault{DownFor: 5 * time.Minute})
+		p.sb.SetFault(r, fault)
 	}
 	p.start(stream.Stopper, stopper.Run)
 	p.start(stream.CRMWriter, crmwriter.Run)
@@ -43,8 +57,21 @@ func TestAnInstantlyOutageHoldsTheCRMWriterNotBack(t *testing.T) {
 		info, err := stopperC.Info(context.Background())
 		return err == nil && info.NumAckPending >= 4 && info.NumPending > 16
 	})
-	// The outage goes on: long enough for precedence to have read it (a second of its
-	// workers at the breaker, and a second more).
+	if fault.Latency > 0 {
+		// The CRM writer confirms Instantly's replies at Instantly too, a second each:
+		// once it is done with them, what it does next is Smartlead's alone. (Deferred,
+		// its eight workers would take minutes.)
+		crmC, err := p.conn.JS.Consumer(context.Background(), stream.Events, stream.CRMWriter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "the CRM writer done with Instantly's replies", func() bool {
+			info, err := crmC.Info(context.Background())
+			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		})
+	}
+	// The fault goes on: long enough for precedence to have read it (a second of its
+	// workers held by Instantly, and a second more).
 	time.Sleep(2500 * time.Millisecond)
 
 	// Deferred, the CRM writer's eight workers would take an event each every 5 s: 40
@@ -65,5 +92,5 @@ func TestAnInstantlyOutageHoldsTheCRMWriterNotBack(t *testing.T) {
 		}
 		return true
 	})
-	t.Logf("the CRM writer completed %d Smartlead replies in %v with Instantly down", len(ids), time.Since(began).Round(time.Millisecond))
+	t.Logf("the CRM writer completed %d Smartlead replies in %v with Instantly %s", len(ids), time.Since(began).Round(time.Millisecond), instantly)
 }

@@ -228,9 +228,12 @@ func (g *Gate) verdict(ctx context.Context, ev consumer.Event, subject envelope.
 		defer g.unlead(key, done)
 	} else {
 		// Another consumer of this process is asking: its verdict, once kept, is ours.
+		waited := ev.Awaiting(subject.Provider)
 		select {
 		case <-done:
+			waited()
 		case <-ctx.Done():
+			waited()
 			return Verdict{}, retry.Transiently("confirm", ctx.Err())
 		}
 	}

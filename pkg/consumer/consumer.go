@@ -64,6 +64,8 @@ type Event struct {
 // Call runs fn, one call to dependency dep, through dep's pacer (a Retry-After it
 // answered holds every event's calls) and circuit breaker (while it is open no call is
 // made and the event is retried later). Handlers make every outside call through it.
+// An urgent consumer's calls are timed too (callsInFlight): a slow platform holds its
+// events, not the cores, and Precedence then defers no one to it.
 func (ev Event) Call(ctx context.Context, dep string, fn func(ctx context.Context) error) error {
 	if ev.pacer == nil { // an Event built by hand, outside a runner (tests)
 		return fn(ctx)
@@ -78,6 +80,11 @@ func (ev Event) Call(ctx context.Context, dep string, fn func(ctx context.Contex
 	if err != nil {
 		return retry.Transiently(dep, err)
 	}
+	if ev.runner != nil && ev.runner.calls != nil {
+		var end func()
+		ctx, end = ev.runner.calls.trace(ctx, dep)
+		defer end()
+	}
 	err = ev.breakers.call(dep, func() error { return fn(ctx) })
 	if errors.Is(err, errRefused) {
 		// The breaker opened between the runner's check and this call.
@@ -85,6 +92,17 @@ func (ev Event) Call(ctx context.Context, dep string, fn func(ctx context.Contex
 	}
 	ev.pacer.Observe(err)
 	return err
+}
+
+// Awaiting marks the event as waiting for dep's answer to a request another worker
+// sent for it (a question the process asks once for all its consumers, pkg/confirm),
+// until the func it returns is called: Precedence counts the wait as a request of its
+// own to dep.
+func (ev Event) Awaiting(dep string) (done func()) {
+	if ev.runner == nil || ev.runner.calls == nil {
+		return func() {}
+	}
+	return ev.runner.calls.await(dep)
 }
 
 // Dependencies names, for each event, the dependencies its handler may call: the runner
@@ -201,6 +219,9 @@ func Run(ctx context.Context, o Options) error {
 		settlers:  newSettlers(4 * o.Workers),
 		stopped:   func() bool { return ctx.Err() != nil },
 		backoff:   retry.Backoff{Base: o.Sub.BackoffBase, Max: o.Sub.BackoffMax}}
+	if o.Precedence != nil && o.Sub.Urgent {
+		r.calls = newCallsInFlight()
+	}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
 		Conn:   o.NC,
 		Logger: watermill.NopLogger{},
@@ -305,7 +326,7 @@ func Run(ctx context.Context, o Options) error {
 			}, inHand{
 				waiting:  func() int64 { return r.received.Load() - r.taken.Load() },
 				handling: func() int64 { return r.taken.Load() - r.handled.Load() },
-				gated:    r.gated.Load,
+				heldBack: func() int64 { return r.gated.Load() + r.calls.slow(slowCall) },
 			}, processShare())
 		}()
 		defer func() { stopWatch(); <-watched }()
@@ -383,6 +404,9 @@ type runner struct {
 	// with; gated those a worker holds at a dependency's gate, its breaker open or its
 	// Retry-After not passed (Precedence).
 	received, taken, handled, gated atomic.Int64
+	// calls are its workers' requests to dependencies under way, when it is urgent
+	// (Precedence: a slow platform holds them, not the cores).
+	calls *callsInFlight
 }
 
 // bind creates or updates the service's durable consumer from the topology (each

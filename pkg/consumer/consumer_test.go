@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
 	"runtime"
 	"strings"
 	"sync"
@@ -1278,12 +1281,19 @@ func TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack(t *testing.T) {
 	// waited for the breaker for a second and a second more; before the rule, for ever.
 	waitFor(t, "behind with its events waiting on busy cores", p.Behind)
 	waitFor(t, "not behind while its platform holds its workers", func() bool { return !p.Behind() })
+	othersGoOn(t, conn, &p, n)
+}
+
+// othersGoOn runs another consumer of the n events on conn beside p's urgent one and
+// wants them handled with p never behind meanwhile.
+func othersGoOn(t *testing.T, conn *broker.Conn, p *Precedence, n int64) {
+	t.Helper()
 	var handled atomic.Int64
 	var deferred atomic.Bool
 	run(t, conn, func(ctx context.Context, ev Event) error {
 		handled.Add(1)
 		return nil
-	}, func(o *Options) { o.Workers, o.Precedence = 2, &p })
+	}, func(o *Options) { o.Workers, o.Precedence = 2, p })
 	// Deferred, its two workers would take one event each per deferredPace: minutes.
 	waitFor(t, "the other consumer's events handled", func() bool {
 		deferred.Store(deferred.Load() || p.Behind())
@@ -1291,6 +1301,117 @@ func TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack(t *testing.T) {
 	})
 	if deferred.Load() {
 		t.Fatal("the others deferred to an urgent consumer its platform holds")
+	}
+}
+
+// A platform that answers slowly holds the urgent consumer's workers waiting for its
+// answers, not on the cores: the others go on at full speed meanwhile, even with the
+// cores busy (as the test has them), where only the answers' wait tells it.
+func TestASlowPlatformHoldsOnlyItsUrgentConsumer(t *testing.T) {
+	processShare = func() func() (float64, bool) { return func() (float64, bool) { return 0.9, true } }
+	t.Cleanup(func() { processShare = coreShare })
+	conn := brokertest.Start(t, "")
+	platform := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // an answer a second later: a backlog of half a minute for four workers
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(platform.Close)
+	urgent := sub
+	urgent.Durable, urgent.Urgent, urgent.AckWait = "testurgent", true, 30*time.Second
+	var p Precedence
+	const n = 5 * (1 + prefetch) * 4 // four urgent workers hold one event each, and their pulls more
+	publish(t, conn, n)
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		return ev.Call(ctx, "instantly", func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, platform.URL, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := platform.Client().Do(req)
+			if err != nil {
+				return err
+			}
+			return resp.Body.Close()
+		})
+	}, func(o *Options) {
+		o.Sub, o.Workers, o.Precedence = urgent, 4, &p
+		o.Dependencies, o.Breakers = On("instantly"), NewBreakers(time.Minute, 3)
+	})
+	waitFor(t, "behind with its events waiting on busy cores", p.Behind)
+	waitFor(t, "not behind while its platform's answers hold its workers", func() bool { return !p.Behind() })
+	othersGoOn(t, conn, &p, n)
+}
+
+// A request counts as waiting for a slow platform once its answer has taken longer
+// than slowCall, or at once when its dependency's last answer did; never for the time
+// before it was sent (the account's rate limit, which the others' calls may spend).
+func TestSlowRequestsCountFromWhenTheyAreSent(t *testing.T) {
+	answerIn := make(chan time.Duration, 1)
+	platform := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(<-answerIn):
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(platform.Close)
+	calls := newCallsInFlight()
+	call := func(before, answer time.Duration) (slowSeen int64) {
+		ctx, end := calls.trace(context.Background(), "instantly")
+		defer end()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(before) // a wait before the request, as for a rate limit
+			answerIn <- answer
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, platform.URL, nil)
+			if resp, err := platform.Client().Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		for {
+			select {
+			case <-done:
+				return slowSeen
+			case <-time.After(10 * time.Millisecond):
+				slowSeen = max(slowSeen, calls.slow(slowCall))
+			}
+		}
+	}
+	if n := call(2*slowCall, 0); n != 0 {
+		t.Fatalf("a call that waited %v before its request, answered at once, counted slow (%d)", 2*slowCall, n)
+	}
+	if n := call(0, 2*slowCall); n != 1 {
+		t.Fatalf("a request answered in %v never counted slow (%d)", 2*slowCall, n)
+	}
+	waited := calls.await("instantly") // another worker's question, answered for both
+	if n := calls.slow(slowCall); n != 1 {
+		t.Fatalf("a wait for another worker's request to a slow dependency did not count (%d)", n)
+	}
+	waited()
+	_, end := calls.trace(context.Background(), "instantly") // no request out yet
+	if n := calls.slow(slowCall); n != 1 {
+		t.Fatalf("a call to a dependency whose last answer was slow did not count before its request (%d)", n)
+	}
+	end()
+	if n := call(0, slowCall/4); n != 1 {
+		t.Fatalf("a request to a dependency whose last answer was slow did not count at once (%d)", n)
+	}
+	if n := call(0, slowCall/4); n != 0 {
+		t.Fatalf("a request after a quick answer counted slow (%d)", n)
+	}
+	if n := calls.slow(0); n != 0 {
+		t.Fatalf("%d requests still counted out after every call ended", n)
+	}
+	// A hook of net/http's that runs after its call ended (an HTTP/2 write cut short)
+	// leaves nothing counted out.
+	ctx, end := calls.trace(context.Background(), "instantly")
+	end()
+	httptrace.ContextClientTrace(ctx).GetConn("instantly.example:443")
+	httptrace.ContextClientTrace(ctx).GotFirstResponseByte()
+	if n := calls.slow(0); n != 0 {
+		t.Fatalf("a request made after its call ended counted out (%d)", n)
 	}
 }
 

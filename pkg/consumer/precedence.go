@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"net/http/httptrace"
 	"runtime"
 	"sync"
 	"time"
@@ -31,10 +32,12 @@ import (
 // (under idleShare: deferring the others would give it nothing); idle cores do not end
 // a time behind, since the deferral may be what idles them. And it is not behind while
 // its dependencies hold it: at least half of the events in its workers' hands waiting
-// at a dependency's gate (its breaker open, a Retry-After not passed) for caughtUpFor,
-// and a second more of that ends a time behind. Else an Instantly outage would make the
-// classifier, the CRM writer and the projector crawl for as long as it lasts
-// (TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack). A paused urgent consumer is
+// at a dependency's gate (its breaker open, a Retry-After not passed) or for the answer
+// of a slow one (slowCall), for caughtUpFor, and a second more of that ends a time
+// behind. Else an Instantly outage, or an Instantly answering in a second, would make
+// the classifier, the CRM writer and the projector crawl for as long as it lasts
+// (TestAnUrgentConsumerHeldByItsPlatformHoldsNoOneBack,
+// TestASlowPlatformHoldsOnlyItsUrgentConsumer). A paused urgent consumer is
 // never behind: its backlog waits for the operator. Nothing is dropped: the deferred
 // events wait in the stream, durably. The held workers' prefetched events are held
 // less than their ack wait. The classifier defers too: a reply asking to be left alone
@@ -59,6 +62,13 @@ const (
 	// caughtUpFor is how long, read after read, an urgent consumer must be found caught
 	// up before the others go on: they would take the cores back at once.
 	caughtUpFor = time.Second
+	// slowCall: a request to a dependency unanswered for longer, or to one whose last
+	// answer took longer, waits for the platform, not for the cores: at 500 replies/s on
+	// two busy cores, the others deferred, a stop's two to four requests to the sandbox
+	// in the process took 30 to 37 ms together at the p99 (docs/performance.md, "Where a
+	// stop's tail is spent"). Where a platform answers this slowly, deferring the others
+	// would buy a stop little of its time.
+	slowCall = 200 * time.Millisecond
 )
 
 // Precedence is one process's: its urgent runners report, its other runners defer.
@@ -91,8 +101,108 @@ func (p *Precedence) set(name string, behind bool) {
 // inHand is what an urgent runner holds in this process: events delivered to it that
 // no worker has taken yet (waiting: what its subscriptions handed over and no worker
 // took, up to two a worker, which the server counts as delivered), and those its
-// workers handle now, of which gated wait at a dependency's gate.
-type inHand struct{ waiting, handling, gated func() int64 }
+// workers handle now, of which heldBack wait for a dependency: at its gate, or for the
+// answer to a request to a slow one (slowCall).
+type inHand struct{ waiting, handling, heldBack func() int64 }
+
+// callsInFlight are a runner's workers' calls to dependencies under way, each with when
+// its request went out, if it has one out, and how long each dependency took to answer
+// last (Precedence: a slow platform holds the events, not the cores). Requests are HTTP
+// requests (every platform's client makes its calls so), seen through an
+// httptrace.ClientTrace in the call's context; one counts from when it asks for a
+// connection, so a wait for the account's rate limit before it, which the others'
+// calls may cause, does not, unless the platform's last answer was slow.
+type callsInFlight struct {
+	mu   sync.Mutex
+	next uint64
+	out  map[uint64]call
+	took map[string]time.Duration // by dependency: its last answer's wait
+}
+
+// call is one under way: its dependency, and when its request went out (zero while it
+// has none out).
+type call struct {
+	dep  string
+	sent time.Time
+}
+
+func newCallsInFlight() *callsInFlight {
+	return &callsInFlight{out: map[uint64]call{}, took: map[string]time.Duration{}}
+}
+
+// begin records a call to dep beginning now (sent: its request out now, as for another
+// worker's request it waits for) and returns its id.
+func (c *callsInFlight) begin(dep string, sent time.Time) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	c.out[c.next] = call{dep, sent}
+	return c.next
+}
+
+// trace begins a call to dep and returns ctx with an HTTP client trace that records
+// each request it makes, from when it asks for a connection (a dial that hangs is the
+// platform's time too) to the first byte of its answer, and a func that ends the call.
+// The trace's hooks may run on net/http's own goroutines, even after the call has
+// ended (an HTTP/2 write cut short): they do nothing then.
+func (c *callsInFlight) trace(ctx context.Context, dep string) (context.Context, func()) {
+	id := c.begin(dep, time.Time{})
+	// settle ends the request out, if any: its wait is dep's last answer's when it was
+	// answered, or, unanswered, when it has waited longer than slowCall already.
+	settle := func(answered bool) {
+		if cl, ok := c.out[id]; ok && !cl.sent.IsZero() {
+			if waited := time.Since(cl.sent); answered || waited > slowCall {
+				c.took[dep] = waited
+			}
+			c.out[id] = call{dep, time.Time{}}
+		}
+	}
+	sent := func(string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, ok := c.out[id]; ok { // not ended
+			settle(false) // a request made again (a redirect, a retry) ends the one before
+			c.out[id] = call{dep, time.Now()}
+		}
+	}
+	answered := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		settle(true)
+	}
+	end := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		settle(false)
+		delete(c.out, id)
+	}
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GetConn: sent, GotFirstResponseByte: answered}), end
+}
+
+// await records a wait for dep's answer to a request another worker sent, until the
+// func it returns is called: counted as a request out of its own.
+func (c *callsInFlight) await(dep string) (done func()) {
+	id := c.begin(dep, time.Now())
+	return func() {
+		c.mu.Lock()
+		delete(c.out, id)
+		c.mu.Unlock()
+	}
+}
+
+// slow counts the calls under way to a dependency whose last answer took longer than d,
+// and those whose request out has waited longer than d for its answer.
+func (c *callsInFlight) slow(d time.Duration) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for _, cl := range c.out {
+		if c.took[cl.dep] > d || (!cl.sent.IsZero() && time.Since(cl.sent) > d) {
+			n++
+		}
+	}
+	return n
+}
 
 // watch reads c's backlog every precedenceEvery until ctx ends and tells p whether
 // urgent consumer name is behind (with hysteresis), share being the process's use of
@@ -124,7 +234,7 @@ func (p *Precedence) watch(ctx context.Context, name string, c func() jetstream.
 			continue
 		}
 		waiting, handling := held.waiting(), held.handling() // as the cores were used
-		if gated := held.gated(); handling <= 0 || 2*gated < handling {
+		if back := min(held.heldBack(), handling); handling <= 0 || 2*back < handling {
 			ungated = now
 		}
 		stalled := now.Sub(ungated) >= caughtUpFor // its dependencies hold it, not the cores
