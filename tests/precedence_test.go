@@ -53,9 +53,11 @@ func crmWriterBesideAHeldStopper(t *testing.T, fault sandbox.Fault, instantly st
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the stopper's workers held with Instantly's replies waiting", func() bool {
+	// Held: in its workers' hands (a slow Instantly; a down one's wait at the breaker,
+	// off the workers), and more waiting than the 16 that make it behind.
+	eventually(t, time.Minute, "the stopper holding Instantly's replies", func() bool {
 		info, err := stopperC.Info(context.Background())
-		return err == nil && info.NumAckPending >= 4 && info.NumPending > 16
+		return err == nil && info.NumAckPending >= 4 && uint64(info.NumAckPending)+info.NumPending > 16
 	})
 	if fault.Latency > 0 {
 		// The CRM writer confirms Instantly's replies at Instantly too, a second each:
@@ -76,21 +78,66 @@ func crmWriterBesideAHeldStopper(t *testing.T, fault sandbox.Fault, instantly st
 
 	// Deferred, the CRM writer's eight workers would take an event each every 5 s: 40
 	// replies in 20 s and more.
-	const cid = 77120
-	var ids []string
-	for i := range 40 {
-		email, msgID, at := fmt.Sprintf("smart%d@globex.example", i), fmt.Sprintf("<outage-%d@mail.globex.example>", i), time.Now()
-		lead := p.sb.AddSmartleadReply(cid, email, msgID, "Thanks, not now.", at)
-		ids = append(ids, p.postSigned("smartlead", smartleadReply(t, cid, lead, email, msgID, at))...)
-	}
+	ids := p.postSmartleadReplies(77120, 40, "outage")
 	began := time.Now()
-	eventually(t, 10*time.Second, "the CRM writer done with Smartlead's replies", func() bool {
+	eventually(t, 10*time.Second, "the CRM writer done with Smartlead's replies", p.completedBy(stream.CRMWriter, ids))
+	t.Logf("the CRM writer completed %d Smartlead replies in %v with Instantly %s", len(ids), time.Since(began).Round(time.Millisecond), instantly)
+}
+
+// An Instantly outage must not hold up a Smartlead reply's stop: the Instantly replies
+// ahead of it wait for Instantly off the stopper's workers (consumer's park), where
+// each used to hold a worker for half the ack wait (measured: two Smartlead stops
+// 29.5 s late behind twelve Instantly replies, four workers). Once Instantly is back,
+// every one of its replies is stopped.
+func TestAnInstantlyOutageHoldsNoSmartleadStop(t *testing.T) {
+	t.Parallel()
+	p := startPipeline(t)
+	p.env.Config.Consumers = map[string]config.ConsumerTuning{stream.Stopper: {Workers: 4}}
+	for _, r := range sandbox.RoutesOf("instantly") {
+		p.sb.SetFault(r, sandbox.Fault{DownFor: 10 * time.Minute})
+	}
+	p.start(stream.Stopper, stopper.Run)
+	var held []string
+	for i := range 12 {
+		email := fmt.Sprintf("parked%d@northwind.example", i)
+		p.sb.AddInstantlyLead(campaign, email)
+		held = append(held, p.post(instantlyEvent("reply_received", email, campaign, fmt.Sprint("parked-", i), "Can you send pricing?", time.Now()))...)
+	}
+	time.Sleep(500 * time.Millisecond) // Instantly's replies first in the stream, its breaker open
+	ids := p.postSmartleadReplies(77121, 2, "parked")
+	began := time.Now()
+	eventually(t, 10*time.Second, "Smartlead's replies stopped with Instantly down", p.completedBy(stream.Stopper, ids))
+	t.Logf("the stopper completed %d Smartlead replies %v after their post, behind %d Instantly replies", len(ids), time.Since(began).Round(time.Millisecond), len(held))
+	for _, id := range held {
+		if st := p.status(stream.Stopper, id).Status; st == guard.Completed {
+			t.Fatalf("Instantly reply %s completed while Instantly was down", id)
+		}
+	}
+	p.sb.ClearFaults()
+	eventually(t, 2*time.Minute, "every Instantly reply stopped once Instantly is back", p.completedBy(stream.Stopper, held))
+}
+
+// postSmartleadReplies posts n signed Smartlead replies to campaign cid, each of a lead
+// of its own named after prefix, the sandbox holding each first, and returns their
+// event ids.
+func (p *pipeline) postSmartleadReplies(cid int64, n int, prefix string) []string {
+	var ids []string
+	for i := range n {
+		email, msgID, at := fmt.Sprintf("%s-smart%d@globex.example", prefix, i), fmt.Sprintf("<%s-%d@mail.globex.example>", prefix, i), time.Now()
+		lead := p.sb.AddSmartleadReply(cid, email, msgID, "Thanks, not now.", at)
+		ids = append(ids, p.postSigned("smartlead", smartleadReply(p.t, cid, lead, email, msgID, at))...)
+	}
+	return ids
+}
+
+// completedBy reports whether consumer has completed every event of ids.
+func (p *pipeline) completedBy(consumer string, ids []string) func() bool {
+	return func() bool {
 		for _, id := range ids {
-			if p.status(stream.CRMWriter, id).Status != guard.Completed {
+			if p.status(consumer, id).Status != guard.Completed {
 				return false
 			}
 		}
 		return true
-	})
-	t.Logf("the CRM writer completed %d Smartlead replies in %v with Instantly %s", len(ids), time.Since(began).Round(time.Millisecond), instantly)
+	}
 }

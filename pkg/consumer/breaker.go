@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -23,6 +22,10 @@ type Breakers struct {
 	trips uint32
 	// OnChange, if set, hears every state change (for metrics and logs).
 	OnChange func(dep string, from, to gobreaker.State)
+	// probing names the dependencies whose half-open breaker a parked event has been let
+	// through to probe (mayTry), until the breaker's next change.
+	pmu     sync.Mutex
+	probing map[string]bool
 }
 
 // NewBreakers opens a dependency's breaker after trips consecutive transient failures,
@@ -43,6 +46,9 @@ func (b *Breakers) of(dep string) *gobreaker.CircuitBreaker[struct{}] {
 			ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= b.trips },
 			IsSuccessful: answered,
 			OnStateChange: func(name string, from, to gobreaker.State) {
+				b.pmu.Lock()
+				delete(b.probing, name)
+				b.pmu.Unlock()
 				if b.OnChange != nil {
 					b.OnChange(name, from, to)
 				}
@@ -56,21 +62,26 @@ func (b *Breakers) of(dep string) *gobreaker.CircuitBreaker[struct{}] {
 // State is dep's breaker state.
 func (b *Breakers) State(dep string) gobreaker.State { return b.of(dep).State() }
 
-// waitClosed waits up to max for dep's breaker to leave the open state; it reports
-// whether a call may be tried.
-func (b *Breakers) waitClosed(ctx context.Context, dep string, max time.Duration) bool {
-	deadline := time.Now().Add(max)
-	for b.of(dep).State() == gobreaker.StateOpen {
-		if time.Now().After(deadline) {
+// mayTry reports whether an event parked for dep may be tried now: its breaker closed,
+// or half-open and no other parked event let through to probe it (the half-open
+// breaker takes one call; the others would be refused, each spending an attempt).
+func (b *Breakers) mayTry(dep string) bool {
+	switch b.State(dep) {
+	case gobreaker.StateClosed:
+		return true
+	case gobreaker.StateHalfOpen:
+		b.pmu.Lock()
+		defer b.pmu.Unlock()
+		if b.probing[dep] {
 			return false
 		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(25 * time.Millisecond):
+		if b.probing == nil {
+			b.probing = map[string]bool{}
 		}
+		b.probing[dep] = true
+		return true
 	}
-	return true
+	return false
 }
 
 // answered reports whether the dependency answered as a live one does: only one that

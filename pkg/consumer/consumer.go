@@ -25,6 +25,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sony/gobreaker/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -261,13 +262,14 @@ func Run(ctx context.Context, o Options) error {
 	// from one queue they all feed: an event waits only while every worker is busy,
 	// never behind one slow attempt while another worker is idle. An event a feeder
 	// holds when the process stops is in delivered, handed back below.
-	queue := make(chan *message.Message)
+	r.queue = make(chan *message.Message)
 	for range o.Workers {
 		msgs, err := sub.Subscribe(subCtx, o.Sub.StreamName())
 		if err != nil {
 			// The workers started settle and ack what they took before it stops.
 			stopWorkers()
 			wg.Wait()
+			r.parking.Wait()
 			r.settling.Wait()
 			r.settlers.stop()
 			r.acks.close()
@@ -289,7 +291,7 @@ func Run(ctx context.Context, o Options) error {
 					select {
 					case <-ctx.Done():
 						return
-					case queue <- m:
+					case r.queue <- m:
 					}
 				}
 			}
@@ -305,7 +307,7 @@ func Run(ctx context.Context, o Options) error {
 				select {
 				case <-ctx.Done():
 					return
-				case m := <-queue:
+				case m := <-r.queue:
 					r.taken.Add(1)
 					r.handle(ctx, m)
 					r.handled.Add(1)
@@ -325,7 +327,7 @@ func Run(ctx context.Context, o Options) error {
 				return nil
 			}, inHand{
 				waiting:  func() int64 { return r.received.Load() - r.taken.Load() },
-				handling: func() int64 { return r.taken.Load() - r.handled.Load() },
+				handling: func() int64 { return r.taken.Load() - r.handled.Load() + r.parked.Load() },
 				heldBack: func() int64 { return r.gated.Load() + r.calls.slow(slowCall) },
 			}, processShare())
 		}()
@@ -341,6 +343,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
+	r.parking.Wait() // parked events handed back
 	r.settling.Wait()
 	r.settlers.stop()
 	r.acks.close() // every settled event acked before anything is handed back
@@ -401,9 +404,15 @@ type runner struct {
 	unclaimed sync.Map
 	// received and taken count the deliveries to this process and those a worker took:
 	// the difference waits in the client or a feeder; handled those a worker is done
-	// with; gated those a worker holds at a dependency's gate, its breaker open or its
-	// Retry-After not passed (Precedence).
+	// with; gated those held at a dependency's gate, parked at its open breaker or
+	// waiting out its Retry-After (Precedence).
 	received, taken, handled, gated atomic.Int64
+	// queue is where its workers take events: its subscriptions feed it, and park puts
+	// back an event whose dependency is up again. parked counts the events park holds,
+	// parking the goroutines holding them.
+	queue   chan *message.Message
+	parked  atomic.Int64
+	parking sync.WaitGroup
 	// calls are its workers' requests to dependencies under way, when it is urgent
 	// (Precedence: a slow platform holds them, not the cores).
 	calls *callsInFlight
@@ -518,11 +527,8 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		deps = r.o.Dependencies(env)
 	}
 	for _, dep := range deps {
-		r.gated.Add(1)
-		closed := r.o.Breakers.waitClosed(ctx, dep, r.o.Sub.AckWait/2)
-		r.gated.Add(-1)
-		if !closed {
-			r.nack(m) // the dependency is down (or we are stopping): the event waits, no attempt is spent
+		if r.o.Breakers.State(dep) == gobreaker.StateOpen {
+			r.park(ctx, m, deps) // off the worker: the events behind it, of other platforms, go on
 			return
 		}
 	}
@@ -821,6 +827,68 @@ func (r *runner) ack(_ context.Context, m *message.Message) {
 		r.acks.add(jm.(jetstream.Msg))
 	}
 }
+
+// park holds m, an event one of whose dependencies' breakers is open, off the workers,
+// so that the events behind it, of other platforms, go on: it waits, at most half the
+// ack wait (the event is not attempted, so no attempt is spent), until each of those
+// dependencies may be tried (Breakers.mayTry: closed, or half-open and this event its
+// one probe), and then puts m back in the queue for a worker, or hands it back to the
+// stream when they stayed open, no worker took it within a quarter of the ack wait, or
+// the runner is stopping. Precedence counts a parked event as in the runner's hands,
+// held by its dependencies. Parked events take delivery slots (MaxAckPending): past
+// that many, an outage holds the consumer's other platforms' events in the stream again.
+func (r *runner) park(ctx context.Context, m *message.Message, deps []string) {
+	r.parked.Add(1)
+	r.gated.Add(1)
+	r.parking.Add(1)
+	go func() {
+		defer r.parking.Done()
+		deadline := time.Now().Add(r.o.Sub.AckWait / 2)
+		ready := func() bool {
+			for _, dep := range deps {
+				if !r.o.Breakers.mayTry(dep) {
+					return false
+				}
+			}
+			return true
+		}
+		t := time.NewTicker(parkedEvery)
+		defer t.Stop()
+		tried := ready()
+		for !tried && time.Now().Before(deadline) && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				tried = ready()
+			}
+		}
+		r.received.Add(1) // waiting for a worker again, or counted out below
+		r.gated.Add(-1)
+		r.parked.Add(-1)
+		if !tried || ctx.Err() != nil {
+			r.received.Add(-1)
+			r.nack(m) // the dependency is still down (or we are stopping): the event waits in the stream
+			return
+		}
+		if jm, ok := r.delivered.Load(m); ok {
+			_ = jm.(jetstream.Msg).InProgress() // its ack wait starts again: a worker takes it next
+		}
+		wait := time.NewTimer(r.o.Sub.AckWait / 4)
+		defer wait.Stop()
+		select {
+		case r.queue <- m:
+		case <-wait.C:
+			r.received.Add(-1)
+			r.nack(m)
+		case <-ctx.Done():
+			r.received.Add(-1)
+			r.nack(m)
+		}
+	}()
+}
+
+// parkedEvery is how often a parked event looks at its dependencies' breakers.
+const parkedEvery = 250 * time.Millisecond
 
 // nack hands m back for redelivery after the backoff, or at once when the process is
 // stopping (nobody here will take it; another replica may). The nak is sent here, not

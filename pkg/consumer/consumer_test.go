@@ -1415,6 +1415,35 @@ func TestSlowRequestsCountFromWhenTheyAreSent(t *testing.T) {
 	}
 }
 
+// A parked event is tried once its dependency's breaker is closed; of the events parked
+// while it was open, one only probes it half-open (it takes one call: the others would
+// be refused, each spending an attempt), and another only once it opened again and
+// waited its time out.
+func TestAHalfOpenBreakerLetsOneParkedEventThrough(t *testing.T) {
+	b := NewBreakers(100*time.Millisecond, 1)
+	down := retry.Transiently("instantly", errors.New("503 service unavailable"))
+	if !b.mayTry("instantly") {
+		t.Fatal("a closed breaker kept a parked event back")
+	}
+	_ = b.call("instantly", func() error { return down })
+	if b.mayTry("instantly") {
+		t.Fatal("an open breaker let a parked event through")
+	}
+	time.Sleep(150 * time.Millisecond) // half-open
+	if !b.mayTry("instantly") || b.mayTry("instantly") {
+		t.Fatal("a half-open breaker did not let exactly one parked event through")
+	}
+	_ = b.call("instantly", func() error { return down }) // the probe fails: open again
+	time.Sleep(150 * time.Millisecond)
+	if !b.mayTry("instantly") || b.mayTry("instantly") {
+		t.Fatal("half-open again, the breaker did not let exactly one more probe through")
+	}
+	_ = b.call("instantly", func() error { return nil }) // the probe answers: closed
+	if first, second := b.mayTry("instantly"), b.mayTry("instantly"); !first || !second {
+		t.Fatal("a closed breaker kept parked events back")
+	}
+}
+
 // watching binds sub's consumer on a server of its own and watches it for a Precedence
 // of its own, held and share standing for the process, until the test ends.
 func watching(t *testing.T, held inHand, share func() (float64, bool)) (*Precedence, *broker.Conn) {
