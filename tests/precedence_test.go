@@ -43,12 +43,7 @@ func crmWriterBesideAHeldStopper(t *testing.T, fault sandbox.Fault, instantly st
 	p.start(stream.Stopper, stopper.Run)
 	p.start(stream.CRMWriter, crmwriter.Run)
 
-	const held = 80 // Instantly's replies: far more than the 16 that make the stopper behind
-	for i := range held {
-		email := fmt.Sprintf("outage%d@northwind.example", i)
-		p.sb.AddInstantlyLead(campaign, email)
-		p.post(instantlyEvent("reply_received", email, campaign, fmt.Sprint("out-", i), "Can you send pricing?", time.Now()))
-	}
+	p.postInstantlyReplies(80, "outage") // far more than the 16 that make the stopper behind
 	stopperC, err := p.conn.JS.Consumer(context.Background(), stream.Events, stream.Stopper)
 	if err != nil {
 		t.Fatal(err)
@@ -97,12 +92,7 @@ func TestAnInstantlyOutageHoldsNoSmartleadStop(t *testing.T) {
 		p.sb.SetFault(r, sandbox.Fault{DownFor: 10 * time.Minute})
 	}
 	p.start(stream.Stopper, stopper.Run)
-	var held []string
-	for i := range 12 {
-		email := fmt.Sprintf("parked%d@northwind.example", i)
-		p.sb.AddInstantlyLead(campaign, email)
-		held = append(held, p.post(instantlyEvent("reply_received", email, campaign, fmt.Sprint("parked-", i), "Can you send pricing?", time.Now()))...)
-	}
+	held := p.postInstantlyReplies(12, "parked")
 	time.Sleep(500 * time.Millisecond) // Instantly's replies first in the stream, its breaker open
 	ids := p.postSmartleadReplies(77121, 2, "parked")
 	began := time.Now()
@@ -115,6 +105,18 @@ func TestAnInstantlyOutageHoldsNoSmartleadStop(t *testing.T) {
 	}
 	p.sb.ClearFaults()
 	eventually(t, 2*time.Minute, "every Instantly reply stopped once Instantly is back", p.completedBy(stream.Stopper, held))
+}
+
+// postInstantlyReplies posts n Instantly replies to campaign, each of a lead of its own
+// named after prefix, the sandbox holding each lead first, and returns their event ids.
+func (p *pipeline) postInstantlyReplies(n int, prefix string) []string {
+	var ids []string
+	for i := range n {
+		email := fmt.Sprintf("%s%d@northwind.example", prefix, i)
+		p.sb.AddInstantlyLead(campaign, email)
+		ids = append(ids, p.post(instantlyEvent("reply_received", email, campaign, fmt.Sprintf("%s-%d", prefix, i), "Can you send pricing?", time.Now()))...)
+	}
+	return ids
 }
 
 // postSmartleadReplies posts n signed Smartlead replies to campaign cid, each of a lead

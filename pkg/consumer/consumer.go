@@ -865,25 +865,23 @@ func (r *runner) park(ctx context.Context, m *message.Message, deps []string) {
 		r.received.Add(1) // waiting for a worker again, or counted out below
 		r.gated.Add(-1)
 		r.parked.Add(-1)
-		if !tried || ctx.Err() != nil {
-			r.received.Add(-1)
-			r.nack(m) // the dependency is still down (or we are stopping): the event waits in the stream
-			return
+		if tried && ctx.Err() == nil {
+			if jm, ok := r.delivered.Load(m); ok {
+				_ = jm.(jetstream.Msg).InProgress() // its ack wait starts again: a worker takes it next
+			}
+			wait := time.NewTimer(r.o.Sub.AckWait / 4)
+			defer wait.Stop()
+			select {
+			case r.queue <- m:
+				return
+			case <-wait.C:
+			case <-ctx.Done():
+			}
 		}
-		if jm, ok := r.delivered.Load(m); ok {
-			_ = jm.(jetstream.Msg).InProgress() // its ack wait starts again: a worker takes it next
-		}
-		wait := time.NewTimer(r.o.Sub.AckWait / 4)
-		defer wait.Stop()
-		select {
-		case r.queue <- m:
-		case <-wait.C:
-			r.received.Add(-1)
-			r.nack(m)
-		case <-ctx.Done():
-			r.received.Add(-1)
-			r.nack(m)
-		}
+		// The dependency is still down, no worker took it, or we are stopping: the event
+		// waits in the stream.
+		r.received.Add(-1)
+		r.nack(m)
 	}()
 }
 
