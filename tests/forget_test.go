@@ -143,6 +143,15 @@ func TestForgetErasesEverywhereAndKeepsSuppressing(t *testing.T) {
 	if found := onDisk(t, dir, phone); len(found) > 0 {
 		t.Errorf("the forgotten phone number is still on disk in %v", found)
 	}
+	// What Instantly said of her reply held her words (her phone number written her
+	// own way, which no key of hers names): it is gone, on disk or in memory alike.
+	verdicts, err := p.conn.JS.KeyValue(ctx, stream.Confirmations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := verdicts.Get(ctx, "acme."+reply); err == nil {
+		t.Errorf("the verdict of her reply is kept: %s", e.Value())
+	}
 	// The operator's pause stays; once resumed, the stopper acts on Bob's reply (his,
 	// rewritten, not hers).
 	if c, err := p.conn.JS.Consumer(ctx, stream.Events, stream.Stopper); err != nil || !c.CachedInfo().Paused {

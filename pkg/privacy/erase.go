@@ -53,10 +53,15 @@ type Report struct {
 // write the buckets rewritten here.
 func Erase(ctx context.Context, js jetstream.JetStream, p *Person) (Report, error) {
 	r := Report{Deleted: map[string]int{}, Removed: map[string]int{}}
-	// The names in events about them name them in other events too.
+	// The names in events about them name them in other events too; the events
+	// themselves key what was kept of them (Confirmations).
 	if _, err := each(ctx, js, stream.Events, "events."+p.Tenant+".>", 0, func(m jetstream.Msg) error {
 		var env envelope.Envelope
-		if envelope.Decode(m.Data(), &env) == nil && p.About(&env) && env.Data.Contact != nil {
+		if envelope.Decode(m.Data(), &env) != nil {
+			return nil
+		}
+		p.AddEvent(&env)
+		if p.About(&env) && env.Data.Contact != nil {
 			p.AddWord(env.Data.Contact.Name)
 			p.AddWord(env.Data.Contact.ExternalID)
 		}
@@ -293,6 +298,15 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 		}
 		removed := 0
 		for k, v := range entries {
+			// What a source said of an event about them holds their message in the
+			// source's words (a phone number written their own way): it goes whole,
+			// as their events' texts do. Another's verdict that names them is
+			// scrubbed, as that person's event is.
+			if _, id, ok := strings.Cut(k, "."); ok && name == stream.Confirmations && p.EventAbout(id) {
+				delete(entries, k)
+				removed++
+				continue
+			}
 			next, keep, err := p.scrubEntry(name, v)
 			if err != nil {
 				return fmt.Errorf("bucket %s, %s: %w", name, k, err)

@@ -28,9 +28,10 @@ type Person struct {
 	Keys       []string
 	ContactIDs []string
 
-	emails []string // each address, lower-cased, and with its @ escaped as JSON may
-	phones []string // digits
-	words  []string // ids and names matched as whole strings
+	emails []string        // each address, lower-cased, and with its @ escaped as JSON may
+	phones []string        // digits
+	words  []string        // ids and names matched as whole strings
+	events map[string]bool // ids of the events about them (buckets keyed by event id)
 }
 
 // phoneLike finds what may be a phone number written in a text: digits with the
@@ -71,6 +72,21 @@ func (p *Person) AddWord(w string) {
 		p.words = append(p.words, w)
 	}
 }
+
+// AddEvent notes env as an event about the person when it is: it names them by one of
+// their keys, or an erasure of them stored it again.
+func (p *Person) AddEvent(env *envelope.Envelope) {
+	if env.ID == "" || !p.About(env) && (env.Erasure == "" || env.Erasure != p.Anonymous || env.Tenant != p.Tenant) {
+		return
+	}
+	if p.events == nil {
+		p.events = map[string]bool{}
+	}
+	p.events[env.ID] = true
+}
+
+// EventAbout reports whether the event id is one AddEvent noted.
+func (p *Person) EventAbout(id string) bool { return p.events[id] }
 
 // About reports whether env is about the person: it names them by one of their keys.
 func (p *Person) About(env *envelope.Envelope) bool {

@@ -170,3 +170,77 @@ func TestStreamsAreCutInHalfBlocks(t *testing.T) {
 		}
 	}
 }
+
+// The confirmations bucket is a day of cached verdicts. In a memory store it would sit in
+// the heap of whoever runs the server: on one node that is Exacto's own process, growing
+// with a day's volume. So there it is a file store persisted asynchronously (a lost
+// verdict costs one more question to the source); in a cluster, where the servers' memory
+// is their operator's and async persist is refused, it stays in memory. A data dir whose
+// bucket an earlier version made in memory gets the file store at the next start.
+func TestConfirmationsAreOnDiskOnOneNode(t *testing.T) {
+	storage := func(o stream.Options) jetstream.StorageType {
+		for _, b := range stream.Buckets(o) {
+			if b.Bucket == stream.Confirmations {
+				return b.Storage
+			}
+		}
+		t.Fatal("no confirmations bucket")
+		return 0
+	}
+	if got := storage(stream.Options{Replicas: 3}); got != jetstream.MemoryStorage {
+		t.Errorf("in a cluster the confirmations are kept in %v", got)
+	}
+	if got := storage(stream.Options{Replicas: 1}); got != jetstream.MemoryStorage {
+		t.Errorf("on a server Exacto does not embed the confirmations are kept in %v", got)
+	}
+
+	dir := t.TempDir()
+	conn := brokertest.Start(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := "KV_" + stream.Confirmations
+	check := func(when string) {
+		t.Helper()
+		s, err := conn.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if c := s.CachedInfo().Config; c.Storage != jetstream.FileStorage || c.PersistMode != jetstream.AsyncPersistMode || c.MaxAge != 24*time.Hour {
+			t.Fatalf("%s: the confirmations are kept in %v, persisted %v, for %v", when, c.Storage, c.PersistMode, c.MaxAge)
+		}
+	}
+	check("a new data dir")
+
+	// As an earlier version made it: in memory. Ensure, at the next start, moves it.
+	if err := conn.JS.DeleteKeyValue(ctx, stream.Confirmations); err != nil {
+		t.Fatal(err)
+	}
+	old, err := conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: stream.Confirmations, TTL: 24 * time.Hour, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Put(ctx, "t1.ev_1", []byte(`{"confirmed":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Ensure(ctx, conn.JS, brokertest.Topology); err != nil {
+		t.Fatalf("ensure over a bucket in memory: %v", err)
+	}
+	check("a bucket an earlier version made in memory")
+	kv, err := conn.JS.KeyValue(ctx, stream.Confirmations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "t1.ev_2", []byte(`{"confirmed":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	conn = brokertest.Start(t, dir)
+	check("a restart")
+	kv, err = conn.JS.KeyValue(ctx, stream.Confirmations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctx, "t1.ev_2"); err != nil || string(e.Value()) != `{"confirmed":true}` {
+		t.Fatalf("a verdict put before a clean restart: %v", err)
+	}
+}

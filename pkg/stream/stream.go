@@ -112,11 +112,24 @@ type Options struct {
 //   - ContactIDs and the live projections: the projector applies again, from the
 //     stream, what followed its last checkpoint (services/projector).
 //   - Rejected: the log of refused deliveries, a help to whoever sets up a provider.
+//   - Confirmations: what a source said of an unsigned event; it is asked again.
 //
 // In a cluster (replicas above 1) nats-server refuses async persist: there the Raft
 // log already shares one append among many writes.
 var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" + Guards, "KV_" + EventIndex,
-	"KV_" + ContactIDs, "KV_" + ProjectionPrefix + "CONTACTS", "KV_" + ProjectionPrefix + "CAMPAIGNS", "KV_" + ProjectionPrefix + "SUPPRESSION", Rejected}
+	"KV_" + ContactIDs, "KV_" + ProjectionPrefix + "CONTACTS", "KV_" + ProjectionPrefix + "CAMPAIGNS", "KV_" + ProjectionPrefix + "SUPPRESSION", Rejected, "KV_" + Confirmations}
+
+// confirmationStorage is where the confirmations bucket, a day of verdicts, is kept. In
+// memory it sits in the heap of whoever runs the server: on one embedded node that is
+// Exacto's own process, growing with a day's volume (about 800 bytes a reply), so there
+// it is a file store persisted asynchronously (Derived). In a cluster the servers'
+// memory is their operator's and async persist is refused: memory, no disk write.
+func (o Options) confirmationStorage() jetstream.StorageType {
+	if o.Embedded && o.Replicas <= 1 {
+		return jetstream.FileStorage
+	}
+	return jetstream.MemoryStorage
+}
 
 // persistMode is how the stream named name persists under o.
 func (o Options) persistMode(name string) jetstream.PersistModeType {
@@ -245,9 +258,9 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		// Locks are leases; the TTL only sweeps the ones a dead worker left behind.
 		{Bucket: ContactLocks, Description: "consumer.tenant.contact -> lease of the worker handling it", TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: ConsumerCheckpoints, Description: "consumer -> its ack floor on EXACTO_EVENTS, when the server keeps its state in memory", Storage: jetstream.FileStorage, Replicas: o.Replicas},
-		// Memory: a lost verdict costs one more question to the source, never an effect
-		// (the source is asked again); a day outlives any consumer's retries.
-		{Bucket: Confirmations, Description: "tenant.event id -> what the source said of an unsigned event (pkg/confirm)", TTL: 24 * time.Hour, Storage: jetstream.MemoryStorage, Replicas: o.Replicas},
+		// A lost verdict costs one more question to the source, never an effect (the
+		// source is asked again); a day outlives any consumer's retries.
+		{Bucket: Confirmations, Description: "tenant.event id -> what the source said of an unsigned event (pkg/confirm)", TTL: 24 * time.Hour, Storage: o.confirmationStorage(), Replicas: o.Replicas},
 		// Memory: pacing state is worth no fsync; lost, it costs one window of the
 		// platform's own 429s. The TTL sweeps accounts idle for longer than any window.
 		{Bucket: RateLimits, Description: "platform.account -> recent calls and hold (pkg/ratelimit)", TTL: 2 * time.Hour, Storage: jetstream.MemoryStorage, Replicas: o.Replicas},
@@ -473,6 +486,14 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 		}
 	}
 	for _, cfg := range Buckets(o) {
+		// The confirmations an earlier version kept in this process's heap move to
+		// their file store (a cache: what it held is asked again). Only the server's
+		// own process moves them; a part bound to it keeps what it finds.
+		if cfg.Bucket == Confirmations && o.Embedded {
+			if err := remakeIfStoredElsewhere(ctx, js, cfg); err != nil {
+				return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+			}
+		}
 		if err := ensureBucket(ctx, js, cfg, o.persistMode("KV_"+cfg.Bucket)); err != nil {
 			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 		}
@@ -491,6 +512,22 @@ func keepsWhatMustLast(name string, mode jetstream.PersistModeType) error {
 	return fmt.Errorf("stream %s is persisted asynchronously, but what it holds must be on disk before it is acknowledged, "+
 		"and a persist mode cannot be changed: move its data out (nats stream backup %s), delete the stream, start Exacto to make it again, and restore what it held",
 		name, name)
+}
+
+// remakeIfStoredElsewhere deletes the stream of bucket cfg if it exists in another
+// storage than cfg's, for ensureBucket to make it again.
+func remakeIfStoredElsewhere(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if s.CachedInfo().Config.Storage == cfg.Storage {
+		return nil
+	}
+	return js.DeleteStream(ctx, "KV_"+cfg.Bucket)
 }
 
 // ensureBucket creates the stream of bucket cfg with persist mode, as nats.go makes a
