@@ -226,6 +226,8 @@ func checkMetrics(t *testing.T, ss []sample) {
 		{"exacto_consumer_pending", map[string]string{"consumer": "projector"}, 0, nil},
 		{"exacto_consumer_ack_pending", map[string]string{"consumer": "suppressor"}, 0, nil},
 		{"exacto_consumer_queue_age_seconds", map[string]string{"consumer": "crmwriter"}, 0, nil},
+		{"exacto_consumer_parked", map[string]string{"consumer": "stopper"}, 0, nil},
+		{"exacto_consumer_max_ack_pending", map[string]string{"consumer": "stopper"}, 1000, nil},
 		{"exacto_consumer_deferred_seconds_total", map[string]string{"consumer": "stopper"}, 0, nil},
 		// consequences
 		{"exacto_sequences_stopped_total", map[string]string{"tenant": "demo", "cause": "reply", "slo_class": "reply"}, 1, []string{"within_slo", "status", "workflow_version"}},

@@ -305,6 +305,32 @@ func metricSum[N int64 | float64](t *testing.T, reader *sdkmetric.ManualReader, 
 	return total
 }
 
+// metricGauge is the sum of gauge name's data points read now, of consumer's alone, and
+// whether it had any.
+func metricGauge(t *testing.T, reader *sdkmetric.ManualReader, name, consumer string) (int64, bool) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			g, ok := m.Data.(metricdata.Gauge[int64])
+			if !ok || m.Name != name {
+				continue
+			}
+			for _, dp := range g.DataPoints {
+				if v, _ := dp.Attributes.Value("consumer"); v.AsString() == consumer {
+					total, found = total+dp.Value, true
+				}
+			}
+		}
+	}
+	return total, found
+}
+
 // A permanent error is dead-lettered after one attempt, with its reason and owner.
 func TestPermanentDeadLetteredAtOnce(t *testing.T) {
 	reader := metricsReader()
@@ -506,8 +532,10 @@ func TestPauseHoldsEventsUntilResume(t *testing.T) {
 }
 
 // While the dependency is down the breaker opens: the handler is hardly called, no
-// event is dead-lettered, and all complete once it is back.
+// event is dead-lettered, and all complete once it is back. The events waiting for it
+// are reported parked, each holding one of the consumer's delivery slots.
 func TestBreakerHoldsEventsWhileDependencyIsDown(t *testing.T) {
+	reader := metricsReader()
 	conn := brokertest.Start(t, "")
 	var down atomic.Bool
 	down.Store(true)
@@ -535,6 +563,13 @@ func TestBreakerHoldsEventsWhileDependencyIsDown(t *testing.T) {
 	if during > 12 {
 		t.Fatalf("%d calls to a dependency that is down", during)
 	}
+	parkedDuring, _ := metricGauge(t, reader, "exacto_consumer_parked", sub.Durable)
+	if parkedDuring < 10 {
+		t.Errorf("%d events reported parked at the open breaker, of 30", parkedDuring)
+	}
+	if n, ok := metricGauge(t, reader, "exacto_consumer_max_ack_pending", sub.Durable); !ok || n != int64(sub.MaxAckPending) {
+		t.Errorf("delivery slots reported %d (%v), the consumer has %d", n, ok, sub.MaxAckPending)
+	}
 	down.Store(false)
 	waitFor(t, "every event completed after recovery", func() bool {
 		for _, id := range ids {
@@ -544,10 +579,13 @@ func TestBreakerHoldsEventsWhileDependencyIsDown(t *testing.T) {
 		}
 		return true
 	})
+	if n, ok := metricGauge(t, reader, "exacto_consumer_parked", sub.Durable); !ok || n != 0 {
+		t.Errorf("%d events (%v) reported parked once the dependency was back", n, ok)
+	}
 	if n := brokertest.Count(t, conn, stream.DLQ); n != 0 {
 		t.Fatalf("%d dead letters while the dependency was down", n)
 	}
-	t.Logf("calls while down: %d; total: %d", during, calls.Load())
+	t.Logf("calls while down: %d; total: %d; parked while down: %d", during, calls.Load(), parkedDuring)
 }
 
 // A 429 with Retry-After pauses the dependency for every event, not just the one.

@@ -135,8 +135,19 @@ func (r *runner) observeQueue(durable, streamName string) (stop func(), err erro
 	if err != nil {
 		return nil, err
 	}
+	parked, err := meter.Int64ObservableGauge("exacto_consumer_parked",
+		metric.WithDescription("events this process holds off its workers while a dependency's breaker is open: each keeps one of the consumer's delivery slots"))
+	if err != nil {
+		return nil, err
+	}
+	slots, err := meter.Int64ObservableGauge("exacto_consumer_max_ack_pending",
+		metric.WithDescription("the consumer's delivery slots: with as many events delivered and not acknowledged, the server delivers it nothing more"))
+	if err != nil {
+		return nil, err
+	}
 	at := metric.WithAttributes(attribute.String("consumer", durable))
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(parked, r.parked.Load(), at)
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		c, err := r.js.Consumer(ctx, streamName, durable)
@@ -149,9 +160,10 @@ func (r *runner) observeQueue(durable, streamName string) (stop func(), err erro
 		}
 		o.ObserveInt64(pending, int64(info.NumPending)+int64(info.NumAckPending), at)
 		o.ObserveInt64(ackPending, int64(info.NumAckPending), at)
+		o.ObserveInt64(slots, int64(info.Config.MaxAckPending), at)
 		o.ObserveFloat64(age, r.oldestAge(ctx, streamName, info), at)
 		return nil
-	}, pending, ackPending, age)
+	}, pending, ackPending, age, parked, slots)
 	if err != nil {
 		return nil, err
 	}
