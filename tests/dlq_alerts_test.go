@@ -89,20 +89,22 @@ func TestDeadLetterAlerts(t *testing.T) {
 		{"disk with room", "ExactoStoreFilling", `
 			exacto_store_min_free_disk_bytes 104857600x100
 			exacto_store_free_disk_bytes 1073741824x100`, 100, -1},
-		// Parked events: two replicas of the stopper park 40 more a minute each at an
-		// open breaker, past half of its 1,000 slots (together) at minute 7; the alert
-		// fires after its `for: 5m`. The crmwriter's slots are its own.
+		// Slots held: an Instantly outage's events take 40 more of the stopper's 1,000
+		// slots a minute (parked, or nacked to wait for their redelivery), past half at
+		// minute 13; the alert fires after its `for: 5m`. Two replicas read the same
+		// count from the server. The crmwriter's slots are its own.
 		{"slots held", "ExactoDeliverySlotsHeld", `
-			exacto_consumer_parked{consumer="stopper",instance="a"} 0+40x30
-			exacto_consumer_parked{consumer="stopper",instance="b"} 0+40x30
+			exacto_consumer_ack_pending{consumer="stopper",instance="a"} 0+40x30
+			exacto_consumer_ack_pending{consumer="stopper",instance="b"} 0+40x30
 			exacto_consumer_max_ack_pending{consumer="stopper",instance="a"} 1000x30
 			exacto_consumer_max_ack_pending{consumer="stopper",instance="b"} 1000x30
-			exacto_consumer_max_ack_pending{consumer="crmwriter",instance="a"} 500x30`, 30, 12},
-		{"a few parked", "ExactoDeliverySlotsHeld", `
-			exacto_consumer_parked{consumer="stopper",instance="a"} 300x30
+			exacto_consumer_ack_pending{consumer="crmwriter",instance="a"} 10x30
+			exacto_consumer_max_ack_pending{consumer="crmwriter",instance="a"} 500x30`, 30, 18},
+		{"a burst's prefetch", "ExactoDeliverySlotsHeld", `
+			exacto_consumer_ack_pending{consumer="stopper",instance="a"} 160x30
 			exacto_consumer_max_ack_pending{consumer="stopper",instance="a"} 1000x30`, 30, -1},
 		{"an outage shorter than its for", "ExactoDeliverySlotsHeld", `
-			exacto_consumer_parked{consumer="stopper",instance="a"} 0x5 900x3 0x22
+			exacto_consumer_ack_pending{consumer="stopper",instance="a"} 0x5 900x3 0x22
 			exacto_consumer_max_ack_pending{consumer="stopper",instance="a"} 1000x30`, 30, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {

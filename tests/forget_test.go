@@ -134,6 +134,14 @@ func TestForgetErasesEverywhereAndKeepsSuppressing(t *testing.T) {
 		t.Fatalf("a refused request changed something: runs %v (%v), last sequence %d → %d", runs, err, before, lastSeq())
 	}
 
+	// What Instantly said of her reply holds her words as it keeps them.
+	verdicts, err := p.conn.JS.KeyValue(ctx, stream.Confirmations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verdicts.Get(ctx, "acme."+reply); err != nil {
+		t.Fatalf("no verdict of her reply before the erasure: %v", err)
+	}
 	out := runExacto(t, "forget", "ANA.LOPEZ@northwind.example", "--tenant", "acme", "--why", "GDPR request #12", "--by", "dpo", "--nats-url", url)
 	t.Log(out)
 	settled(t, p.conn.JS, stream.Projector)
@@ -143,12 +151,8 @@ func TestForgetErasesEverywhereAndKeepsSuppressing(t *testing.T) {
 	if found := onDisk(t, dir, phone); len(found) > 0 {
 		t.Errorf("the forgotten phone number is still on disk in %v", found)
 	}
-	// What Instantly said of her reply held her words (her phone number written her
-	// own way, which no key of hers names): it is gone, on disk or in memory alike.
-	verdicts, err := p.conn.JS.KeyValue(ctx, stream.Confirmations)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// That verdict held her words (her phone number written her own way, which no key
+	// of hers names): it is gone, on disk or in memory alike.
 	if e, err := verdicts.Get(ctx, "acme."+reply); err == nil {
 		t.Errorf("the verdict of her reply is kept: %s", e.Value())
 	}

@@ -148,6 +148,10 @@ func (r *runner) observeQueue(durable, streamName string) (stop func(), err erro
 	at := metric.WithAttributes(attribute.String("consumer", durable))
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		o.ObserveInt64(parked, r.parked.Load(), at)
+		// The slots as configured, unless the server says otherwise (an operator may
+		// have raised them for an outage): reported even when it does not answer.
+		maxPending := int64(r.o.Sub.MaxAckPending)
+		defer func() { o.ObserveInt64(slots, maxPending, at) }()
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		c, err := r.js.Consumer(ctx, streamName, durable)
@@ -160,7 +164,7 @@ func (r *runner) observeQueue(durable, streamName string) (stop func(), err erro
 		}
 		o.ObserveInt64(pending, int64(info.NumPending)+int64(info.NumAckPending), at)
 		o.ObserveInt64(ackPending, int64(info.NumAckPending), at)
-		o.ObserveInt64(slots, int64(info.Config.MaxAckPending), at)
+		maxPending = int64(info.Config.MaxAckPending)
 		o.ObserveFloat64(age, r.oldestAge(ctx, streamName, info), at)
 		return nil
 	}, pending, ackPending, age, parked, slots)

@@ -286,10 +286,11 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 		if err := finishRewrite(ctx, js, kv, st); err != nil {
 			return err
 		}
-		entries, deleted, err := current(ctx, kv)
+		h, err := current(ctx, kv)
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}
+		entries, deleted := h.entries, h.deleted
 		var resets []string
 		if name == stream.Guards {
 			// A guard key deleted is a dead letter reset for its replay (consumer.Status
@@ -302,7 +303,7 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 			// source's words (a phone number written their own way): it goes whole,
 			// as their events' texts do. Another's verdict that names them is
 			// scrubbed, as that person's event is.
-			if _, id, ok := strings.Cut(k, "."); ok && name == stream.Confirmations && p.EventAbout(id) {
+			if tenant, id, ok := strings.Cut(k, "."); ok && name == stream.Confirmations && tenant == p.Tenant && p.EventAbout(id) {
 				delete(entries, k)
 				removed++
 				continue
@@ -329,7 +330,7 @@ func eraseBuckets(ctx context.Context, js jetstream.JetStream, p *Person, r *Rep
 			}
 			continue
 		}
-		if err := rewrite(ctx, js, kv, st, entries); err != nil {
+		if err := rewrite(ctx, js, kv, st, entries, h.written); err != nil {
 			return fmt.Errorf("rewrite bucket %s: %w", name, err)
 		}
 		for _, k := range resets {
@@ -378,41 +379,50 @@ func (p *Person) scrubEntry(bucket string, value []byte) (next []byte, keep bool
 	return nil, false, nil
 }
 
-// current reads every entry kv holds now, and the keys whose last entry is a delete
-// or purge marker, sorted.
-func current(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, []string, error) {
+// held is what a bucket holds now: each entry, when it was written, and the keys whose
+// last entry is a delete or purge marker, sorted.
+type held struct {
+	entries map[string][]byte
+	written map[string]time.Time
+	deleted []string
+}
+
+// current reads what kv holds now.
+func current(ctx context.Context, kv jetstream.KeyValue) (held, error) {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return nil, nil, err
+		return held{}, err
 	}
 	defer w.Stop()
-	out, deleted := map[string][]byte{}, map[string]bool{}
+	h, deleted := held{entries: map[string][]byte{}, written: map[string]time.Time{}}, map[string]bool{}
 	for {
 		select {
 		case e := <-w.Updates():
 			if e == nil {
-				return out, slices.Sorted(maps.Keys(deleted)), nil
+				h.deleted = slices.Sorted(maps.Keys(deleted))
+				return h, nil
 			}
 			if e.Operation() == jetstream.KeyValuePut {
-				out[e.Key()] = e.Value()
+				h.entries[e.Key()], h.written[e.Key()] = e.Value(), e.Created()
 				delete(deleted, e.Key())
 			} else {
-				delete(out, e.Key())
+				delete(h.entries, e.Key())
+				delete(h.written, e.Key())
 				deleted[e.Key()] = true
 			}
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return held{}, ctx.Err()
 		}
 	}
 }
 
 // putRight makes kv hold entries where it held something else (a bucket in memory).
 func putRight(ctx context.Context, kv jetstream.KeyValue, entries map[string][]byte) error {
-	now, _, err := current(ctx, kv)
+	now, err := current(ctx, kv)
 	if err != nil {
 		return err
 	}
-	for k, v := range now {
+	for k, v := range now.entries {
 		next, ok := entries[k]
 		switch {
 		case !ok:
@@ -433,15 +443,24 @@ func putRight(ctx context.Context, kv jetstream.KeyValue, entries map[string][]b
 // stream is purged — nats-server removes the files of a purged stream — and they are
 // written back. A run that dies after the purge is finished from the copy by the next
 // (finishRewrite).
-func rewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, st jetstream.Stream, entries map[string][]byte) error {
+func rewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, st jetstream.Stream, entries map[string][]byte, written map[string]time.Time) error {
 	name := kv.Bucket()
 	cfg := st.CachedInfo().Config
+	// In a bucket whose entries expire (the confirmations: a day) each entry written
+	// back keeps what was left of its age, as a TTL of its own: else every erasure would
+	// start each entry's day again, and erasures a day apart would keep them for ever.
+	// A bucket made before it allowed message TTLs starts them again.
+	var left func(key string) time.Duration
+	if cfg.MaxAge > 0 && cfg.AllowMsgTTL {
+		now := time.Now()
+		left = func(key string) time.Duration { return max(cfg.MaxAge-now.Sub(written[key]), time.Second) }
+	}
 	tmp, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + rewriting, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 		Description: "the entries of " + name + " while an erasure writes it anew"})
 	if err != nil {
 		return err
 	}
-	if err := putAll(ctx, js, tmp.Bucket(), entries); err != nil {
+	if err := putAll(ctx, js, tmp.Bucket(), entries, nil); err != nil {
 		return err
 	}
 	if _, err := tmp.Put(ctx, complete, nil); err != nil {
@@ -455,7 +474,7 @@ func rewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 	if err := st.Purge(ctx); err != nil {
 		return err
 	}
-	if err := putAll(ctx, js, name, entries); err != nil {
+	if err := putAll(ctx, js, name, entries, left); err != nil {
 		return err
 	}
 	if err := stream.Durable(ctx, js, "KV_"+name); err != nil {
@@ -475,15 +494,16 @@ func finishRewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 		return err
 	}
 	if _, err := tmp.Get(ctx, complete); err == nil {
-		entries, _, err := current(ctx, tmp)
+		copied, err := current(ctx, tmp)
 		if err != nil {
 			return err
 		}
+		entries := copied.entries // their ages start again: the copy has its own
 		delete(entries, complete)
 		if err := st.Purge(ctx); err != nil {
 			return err
 		}
-		if err := putAll(ctx, js, kv.Bucket(), entries); err != nil {
+		if err := putAll(ctx, js, kv.Bucket(), entries, nil); err != nil {
 			return err
 		}
 		if err := stream.Durable(ctx, js, "KV_"+kv.Bucket()); err != nil {
@@ -495,8 +515,9 @@ func finishRewrite(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 	return js.DeleteKeyValue(ctx, tmp.Bucket())
 }
 
-// putAll writes entries into bucket, pipelined, and waits for every acknowledgement.
-func putAll(ctx context.Context, js jetstream.JetStream, bucket string, entries map[string][]byte) error {
+// putAll writes entries into bucket, pipelined, and waits for every acknowledgement;
+// with ttl, each with the TTL it gives the key.
+func putAll(ctx context.Context, js jetstream.JetStream, bucket string, entries map[string][]byte, ttl func(key string) time.Duration) error {
 	keys := slices.Sorted(maps.Keys(entries))
 	acks := make([]jetstream.PubAckFuture, 0, 1024)
 	wait := func() error {
@@ -513,7 +534,11 @@ func putAll(ctx context.Context, js jetstream.JetStream, bucket string, entries 
 		return nil
 	}
 	for _, k := range keys {
-		a, err := js.PublishAsync("$KV."+bucket+"."+k, entries[k])
+		msg := &nats.Msg{Subject: "$KV." + bucket + "." + k, Data: entries[k]}
+		if ttl != nil {
+			msg.Header = nats.Header{jetstream.MsgTTLHeader: []string{strconv.FormatInt(int64(ttl(k)/time.Second), 10) + "s"}}
+		}
+		a, err := js.PublishMsgAsync(msg)
 		if err != nil {
 			return err
 		}

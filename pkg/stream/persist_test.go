@@ -205,8 +205,9 @@ func TestConfirmationsAreOnDiskOnOneNode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
-		if c := s.CachedInfo().Config; c.Storage != jetstream.FileStorage || c.PersistMode != jetstream.AsyncPersistMode || c.MaxAge != 24*time.Hour {
-			t.Fatalf("%s: the confirmations are kept in %v, persisted %v, for %v", when, c.Storage, c.PersistMode, c.MaxAge)
+		if c := s.CachedInfo().Config; c.Storage != jetstream.FileStorage || c.PersistMode != jetstream.AsyncPersistMode || c.MaxAge != 24*time.Hour || !c.AllowMsgTTL {
+			t.Fatalf("%s: the confirmations are kept in %v, persisted %v, for %v, a TTL of their own allowed: %v (an erasure keeps each one's age with it)",
+				when, c.Storage, c.PersistMode, c.MaxAge, c.AllowMsgTTL)
 		}
 	}
 	check("a new data dir")

@@ -122,8 +122,9 @@ var Derived = []string{Outcomes, "KV_" + ContactLocks, "KV_" + Arrivals, "KV_" +
 // confirmationStorage is where the confirmations bucket, a day of verdicts, is kept. In
 // memory it sits in the heap of whoever runs the server: on one embedded node that is
 // Exacto's own process, growing with a day's volume (about 800 bytes a reply), so there
-// it is a file store persisted asynchronously (Derived). In a cluster the servers'
-// memory is their operator's and async persist is refused: memory, no disk write.
+// it is a file store persisted asynchronously (Derived). On a server Exacto does not
+// embed (a cluster, where async persist is refused, or one node of the operator's) the
+// memory is that server's operator's: memory, no disk write.
 func (o Options) confirmationStorage() jetstream.StorageType {
 	if o.Embedded && o.Replicas <= 1 {
 		return jetstream.FileStorage
@@ -548,6 +549,9 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 			MaxMsgsPerSubject: 1, MaxBytes: -1, MaxAge: cfg.TTL, MaxMsgSize: -1, Storage: cfg.Storage,
 			Replicas: max(cfg.Replicas, 1), AllowRollup: true, DenyDelete: true, Duplicates: dup,
 			MaxMsgs: -1, MaxConsumers: -1, AllowDirect: true, Discard: jetstream.DiscardNew, PersistMode: mode,
+			// Entries that expire may carry a TTL of their own: an erasure that writes
+			// the bucket anew (pkg/privacy) keeps what was left of each one's age.
+			AllowMsgTTL: cfg.TTL > 0,
 		})
 		return err
 	}
