@@ -284,24 +284,7 @@ var metricsReader = sync.OnceValue(func() *sdkmetric.ManualReader {
 // unless consumer is "".
 func metricSum[N int64 | float64](t *testing.T, reader *sdkmetric.ManualReader, name, consumer string) N {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var total N
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[N])
-			if !ok || m.Name != name {
-				continue
-			}
-			for _, dp := range sum.DataPoints {
-				if v, _ := dp.Attributes.Value("consumer"); consumer == "" || v.AsString() == consumer {
-					total += dp.Value
-				}
-			}
-		}
-	}
+	total, _ := metricValue[N](t, reader, name, consumer)
 	return total
 }
 
@@ -309,20 +292,31 @@ func metricSum[N int64 | float64](t *testing.T, reader *sdkmetric.ManualReader, 
 // whether it had any.
 func metricGauge(t *testing.T, reader *sdkmetric.ManualReader, name, consumer string) (int64, bool) {
 	t.Helper()
+	return metricValue[int64](t, reader, name, consumer)
+}
+
+// metricValue sums the data points of counter or gauge name read now, of consumer's
+// alone unless consumer is "", and says whether it found any.
+func metricValue[N int64 | float64](t *testing.T, reader *sdkmetric.ManualReader, name, consumer string) (total N, found bool) {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var total int64
-	found := false
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			g, ok := m.Data.(metricdata.Gauge[int64])
-			if !ok || m.Name != name {
+			if m.Name != name {
 				continue
 			}
-			for _, dp := range g.DataPoints {
-				if v, _ := dp.Attributes.Value("consumer"); v.AsString() == consumer {
+			var points []metricdata.DataPoint[N]
+			switch d := m.Data.(type) {
+			case metricdata.Sum[N]:
+				points = d.DataPoints
+			case metricdata.Gauge[N]:
+				points = d.DataPoints
+			}
+			for _, dp := range points {
+				if v, _ := dp.Attributes.Value("consumer"); consumer == "" || v.AsString() == consumer {
 					total, found = total+dp.Value, true
 				}
 			}

@@ -21,16 +21,15 @@ func TestRewriteKeepsWhatIsLeftOfAnEntrysAge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const bucket, age = "EXACTO_CONFIRMATIONS", 8 * time.Second
-	if err := conn.JS.DeleteKeyValue(ctx, bucket); err != nil {
+	// The bucket as stream.Ensure made it on one node (TestConfirmationsAreOnDiskOnOneNode),
+	// its day cut to 8 s.
+	st, err := conn.JS.Stream(ctx, "KV_"+bucket)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// As stream.Ensure makes it on one node (TestConfirmationsAreOnDiskOnOneNode), but
-	// for 8 s.
-	if _, err := conn.JS.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "KV_" + bucket, Subjects: []string{"$KV." + bucket + ".>"}, MaxMsgsPerSubject: 1, MaxBytes: -1, MaxAge: age, MaxMsgSize: -1,
-		Storage: jetstream.FileStorage, Replicas: 1, AllowRollup: true, DenyDelete: true, Duplicates: time.Second, MaxMsgs: -1, MaxConsumers: -1,
-		AllowDirect: true, Discard: jetstream.DiscardNew, PersistMode: jetstream.AsyncPersistMode, AllowMsgTTL: true,
-	}); err != nil {
+	cfg := st.CachedInfo().Config
+	cfg.MaxAge, cfg.Duplicates = age, time.Second
+	if st, err = conn.JS.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := conn.JS.KeyValue(ctx, bucket)
@@ -44,10 +43,6 @@ func TestRewriteKeepsWhatIsLeftOfAnEntrysAge(t *testing.T) {
 	}
 	time.Sleep(age / 2)
 	if _, err := kv.Create(ctx, "acme.ev_new", []byte(`{"confirmed":true}`)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := conn.JS.Stream(ctx, "KV_"+bucket)
-	if err != nil {
 		t.Fatal(err)
 	}
 	h, err := current(ctx, kv)
