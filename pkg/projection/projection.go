@@ -7,8 +7,9 @@
 //     contact's record with optimistic concurrency (read, merge, write at the revision
 //     read), so two projectors never interleave into a wrong state, and because the
 //     lifecycle merge is a semilattice, any order and any duplicates give one state.
-//   - campaigns: each campaign's members, sharded 256 ways by contact id (a shard stays
-//     small for a campaign of a million leads), each member with its effective view
+//   - campaigns: each campaign's members, sharded 4,096 ways by contact id (a member's
+//     write rewrites its shard: four members of a campaign of 15,000, 250 of a
+//     million; shardDigits), each member with its effective view
 //     (status and flags), the revision of the contact record it was computed from and
 //     the record's count of that view's changes. A member is only ever replaced by a
 //     newer view (Member.replaces), so a slow projector cannot put an old view back,
@@ -26,9 +27,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"exacto.dev/pkg/contacts"
 	"exacto.dev/pkg/envelope"
@@ -174,7 +177,7 @@ func countViews(c *Contact, was map[string]Member) {
 	}
 }
 
-// Shard is one of a campaign's 256 parts: the members whose contact id hashes to it.
+// Shard is one of a campaign's 4,096 parts: the members whose contact id hashes to it.
 type Shard struct {
 	Tenant   string            `json:"tenant"`
 	Campaign string            `json:"campaign"`
@@ -206,9 +209,16 @@ func ContactKey(tenant, contactID string) string { return tenant + "." + contact
 // campaignPrefix is the store prefix of a campaign's shards.
 func campaignPrefix(tenant, campaign string) string { return tenant + "." + hash(campaign) + "." }
 
+// shardDigits is how many hex digits of a contact id's hash name its shard: 3, 4,096
+// shards a campaign. Every change of a member's view rewrites its whole shard, so a
+// shard's size is paid on every reply: with 256 (2 digits, until 2026-12-07) a
+// campaign of 15,000 put 4.4 KB a reply into the bucket and cloned and encoded some 60
+// members (BenchmarkReplyInACampaign). More digits would make a campaign's keys about
+// as many as its members, which the reconciler lists to name the tenant's campaigns.
+const shardDigits = 3
+
 func shardKey(tenant, campaign, contactID string) string {
-	h := hash(contactID)
-	return campaignPrefix(tenant, campaign) + h[:2]
+	return campaignPrefix(tenant, campaign) + hash(contactID)[:shardDigits]
 }
 
 // SuppressionKey is the store key of a suppressed contact.
@@ -724,4 +734,63 @@ func Repair(ctx context.Context, s Stores, above uint64) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// SplitShards moves the members of every campaign shard an earlier build wrote (256 a
+// campaign, shardDigits 2) into the shards of this one, and deletes the old shard once
+// its members are in theirs. A member goes only where it replaces what is there (a
+// projector of this build may have written a newer one), so any number of projectors
+// may split at once, and one cut off halfway splits again at its next start. It
+// reports how many old shards it moved; an unreadable one is left as it is, named in
+// the error (a replay of the campaigns projection rebuilds it).
+func SplitShards(ctx context.Context, s Stores) (int, error) {
+	keys, err := s.Campaigns.Keys(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	moved := 0
+	for _, k := range keys {
+		if i := strings.LastIndexByte(k, '.'); i < 0 || len(k)-i-1 != 2 {
+			continue // not an old shard
+		}
+		for {
+			old, rev, err := s.Campaigns.Get(ctx, k)
+			if err != nil {
+				return moved, err
+			}
+			if rev == 0 {
+				break // another projector moved it
+			}
+			var sh Shard
+			if err := json.Unmarshal(old, &sh); err != nil {
+				return moved, fmt.Errorf("campaign shard %s of an earlier build: %w", k, err)
+			}
+			for _, id := range slices.Sorted(maps.Keys(sh.Members)) {
+				m := sh.Members[id]
+				_, _, err := updateRecord(ctx, s.Campaigns, nil, false, "campaign shard", shardKey(sh.Tenant, sh.Campaign, id), func(to *Shard, found bool) (bool, error) {
+					if !found {
+						to.Tenant, to.Campaign = sh.Tenant, sh.Campaign
+					}
+					if cur, ok := to.Members[id]; ok && !m.replaces(cur) {
+						return false, nil
+					}
+					if to.Members == nil {
+						to.Members = map[string]Member{}
+					}
+					to.Members[id] = m
+					return true, nil
+				})
+				if err != nil {
+					return moved, err
+				}
+			}
+			if err := s.Campaigns.Delete(ctx, k, rev); err == nil {
+				moved++
+				break
+			} else if !errors.Is(err, ErrConflict) {
+				return moved, err
+			} // an old projector wrote it meanwhile: move it again
+		}
+	}
+	return moved, nil
 }

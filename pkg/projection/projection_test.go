@@ -436,8 +436,8 @@ func TestWriteBackStoresTheRestWhenOneContactFails(t *testing.T) {
 	got := Memories()
 	got.held = newHeld()
 	got.held.back = true
-	for i := range 256 {
-		got.Campaigns.(*Memory).Set(campaignPrefix("acme", "camp-2")+fmt.Sprintf("%02x", i), []byte("{not json"), got.Campaigns.(*Memory).NextRev())
+	for i := range 1 << (4 * shardDigits) {
+		got.Campaigns.(*Memory).Set(campaignPrefix("acme", "camp-2")+fmt.Sprintf("%0*x", shardDigits, i), []byte("{not json"), got.Campaigns.(*Memory).NextRev())
 	}
 	for _, env := range history() {
 		if _, err := apply(ctx, got, nil, env); err != nil {

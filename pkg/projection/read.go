@@ -123,29 +123,20 @@ func (r Reader) ContactByKey(ctx context.Context, tenant, kind, value string) (C
 // bounces, unsubscribes, meetings and opportunities.
 func (r Reader) Campaign(ctx context.Context, tenant, campaign string) (lifecycle.Counts, error) {
 	var counts lifecycle.Counts
-	keys, err := r.Campaigns.Keys(ctx, campaignPrefix(tenant, campaign))
-	if err != nil {
-		return counts, err
-	}
-	for _, k := range keys {
-		data, rev, err := r.Campaigns.Get(ctx, k)
-		if err != nil {
-			return counts, err
-		}
-		if rev == 0 {
-			continue
-		}
+	// One streamed read of the campaign's shards (up to 4,096), not a Get each.
+	err := kvstore.Scan(ctx, r.Campaigns, campaignPrefix(tenant, campaign), func(k string, data []byte, _ uint64) error {
 		var sh Shard
 		if err := json.Unmarshal(data, &sh); err != nil {
-			return counts, fmt.Errorf("campaign shard %s: %w", k, err)
+			return fmt.Errorf("campaign shard %s: %w", k, err)
 		}
 		for _, m := range sh.Members {
 			counts.Add(lifecycle.View{Status: m.Status, Replied: m.Replied, Bounced: m.Bounced, Unsubscribed: m.Unsubscribed,
 				MeetingBooked: m.MeetingBooked, Opportunity: m.Opportunity,
 				Discrepancies: make([]lifecycle.Discrepancy, m.Discrepancies), Undecided: make([]lifecycle.Undecided, m.Undecided)})
 		}
-	}
-	return counts, nil
+		return nil
+	})
+	return counts, err
 }
 
 // Suppressed returns tenant's contact's suppression entry, if it has one.

@@ -111,7 +111,7 @@ var (
 
 // recentBytes bounds a generation of a live store's remembered values (their encoding;
 // kept decoded, a record takes about as much again): a reply's records are written
-// again within a second, a thousand contacts at load, and a campaign's 256 shards take
+// again within a second, a thousand contacts at load, and a campaign's shards take
 // about 1 MB at 10,000 members. At 512 KiB the shards were mostly forgotten before
 // their next update and decoded again (their updates took 3.3 s of the projector's CPU
 // over the memory row, 1.9 s at 2 MiB; peak RSS did not move beyond its noise).

@@ -167,10 +167,15 @@ func openLive(t *testing.T) (Stores, jetstream.JetStream) {
 	return live, conn.JS
 }
 
-// countingStore counts its reads.
+// countingStore counts its reads and the bytes written through it.
 type countingStore struct {
 	Store
-	gets atomic.Int64
+	gets, written atomic.Int64
+}
+
+func (c *countingStore) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	c.written.Add(int64(len(value)))
+	return c.Store.Put(ctx, key, value, rev)
 }
 
 func (c *countingStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {

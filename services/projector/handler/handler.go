@@ -203,6 +203,11 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
+	if n, err := projection.SplitShards(ctx, stores); err != nil {
+		return fmt.Errorf("projector: moving an earlier build's campaign shards: %w", err)
+	} else if n > 0 {
+		env.Log.Info("projector: moved an earlier build's campaign shards into 4,096 a campaign", "shards", n)
+	}
 	stores = projection.Remembering(stores) // this process writes them: what it wrote is not read back
 	dir, err := contacts.Open(ctx, env.Conn.JS)
 	if err != nil {
