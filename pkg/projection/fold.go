@@ -68,14 +68,23 @@ func foldOne(ctx context.Context, s Stores, tenant string, who identity, loser s
 		return err
 	}
 	// The merged contact's derived entries go; the winner's are brought up to its
-	// record. Removing a member or an entry twice is harmless.
+	// record. Removing a member or an entry twice is harmless. The member goes from an
+	// earlier build's shard too, where it may still be (SplitShards would put it back),
+	// unless that shard is unreadable (SplitShards names it).
+	var shards []string
 	for _, campaign := range slices.Sorted(maps.Keys(lc.Campaigns)) {
-		_, _, err := update(ctx, s.Campaigns, shardKey(tenant, campaign, loser), func(old []byte, _ uint64) ([]byte, bool, error) {
+		shards = append(shards, shardKey(tenant, campaign, loser), oldShardKey(tenant, campaign, loser))
+	}
+	for _, shard := range shards {
+		_, _, err := update(ctx, s.Campaigns, shard, func(old []byte, _ uint64) ([]byte, bool, error) {
 			if old == nil {
 				return nil, false, nil
 			}
 			var sh Shard
 			if err := json.Unmarshal(old, &sh); err != nil {
+				if oldShard(shard) {
+					return old, false, nil
+				}
 				return nil, false, fmt.Errorf("campaign shard: %w", err)
 			}
 			if _, ok := sh.Members[loser]; !ok {

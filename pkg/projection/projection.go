@@ -221,6 +221,17 @@ func shardKey(tenant, campaign, contactID string) string {
 	return campaignPrefix(tenant, campaign) + hash(contactID)[:shardDigits]
 }
 
+// oldShardKey is the key an earlier build gave contactID's shard: 256 a campaign.
+func oldShardKey(tenant, campaign, contactID string) string {
+	return campaignPrefix(tenant, campaign) + hash(contactID)[:2]
+}
+
+// oldShard reports whether key is an earlier build's shard (SplitShards).
+func oldShard(key string) bool {
+	i := strings.LastIndexByte(key, '.')
+	return i >= 0 && len(key)-i-1 == 2
+}
+
 // SuppressionKey is the store key of a suppressed contact.
 func SuppressionKey(tenant, contactID string) string { return tenant + "." + contactID }
 
@@ -737,60 +748,71 @@ func Repair(ctx context.Context, s Stores, above uint64) (int, error) {
 }
 
 // SplitShards moves the members of every campaign shard an earlier build wrote (256 a
-// campaign, shardDigits 2) into the shards of this one, and deletes the old shard once
-// its members are in theirs. A member goes only where it replaces what is there (a
-// projector of this build may have written a newer one), so any number of projectors
-// may split at once, and one cut off halfway splits again at its next start. It
-// reports how many old shards it moved; an unreadable one is left as it is, named in
-// the error (a replay of the campaigns projection rebuilds it).
-func SplitShards(ctx context.Context, s Stores) (int, error) {
+// campaign) into the shards of this one, and deletes the old shard once its members
+// are in theirs. A member goes only where it replaces what is there (a projector of
+// this build may have written a newer one), so any number of projectors may split at
+// once, and one cut off halfway splits again at its next start; an earlier build's
+// projector still running may write old shards again, which readers count each
+// member of once (Reader.Campaign) and the next start moves. It reports how many old
+// shards it moved, and the keys of those it could not read, which it leaves as they
+// are (their members come back as their contacts' next events derive them).
+func SplitShards(ctx context.Context, s Stores) (moved int, unreadable []string, err error) {
 	keys, err := s.Campaigns.Keys(ctx, "")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	moved := 0
 	for _, k := range keys {
-		if i := strings.LastIndexByte(k, '.'); i < 0 || len(k)-i-1 != 2 {
-			continue // not an old shard
+		if !oldShard(k) {
+			continue
 		}
 		for {
 			old, rev, err := s.Campaigns.Get(ctx, k)
 			if err != nil {
-				return moved, err
+				return moved, unreadable, err
 			}
 			if rev == 0 {
 				break // another projector moved it
 			}
 			var sh Shard
 			if err := json.Unmarshal(old, &sh); err != nil {
-				return moved, fmt.Errorf("campaign shard %s of an earlier build: %w", k, err)
+				unreadable = append(unreadable, k)
+				break
 			}
-			for _, id := range slices.Sorted(maps.Keys(sh.Members)) {
-				m := sh.Members[id]
-				_, _, err := updateRecord(ctx, s.Campaigns, nil, false, "campaign shard", shardKey(sh.Tenant, sh.Campaign, id), func(to *Shard, found bool) (bool, error) {
+			// One update of each shard its members go to (16 at most).
+			to := map[string][]string{}
+			for id := range sh.Members {
+				key := shardKey(sh.Tenant, sh.Campaign, id)
+				to[key] = append(to[key], id)
+			}
+			for _, key := range slices.Sorted(maps.Keys(to)) {
+				_, _, err := updateRecord(ctx, s.Campaigns, nil, false, "campaign shard", key, func(dst *Shard, found bool) (bool, error) {
 					if !found {
-						to.Tenant, to.Campaign = sh.Tenant, sh.Campaign
+						dst.Tenant, dst.Campaign = sh.Tenant, sh.Campaign
 					}
-					if cur, ok := to.Members[id]; ok && !m.replaces(cur) {
-						return false, nil
+					changed := false
+					for _, id := range to[key] {
+						m := sh.Members[id]
+						if cur, ok := dst.Members[id]; ok && !m.replaces(cur) {
+							continue
+						}
+						if dst.Members == nil {
+							dst.Members = map[string]Member{}
+						}
+						dst.Members[id], changed = m, true
 					}
-					if to.Members == nil {
-						to.Members = map[string]Member{}
-					}
-					to.Members[id] = m
-					return true, nil
+					return changed, nil
 				})
 				if err != nil {
-					return moved, err
+					return moved, unreadable, err
 				}
 			}
 			if err := s.Campaigns.Delete(ctx, k, rev); err == nil {
 				moved++
 				break
 			} else if !errors.Is(err, ErrConflict) {
-				return moved, err
-			} // an old projector wrote it meanwhile: move it again
+				return moved, unreadable, err
+			} // an earlier build's projector wrote it meanwhile: move it again
 		}
 	}
-	return moved, nil
+	return moved, unreadable, nil
 }

@@ -123,20 +123,55 @@ func (r Reader) ContactByKey(ctx context.Context, tenant, kind, value string) (C
 // bounces, unsubscribes, meetings and opportunities.
 func (r Reader) Campaign(ctx context.Context, tenant, campaign string) (lifecycle.Counts, error) {
 	var counts lifecycle.Counts
+	prefix := campaignPrefix(tenant, campaign)
 	// One streamed read of the campaign's shards (up to 4,096), not a Get each.
-	err := kvstore.Scan(ctx, r.Campaigns, campaignPrefix(tenant, campaign), func(k string, data []byte, _ uint64) error {
-		var sh Shard
-		if err := json.Unmarshal(data, &sh); err != nil {
-			return fmt.Errorf("campaign shard %s: %w", k, err)
+	err := kvstore.Scan(ctx, r.Campaigns, prefix, func(k string, data []byte, _ uint64) error {
+		if oldShard(k) {
+			return errOldShard
 		}
+		sh, err := decodeShard(k, data)
 		for _, m := range sh.Members {
-			counts.Add(lifecycle.View{Status: m.Status, Replied: m.Replied, Bounced: m.Bounced, Unsubscribed: m.Unsubscribed,
-				MeetingBooked: m.MeetingBooked, Opportunity: m.Opportunity,
-				Discrepancies: make([]lifecycle.Discrepancy, m.Discrepancies), Undecided: make([]lifecycle.Undecided, m.Undecided)})
+			countMember(&counts, m)
 		}
-		return nil
+		return err
 	})
+	if !errors.Is(err, errOldShard) {
+		return counts, err
+	}
+	// An earlier build's shards beside this one's: written by its projectors while
+	// they still run, moved by SplitShards at a projector's start. A member may be in
+	// both: each is counted once, at its newest revision.
+	members := map[string]Member{}
+	err = kvstore.Scan(ctx, r.Campaigns, prefix, func(k string, data []byte, _ uint64) error {
+		sh, err := decodeShard(k, data)
+		for id, m := range sh.Members {
+			if cur, ok := members[id]; !ok || m.Rev > cur.Rev {
+				members[id] = m
+			}
+		}
+		return err
+	})
+	counts = lifecycle.Counts{}
+	for _, m := range members {
+		countMember(&counts, m)
+	}
 	return counts, err
+}
+
+var errOldShard = errors.New("an earlier build's campaign shard")
+
+func decodeShard(key string, data []byte) (Shard, error) {
+	var sh Shard
+	if err := json.Unmarshal(data, &sh); err != nil {
+		return Shard{}, fmt.Errorf("campaign shard %s: %w", key, err)
+	}
+	return sh, nil
+}
+
+func countMember(counts *lifecycle.Counts, m Member) {
+	counts.Add(lifecycle.View{Status: m.Status, Replied: m.Replied, Bounced: m.Bounced, Unsubscribed: m.Unsubscribed,
+		MeetingBooked: m.MeetingBooked, Opportunity: m.Opportunity,
+		Discrepancies: make([]lifecycle.Discrepancy, m.Discrepancies), Undecided: make([]lifecycle.Undecided, m.Undecided)})
 }
 
 // Suppressed returns tenant's contact's suppression entry, if it has one.

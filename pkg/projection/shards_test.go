@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/lifecycle"
 )
 
 // asEarlierBuild rewrites s's campaign shards as a build of 256 shards a campaign
@@ -68,8 +69,10 @@ func oldShards(t *testing.T, s Stores) []string {
 // A campaigns projection an earlier build wrote (256 shards a campaign) becomes the
 // one this build writes (4,096): every member moved once, a newer member this build
 // wrote meanwhile kept over the old shard's, the old shards gone, the counts as they
-// were; a second split finds nothing to move. An unreadable old shard is named in the
-// error and left where it is.
+// were. While both layouts hold a member (before the split, or an earlier build's
+// projector writing after it) it is counted once, at its newest view; a contact folded
+// into another leaves the old shard too. An unreadable old shard is named and left
+// where it is, the others moved.
 func TestSplitShardsMovesAnEarlierBuildsShards(t *testing.T) {
 	ctx := context.Background()
 	live, _ := openLive(t)
@@ -88,26 +91,34 @@ func TestSplitShardsMovesAnEarlierBuildsShards(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			before, err := Reader{Stores: s}.Campaign(ctx, "acme", "camp-1")
-			if err != nil {
-				t.Fatal(err)
+			counts := func(s Stores, campaign string) lifecycle.Counts {
+				t.Helper()
+				c, err := Reader{Stores: s}.Campaign(ctx, "acme", campaign)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
 			}
+			before := counts(s, "camp-1")
 			n := asEarlierBuild(t, s)
 			if n == 0 || len(oldShards(t, s)) != n {
 				t.Fatalf("%d old shards written, %d found", n, len(oldShards(t, s)))
 			}
-			if got, err := (Reader{Stores: s}).Campaign(ctx, "acme", "camp-1"); err != nil || !sameCounts(got, before) {
-				t.Fatalf("the earlier build's shards count %+v (%v), want %+v", got, err, before)
+			if got := counts(s, "camp-1"); !sameCounts(got, before) {
+				t.Fatalf("the earlier build's shards count %+v, want %+v", got, before)
 			}
 			// This build's projector takes lead0's reply before the split: its member
 			// goes into the new shard, the old shard still holds the member before it.
 			if _, err := apply(ctx, s, nil, later); err != nil {
 				t.Fatal(err)
 			}
+			if got, w := counts(s, "camp-1"), counts(want, "camp-1"); !sameCounts(got, w) || sameCounts(got, before) {
+				t.Fatalf("both layouts count %+v, want %+v (each member once, at its newest view)", got, w)
+			}
 
-			moved, err := SplitShards(ctx, s)
-			if err != nil || moved != n {
-				t.Fatalf("split moved %d (%v), want %d", moved, err, n)
+			moved, unreadable, err := SplitShards(ctx, s)
+			if err != nil || moved != n || len(unreadable) != 0 {
+				t.Fatalf("split moved %d (unreadable %v, %v), want %d", moved, unreadable, err, n)
 			}
 			if left := oldShards(t, s); len(left) != 0 {
 				t.Fatalf("old shards left: %v", left)
@@ -116,21 +127,65 @@ func TestSplitShardsMovesAnEarlierBuildsShards(t *testing.T) {
 				t.Fatalf("after the split: %v", err)
 			}
 			for _, campaign := range []string{"camp-1", "camp-2"} {
-				w, _ := Reader{Stores: want}.Campaign(ctx, "acme", campaign)
-				if got, err := (Reader{Stores: s}).Campaign(ctx, "acme", campaign); err != nil || !sameCounts(got, w) {
-					t.Fatalf("%s counts %+v (%v), want %+v", campaign, got, err, w)
+				if got, w := counts(s, campaign), counts(want, campaign); !sameCounts(got, w) {
+					t.Fatalf("%s counts %+v, want %+v", campaign, got, w)
 				}
 			}
-			if moved, err := SplitShards(ctx, s); err != nil || moved != 0 {
+			if moved, _, err := SplitShards(ctx, s); err != nil || moved != 0 {
 				t.Fatalf("a second split moved %d (%v)", moved, err)
+			}
+
+			// An earlier build's projector, still running, writes lead0's member as it
+			// was before the reply, and lead3's, into their old shards.
+			rec := func(email string) (string, Member) {
+				who, err := identify(ctx, nil, event(0, envelope.TypeEmailSent, email, "camp-1", 0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sh := storedShard(t, s.Campaigns, shardKey("acme", "camp-1", who.contactID))
+				return who.contactID, sh.Members[who.contactID]
+			}
+			lead0, m0 := rec("lead0@northwind.example")
+			lead3, m3 := rec("lead3@northwind.example")
+			stale := m0
+			stale.Rev, stale.Status, stale.Replied = 1, "sent", false
+			for id, m := range map[string]Member{lead0: stale, lead3: m3} {
+				b, _ := json.Marshal(Shard{Tenant: "acme", Campaign: "camp-1", Members: map[string]Member{id: m}})
+				if _, err := s.Campaigns.Put(ctx, oldShardKey("acme", "camp-1", id), b, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, w := counts(s, "camp-1"), counts(want, "camp-1"); !sameCounts(got, w) {
+				t.Fatalf("with an earlier build's writes after the split: %+v, want %+v", got, w)
+			}
+			// lead3 folded into lead0 (as a merge of the two contacts would): it leaves
+			// both its shards, and a split after it does not bring it back.
+			if err := foldOne(ctx, s, "acme", identity{contactID: lead0}, lead3); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := SplitShards(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{shardKey("acme", "camp-1", lead3), oldShardKey("acme", "camp-1", lead3)} {
+				if data, rev, _ := s.Campaigns.Get(ctx, k); rev != 0 && strings.Contains(string(data), lead3) {
+					t.Fatalf("the folded contact is still a member in %s: %s", k, data)
+				}
+			}
+			if sh := storedShard(t, s.Campaigns, shardKey("acme", "camp-1", lead0)); sh.Members[lead0] != m0 {
+				t.Fatalf("lead0's member after the split %+v, want %+v (the newer one)", sh.Members[lead0], m0)
 			}
 
 			bad := campaignPrefix("acme", "camp-3") + "0f"
 			if _, err := s.Campaigns.Put(ctx, bad, []byte("{not json"), 0); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := SplitShards(ctx, s); err == nil || !strings.Contains(err.Error(), bad) {
-				t.Fatalf("an unreadable old shard: %v, want an error naming %s", err, bad)
+			b, _ := json.Marshal(Shard{Tenant: "acme", Campaign: "camp-1", Members: map[string]Member{lead0: stale}})
+			if _, err := s.Campaigns.Put(ctx, oldShardKey("acme", "camp-1", lead0), b, 0); err != nil {
+				t.Fatal(err)
+			}
+			moved, unreadable, err = SplitShards(ctx, s)
+			if err != nil || moved != 1 || len(unreadable) != 1 || unreadable[0] != bad {
+				t.Fatalf("split beside an unreadable old shard: moved %d, unreadable %v (%v); want 1 and [%s]", moved, unreadable, err, bad)
 			}
 			if data, rev, _ := s.Campaigns.Get(ctx, bad); rev == 0 || string(data) != "{not json" {
 				t.Fatalf("the unreadable old shard changed: %q at %d", data, rev)

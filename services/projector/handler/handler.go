@@ -203,10 +203,15 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	if n, err := projection.SplitShards(ctx, stores); err != nil {
+	n, unreadable, err := projection.SplitShards(ctx, stores)
+	if err != nil {
 		return fmt.Errorf("projector: moving an earlier build's campaign shards: %w", err)
-	} else if n > 0 {
+	}
+	if n > 0 {
 		env.Log.Info("projector: moved an earlier build's campaign shards into 4,096 a campaign", "shards", n)
+	}
+	if len(unreadable) > 0 {
+		env.Log.Warn("projector: an earlier build's campaign shards could not be read and stay as they are", "shards", unreadable)
 	}
 	stores = projection.Remembering(stores) // this process writes them: what it wrote is not read back
 	dir, err := contacts.Open(ctx, env.Conn.JS)
