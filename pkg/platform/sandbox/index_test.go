@@ -234,4 +234,47 @@ func TestHubSpotIndexesAnswerAsAScanWould(t *testing.T) {
 	if got := search("/crm/v3/objects/deals/search", first); !slices.Equal(got, []string{deal}) {
 		t.Fatalf("deals of the first contact: %v", got)
 	}
+
+	// Contacts searched by e-mail (the CRM writer's lookup): whatever the case asked,
+	// in creation order, the old address of a moved contact finding nothing, a group's
+	// other filters still applied, and a group no index answers read as a scan.
+	third := sb.AddContact("TWIN@example.org", map[string]string{"firstname": "Tess"})
+	fourth := sb.AddContact("twin@example.com", map[string]string{"firstname": "Tom"})
+	byEmail := func(groups ...[]map[string]string) (ids []string) {
+		var body []map[string]any
+		for _, g := range groups {
+			body = append(body, map[string]any{"filters": g})
+		}
+		var r struct {
+			Results []struct {
+				ID string `json:"id"`
+			} `json:"results"`
+		}
+		if st := call(t, sb, http.MethodPost, "/crm/v3/objects/contacts/search", auth, map[string]any{"filterGroups": body, "limit": 100}, &r); st != 200 {
+			t.Fatalf("contact search: %d", st)
+		}
+		for _, o := range r.Results {
+			ids = append(ids, o.ID)
+		}
+		return ids
+	}
+	eq := func(prop, v string) map[string]string {
+		return map[string]string{"propertyName": prop, "operator": "EQ", "value": v}
+	}
+	for _, tc := range []struct {
+		what   string
+		groups [][]map[string]string
+		want   []string
+	}{
+		{"one address, any case", [][]map[string]string{{eq("email", "TWIN@EXAMPLE.COM")}}, []string{first, fourth}},
+		{"the moved contact's new address", [][]map[string]string{{eq("email", "moved@example.com")}}, []string{second}},
+		{"either of two addresses", [][]map[string]string{{eq("email", "twin@example.org")}, {eq("email", "twin@example.com")}}, []string{first, third, fourth}},
+		{"an address and a name", [][]map[string]string{{eq("email", "twin@example.com"), eq("firstname", "tom")}}, []string{fourth}},
+		{"a name alone (a scan)", [][]map[string]string{{eq("firstname", "Tess")}}, []string{third}},
+		{"an address, or a name (a scan)", [][]map[string]string{{eq("email", "moved@example.com")}, {eq("firstname", "Tess")}}, []string{second, third}},
+	} {
+		if got := byEmail(tc.groups...); !slices.Equal(got, tc.want) {
+			t.Errorf("contacts by %s: %v, want %v", tc.what, got, tc.want)
+		}
+	}
 }
