@@ -113,12 +113,20 @@ type Gate struct {
 	mu     sync.Mutex
 	known  map[string]Verdict
 	asking map[string]chan struct{}
+	// knownFor is how long a verdict is remembered at most (knownFor by default): a
+	// generation of them is dropped whole that long after it began.
+	knownFor time.Duration
+	knownGen uint64
 }
 
-// knownMax bounds the verdicts a Gate remembers (a reply's text rides on its verdict):
-// the consumers of an event ask within moments of each other, and a verdict forgotten
-// is read again from the bucket.
-const knownMax = 4096
+// knownMax and knownFor bound the verdicts a Gate remembers, in number and in time: a
+// reply's text rides on its verdict, and an erasure (pkg/privacy) reaches the bucket,
+// not a process's memory. The consumers of an event ask within moments of each other,
+// and a verdict forgotten is read again from the bucket.
+const (
+	knownMax = 4096
+	knownFor = time.Minute
+)
 
 // Open builds a gate over the deployment's buckets, for tenants.
 func Open(ctx context.Context, js jetstream.JetStream, tenants []string, sources func(string) (accounts.Clients, bool), log *slog.Logger) (*Gate, error) {
@@ -293,6 +301,15 @@ func (g *Gate) remember(key string, v Verdict) {
 	defer g.mu.Unlock()
 	if g.known == nil || len(g.known) >= knownMax {
 		g.known = map[string]Verdict{}
+		g.knownGen++
+		gen := g.knownGen
+		time.AfterFunc(cmp.Or(g.knownFor, knownFor), func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.knownGen == gen {
+				g.known = nil
+			}
+		})
 	}
 	g.known[key] = v
 }

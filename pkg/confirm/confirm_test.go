@@ -308,3 +308,39 @@ func TestConsumersAtOnceAskTheSourceOnce(t *testing.T) {
 		t.Fatalf("the verdict is not remembered: %+v %v", v, ok)
 	}
 }
+
+// A process remembers a verdict (the reply's text rides on it) for knownFor at most:
+// an erasure reaches the bucket, not the process's memory. Forgotten, the verdict is
+// read from the bucket again, and the source is not asked again.
+func TestRememberedVerdictsAreForgottenInTime(t *testing.T) {
+	r := newRig(t)
+	r.gate.knownFor = 200 * time.Millisecond
+	at := time.Now().Add(-time.Minute)
+	r.sb.AddInstantlyReply("c-1", "cy@example.com", "em-3", "Call me", false, at)
+	env := webhook(envelope.TypeReplyReceived, "cy@example.com", "em-3", "Call me", at)
+	if err := r.attempt(env, 1); err != nil {
+		t.Fatal(err)
+	}
+	known := func() bool {
+		r.gate.mu.Lock()
+		defer r.gate.mu.Unlock()
+		_, ok := r.gate.known[tenant+"."+env.ID]
+		return ok
+	}
+	if !known() {
+		t.Fatal("the verdict is not remembered")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for known() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if known() {
+		t.Fatal("the verdict is still remembered 5 s after its 200 ms")
+	}
+	if err := r.attempt(env, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.sb.Requests(sandbox.RouteInstantlyEmailGet); n != 1 {
+		t.Fatalf("%d asks of the source, want 1 (the verdict read from the bucket)", n)
+	}
+}
