@@ -144,7 +144,17 @@ func (x *Indexer) Run(ctx context.Context) error {
 	// The consumer hands messages over as they come; the writer takes all those that
 	// are waiting (at most indexBatch) as one batch.
 	queue := make(chan jetstream.Msg, 2*indexBatch)
-	cc, err := x.cons.Consume(func(msg jetstream.Msg) { queue <- msg }, jetstream.PullMaxMessages(2*indexBatch))
+	// stopped ends the callback's wait once Run returns: nats.go may still call it
+	// with a message it had taken (after cc.Closed() too: a send on a closed queue
+	// panicked the gateway in a chaos run's stop). Such a message, never acked, is
+	// delivered again.
+	stopped := make(chan struct{})
+	cc, err := x.cons.Consume(func(msg jetstream.Msg) {
+		select {
+		case queue <- msg:
+		case <-stopped:
+		}
+	}, jetstream.PullMaxMessages(2*indexBatch))
 	if err != nil {
 		return err
 	}
@@ -192,12 +202,8 @@ func (x *Indexer) Run(ctx context.Context) error {
 	// Stop, not drain: an entry not yet acknowledged is redelivered and written again,
 	// which is harmless (Put is idempotent), and stopping never waits on a lost server.
 	cc.Stop()
-	go func() { // the consume callback must not block on a queue nobody reads
-		for range queue {
-		}
-	}()
+	close(stopped)
 	<-cc.Closed()
-	close(queue)
 	return nil
 }
 
