@@ -140,10 +140,14 @@ func (r Reader) Campaign(ctx context.Context, tenant, campaign string) (lifecycl
 	}
 	// An earlier build's shards beside this one's: written by its projectors while
 	// they still run, moved by SplitShards at a projector's start. A member may be in
-	// both: each is counted once, at its newest revision.
+	// both: each is counted once, at its newest revision. An old shard that cannot be
+	// read is left out (SplitShards leaves it, and logs it).
 	members := map[string]Member{}
 	err = kvstore.Scan(ctx, r.Campaigns, prefix, func(k string, data []byte, _ uint64) error {
 		sh, err := decodeShard(k, data)
+		if err != nil && oldShard(k) {
+			return nil
+		}
 		for id, m := range sh.Members {
 			if cur, ok := members[id]; !ok || m.Rev > cur.Rev {
 				members[id] = m

@@ -72,7 +72,7 @@ func oldShards(t *testing.T, s Stores) []string {
 // were. While both layouts hold a member (before the split, or an earlier build's
 // projector writing after it) it is counted once, at its newest view; a contact folded
 // into another leaves the old shard too. An unreadable old shard is named and left
-// where it is, the others moved.
+// where it is, the others moved, and the campaign is counted without it.
 func TestSplitShardsMovesAnEarlierBuildsShards(t *testing.T) {
 	ctx := context.Background()
 	live, _ := openLive(t)
@@ -175,7 +175,8 @@ func TestSplitShardsMovesAnEarlierBuildsShards(t *testing.T) {
 				t.Fatalf("lead0's member after the split %+v, want %+v (the newer one)", sh.Members[lead0], m0)
 			}
 
-			bad := campaignPrefix("acme", "camp-3") + "0f"
+			folded := counts(s, "camp-1")
+			bad := campaignPrefix("acme", "camp-1") + "0f"
 			if _, err := s.Campaigns.Put(ctx, bad, []byte("{not json"), 0); err != nil {
 				t.Fatal(err)
 			}
@@ -189,6 +190,9 @@ func TestSplitShardsMovesAnEarlierBuildsShards(t *testing.T) {
 			}
 			if data, rev, _ := s.Campaigns.Get(ctx, bad); rev == 0 || string(data) != "{not json" {
 				t.Fatalf("the unreadable old shard changed: %q at %d", data, rev)
+			}
+			if got := counts(s, "camp-1"); !sameCounts(got, folded) {
+				t.Fatalf("beside an unreadable old shard: %+v, want %+v", got, folded)
 			}
 		})
 	}
