@@ -151,8 +151,8 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // nats.go may call the consume callback with a message it had taken after the
 // subscription is closed (a chaos run's gateway panicked on a send to the closed
 // queue). Stopped 600 times in the middle of a backlog, none may panic, and every
-// event is indexed by the last. (A race: the build before panicked here in one
-// run of four.)
+// event is indexed by the last. (A race: the build before panicked here in one run
+// of four to six.)
 func TestIndexerStopsInTheMiddleOfABacklog(t *testing.T) {
 	h := newIndexHarness(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // 600 starts: more than the harness's 30 s
