@@ -113,8 +113,8 @@ type Gate struct {
 	mu     sync.Mutex
 	known  map[string]Verdict
 	asking map[string]chan struct{}
-	// knownFor is how long a verdict is remembered at most (knownFor by default): a
-	// generation of them is dropped whole that long after it began.
+	// knownFor is how long a verdict is remembered at most (the constant knownFor when
+	// zero): a generation of them is dropped whole that long after it began.
 	knownFor time.Duration
 	knownGen uint64
 }

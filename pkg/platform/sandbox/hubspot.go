@@ -126,7 +126,7 @@ func (h *hubspotState) indexed(list *[]*Object, req hsSearchReq) (objs []*Object
 			}
 			continue
 		}
-		if i := slices.IndexFunc(g.Filters, func(f hsFilter) bool { return f.PropertyName == "email" && f.Operator == "EQ" }); i >= 0 && list == &h.contacts {
+		if i := slices.IndexFunc(g.Filters, func(f hsFilter) bool { return f.PropertyName == "email" && f.Operator == "EQ" && f.Value != "" }); i >= 0 && list == &h.contacts {
 			objs = append(objs, h.byEmail[strings.ToLower(g.Filters[i].Value)]...)
 			continue
 		}

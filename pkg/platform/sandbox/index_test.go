@@ -237,9 +237,11 @@ func TestHubSpotIndexesAnswerAsAScanWould(t *testing.T) {
 
 	// Contacts searched by e-mail (the CRM writer's lookup): whatever the case asked,
 	// in creation order, the old address of a moved contact finding nothing, a group's
-	// other filters still applied, and a group no index answers read as a scan.
+	// other filters still applied, and a group no index answers (an empty address
+	// among them: the index holds none) read as a scan.
 	third := sb.AddContact("TWIN@example.org", map[string]string{"firstname": "Tess"})
 	fourth := sb.AddContact("twin@example.com", map[string]string{"firstname": "Tom"})
+	blank := sb.AddContact("", map[string]string{"firstname": "Nobody"})
 	byEmail := func(groups ...[]map[string]string) (ids []string) {
 		var body []map[string]any
 		for _, g := range groups {
@@ -271,6 +273,7 @@ func TestHubSpotIndexesAnswerAsAScanWould(t *testing.T) {
 		{"either of two addresses", [][]map[string]string{{eq("email", "twin@example.org")}, {eq("email", "twin@example.com")}}, []string{first, third, fourth}},
 		{"an address and a name", [][]map[string]string{{eq("email", "twin@example.com"), eq("firstname", "tom")}}, []string{fourth}},
 		{"a name alone (a scan)", [][]map[string]string{{eq("firstname", "Tess")}}, []string{third}},
+		{"an empty address (a scan)", [][]map[string]string{{eq("email", "")}}, []string{blank}},
 		{"an address, or a name (a scan)", [][]map[string]string{{eq("email", "moved@example.com")}, {eq("firstname", "Tess")}}, []string{second, third}},
 	} {
 		if got := byEmail(tc.groups...); !slices.Equal(got, tc.want) {
