@@ -31,7 +31,7 @@ func asEarlierBuild(t *testing.T, s Stores) int {
 			t.Fatal(err)
 		}
 		for id, m := range sh.Members {
-			ok := campaignPrefix(sh.Tenant, sh.Campaign) + hash(id)[:2]
+			ok := oldShardKey(sh.Tenant, sh.Campaign, id)
 			if old[ok] == nil {
 				old[ok] = &Shard{Tenant: sh.Tenant, Campaign: sh.Campaign, Members: map[string]Member{}}
 			}
@@ -59,7 +59,7 @@ func oldShards(t *testing.T, s Stores) []string {
 	}
 	var out []string
 	for _, k := range keys {
-		if len(k)-strings.LastIndexByte(k, '.')-1 == 2 {
+		if oldShard(k) {
 			out = append(out, k)
 		}
 	}
