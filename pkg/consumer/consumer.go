@@ -573,7 +573,7 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 		Last: r.o.Sub.MaxDeliver > 0 && a.Record.Attempts >= r.o.Sub.MaxDeliver, pacer: r.o.Pacer, breakers: r.o.Breakers, runner: r}
 	// The handler gets the ack wait less a reserve: what follows (guard, dead letter,
 	// outcome, ack) must still have time when the handler used all of its own.
-	derived := &held{ctx: ctx}
+	derived := &held{ctx: ctx, new: a.New, cause: env.ID, consumer: r.name}
 	hctx, hcancel := context.WithTimeout(holding(ctx, derived), r.o.Sub.AckWait-r.o.Sub.AckWait/6)
 	var herr error
 	if !leftAlone {

@@ -14,7 +14,9 @@ import (
 
 // Deriver stores derived events (a classification, a stop) on EXACTO_EVENTS, once:
 // their ids are deterministic, the index of stored ids catches a republish after the
-// duplicate window (a worker resumed after a crash), and Nats-Msg-Id one within it.
+// duplicate window (a worker resumed after a crash), and Nats-Msg-Id one within it. A
+// New attempt's own derived event is not looked up (held.first): nothing can have
+// stored it.
 type Deriver struct {
 	js        jetstream.JetStream
 	index     jetstream.KeyValue
@@ -48,8 +50,11 @@ func NewDeriver(ctx context.Context, js jetstream.JetStream) (*Deriver, error) {
 // committer it returns once env is queued: the runner completes the attempt only once
 // env is stored.
 func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
-	if stored, err := stream.Stored(ctx, d.index, env.ID); err != nil || stored {
-		return err
+	h := heldOf(ctx)
+	if !h.first(env) {
+		if stored, err := stream.Stored(ctx, d.index, env.ID); err != nil || stored {
+			return err
+		}
 	}
 	// A fact about a forgotten person (a CRM's answer naming them) keeps nothing of
 	// them, as the gateway stores their events.
@@ -61,7 +66,7 @@ func (d *Deriver) Publish(ctx context.Context, env envelope.Envelope) error {
 	if d.publish != nil {
 		// In a runner's attempt the attempt waits for it before it is completed, on its
 		// own context; the handler does not.
-		h, wctx := heldOf(ctx), ctx
+		wctx := ctx
 		if h != nil {
 			wctx = h.ctx
 		}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/envelope"
 )
 
 // Settling in batches. An event's bookkeeping after its effect — its derived events
@@ -23,9 +25,20 @@ import (
 // a committer leaves their waits here instead of waiting; the attempt is completed
 // once every one is stored (or fails as a transient error if one is not).
 type held struct {
-	ctx   context.Context // the attempt's: a wait outlives the handler's context
-	mu    sync.Mutex
-	waits []func() (bool, error)
+	ctx context.Context // the attempt's: a wait outlives the handler's context
+	// New (Event.New): no attempt of consumer at the event cause came before this one.
+	new             bool
+	cause, consumer string
+	mu              sync.Mutex
+	waits           []func() (bool, error)
+}
+
+// first reports whether env can have been stored by no one before: h's attempt is New
+// and env is its consumer's own derivation of the event it attempts. Its id is made
+// from those two alone (envelope.Derive), so only an earlier attempt of the same
+// consumer at the same event could have stored it, and there was none.
+func (h *held) first(env envelope.Envelope) bool {
+	return h != nil && h.new && env.Data.Cause == h.cause && env.Source == envelope.WorkerSource(env.Tenant, h.consumer)
 }
 
 type heldKey struct{}

@@ -227,13 +227,16 @@ func Derive(from Envelope, worker, typ string, data Data, now time.Time) Envelop
 	}
 	return Envelope{
 		SpecVersion: "1.0", ID: ID(from.Tenant, "exacto", Key(worker, typ, from.ID)),
-		Source: "/tenants/" + from.Tenant + "/workers/" + worker, Type: typ, Subject: from.Subject,
+		Source: WorkerSource(from.Tenant, worker), Type: typ, Subject: from.Subject,
 		Time: now.UTC(), DataContentType: "application/json", Data: data,
 		Tenant: from.Tenant, Provider: from.Provider, Endpoint: from.Endpoint,
 		ObjectID: from.ObjectID, Channel: from.Channel, ReceivedAt: now.UTC(),
 		PayloadSHA256: from.PayloadSHA256, Signed: from.Signed, AuthMethod: AuthDerived,
 	}
 }
+
+// WorkerSource is the source of the events worker derives for tenant.
+func WorkerSource(tenant, worker string) string { return "/tenants/" + tenant + "/workers/" + worker }
 
 // ID derives an event's envelope id from its tenant, provider and identity key (the
 // provider's event id, or the documented fields that make it unique). The same provider

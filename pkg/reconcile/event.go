@@ -32,7 +32,7 @@ func event(p *Pass, kind, provider, typ, object string, data envelope.Data, raw 
 	sum := sha256.Sum256(b)
 	return envelope.Envelope{
 		SpecVersion: "1.0", ID: envelope.ID(p.Tenant, "exacto", envelope.Key(Worker, kind, provider, object)),
-		Source: "/tenants/" + p.Tenant + "/workers/" + Worker, Type: typ, Time: at.UTC(),
+		Source: envelope.WorkerSource(p.Tenant, Worker), Type: typ, Time: at.UTC(),
 		DataContentType: "application/json", Data: data,
 		Tenant: p.Tenant, Provider: provider, Endpoint: Worker, ObjectID: object, Channel: channel(provider),
 		ReceivedAt: now, PayloadSHA256: hex.EncodeToString(sum[:]), Signed: false, AuthMethod: envelope.AuthSourceAPI,

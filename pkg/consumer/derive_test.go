@@ -1,0 +1,109 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"exacto.dev/pkg/broker/brokertest"
+	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/retry"
+)
+
+// countedGets counts the reads of a key-value bucket.
+type countedGets struct {
+	jetstream.KeyValue
+	n atomic.Int64
+}
+
+func (c *countedGets) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	c.n.Add(1)
+	return c.KeyValue.Get(ctx, key)
+}
+
+// A New attempt's own derived event is stored without asking the index of stored ids
+// first: nothing can have stored it. Every other derivation asks: an attempt after a
+// failed one (which may have stored it), one under another worker's name (another
+// consumer attempting the same event derives the same id: pkg/confirm's), one from
+// another event than the attempted one.
+func TestOnlyANewAttemptsOwnDerivedEventIsNotLookedUp(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	ctx := context.Background()
+	d, err := NewDeriver(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := &countedGets{KeyValue: d.index}
+	d.index = index
+	type seen struct {
+		new   bool
+		reads int64 // index reads of the attempt's Publish
+	}
+	var (
+		mu       sync.Mutex
+		attempts = map[string][]seen{}
+		ids      []string
+		idsReady = make(chan struct{})
+	)
+	solo := &Solo{}
+	run(t, conn, func(ctx context.Context, ev Event) error {
+		<-idsReady
+		env := ev.Envelope
+		var derived envelope.Envelope
+		switch env.ID {
+		case ids[2]:
+			derived = envelope.Derive(env, "confirm", envelope.TypeEventUnconfirmed, envelope.Data{}, time.Now())
+		case ids[3]:
+			derived = envelope.Derive(envelope.Envelope{ID: "ev_other", Tenant: env.Tenant}, sub.Durable, envelope.TypeReplyClassified, envelope.Data{}, time.Now())
+		default:
+			derived = envelope.Derive(env, sub.Durable, envelope.TypeReplyClassified, envelope.Data{}, time.Now())
+		}
+		before := index.n.Load()
+		err := d.Publish(ctx, derived)
+		mu.Lock()
+		attempts[env.ID] = append(attempts[env.ID], seen{ev.New, index.n.Load() - before})
+		n := len(attempts[env.ID])
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if env.ID == ids[1] && n == 1 {
+			return retry.Transiently("test", errors.New("the effect failed after its derived event was published"))
+		}
+		return nil
+	}, func(o *Options) { o.Workers, o.Solo = 1, solo })
+	waitFor(t, "the runner to work alone", solo.Alone)
+	ids = publish(t, conn, 4)
+	close(idsReady)
+	waitFor(t, "every attempt made", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(attempts[ids[0]]) == 1 && len(attempts[ids[1]]) == 2 && len(attempts[ids[2]]) == 1 && len(attempts[ids[3]]) == 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range []struct {
+		what  string
+		got   seen
+		new   bool
+		reads int64
+	}{
+		{"its own derived event", attempts[ids[0]][0], true, 0},
+		{"its own derived event, first attempt", attempts[ids[1]][0], true, 0},
+		{"its own derived event, after a failed attempt", attempts[ids[1]][1], false, 1},
+		{"an event derived under another worker's name", attempts[ids[2]][0], true, 1},
+		{"an event derived from another event", attempts[ids[3]][0], true, 1},
+	} {
+		if c.got.new != c.new {
+			t.Errorf("%s: the attempt is New %v, want %v", c.what, c.got.new, c.new)
+		}
+		if c.got.reads != c.reads {
+			t.Errorf("%s: %d reads of the index, want %d", c.what, c.got.reads, c.reads)
+		}
+	}
+}
