@@ -13,6 +13,7 @@ import (
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/retry"
+	"exacto.dev/pkg/stream"
 )
 
 // countedGets counts the reads of a key-value bucket.
@@ -59,7 +60,7 @@ func TestOnlyANewAttemptsOwnDerivedEventIsNotLookedUp(t *testing.T) {
 		case ids[2]:
 			derived = envelope.Derive(env, "confirm", envelope.TypeEventUnconfirmed, envelope.Data{}, time.Now())
 		case ids[3]:
-			derived = envelope.Derive(envelope.Envelope{ID: "ev_other", Tenant: env.Tenant}, sub.Durable, envelope.TypeReplyClassified, envelope.Data{}, time.Now())
+			derived = envelope.Derive(envelope.Envelope{ID: "ev_other", Tenant: env.Tenant, Provider: env.Provider}, sub.Durable, envelope.TypeReplyClassified, envelope.Data{}, time.Now())
 		default:
 			derived = envelope.Derive(env, sub.Durable, envelope.TypeReplyClassified, envelope.Data{}, time.Now())
 		}
@@ -70,6 +71,7 @@ func TestOnlyANewAttemptsOwnDerivedEventIsNotLookedUp(t *testing.T) {
 		n := len(attempts[env.ID])
 		mu.Unlock()
 		if err != nil {
+			t.Errorf("publish %s derived from %s: %v", derived.ID, env.ID, err)
 			return err
 		}
 		if env.ID == ids[1] && n == 1 {
@@ -104,6 +106,49 @@ func TestOnlyANewAttemptsOwnDerivedEventIsNotLookedUp(t *testing.T) {
 		}
 		if c.got.reads != c.reads {
 			t.Errorf("%s: %d reads of the index, want %d", c.what, c.got.reads, c.reads)
+		}
+	}
+	// Each derived event stored once: the failed attempt's and its retry's are one (the
+	// duplicate window).
+	waitFor(t, "four events and four derived ones stored", func() bool { return brokertest.Count(t, conn, stream.Events) == 8 })
+	time.Sleep(100 * time.Millisecond)
+	if n := brokertest.Count(t, conn, stream.Events); n != 8 {
+		t.Fatalf("%d events stored, want 8", n)
+	}
+}
+
+// A derived event skips the look only when its id is the attempt's consumer's own
+// derivation of the attempted event, the attempt is New, and it is within its time: an
+// attempt past its deadline (its process frozen, then resumed) may come after a
+// redelivery's attempt stored the event, by more than the duplicate window.
+func TestAFirstDerivationIsOwnNewAndInTime(t *testing.T) {
+	cause := envelope.Envelope{ID: "ev_cause", Tenant: "acme"}
+	own := envelope.Derive(cause, stream.Stopper, envelope.TypeSequenceStopped, envelope.Data{}, time.Now())
+	renamed := own // the same source and cause, another id
+	renamed.ID = "ev_other"
+	inTime, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	past, cancelPast := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancelPast()
+	attempt := func(ctx context.Context, isNew bool, consumer string) *held {
+		return &held{ctx: ctx, new: isNew, cause: cause.ID, consumer: consumer}
+	}
+	for _, c := range []struct {
+		what string
+		h    *held
+		env  envelope.Envelope
+		want bool
+	}{
+		{"a New attempt's own, in time", attempt(inTime, true, stream.Stopper), own, true},
+		{"an attempt that is not New", attempt(inTime, false, stream.Stopper), own, false},
+		{"an attempt past its deadline", attempt(past, true, stream.Stopper), own, false},
+		{"an attempt without a deadline", attempt(context.Background(), true, stream.Stopper), own, false},
+		{"another consumer's attempt", attempt(inTime, true, stream.CRMWriter), own, false},
+		{"an event with another id", attempt(inTime, true, stream.Stopper), renamed, false},
+		{"outside an attempt", nil, own, false},
+	} {
+		if got := c.h.first(c.env); got != c.want {
+			t.Errorf("%s: first %v, want %v", c.what, got, c.want)
 		}
 	}
 }

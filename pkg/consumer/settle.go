@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"exacto.dev/pkg/envelope"
+	"exacto.dev/pkg/stream"
 )
 
 // Settling in batches. An event's bookkeeping after its effect — its derived events
@@ -33,12 +34,19 @@ type held struct {
 	waits           []func() (bool, error)
 }
 
-// first reports whether env can have been stored by no one before: h's attempt is New
-// and env is its consumer's own derivation of the event it attempts. Its id is made
-// from those two alone (envelope.Derive), so only an earlier attempt of the same
-// consumer at the same event could have stored it, and there was none.
+// first reports whether env can have been stored by no one before: h's attempt is New,
+// still within its time (its context's deadline, the ack wait), and env's id is the one
+// its consumer derives from the event it attempts (envelope.Derive). Only an attempt of
+// the same consumer at the same event makes that id: none came before a New one, and
+// one that follows it (a redelivery once its ack wait ran out) is not New and looks.
+// An attempt past its time (its process frozen, then resumed) may follow such a
+// redelivery's publish by more than the duplicate window: it looks too.
 func (h *held) first(env envelope.Envelope) bool {
-	return h != nil && h.new && env.Data.Cause == h.cause && env.Source == envelope.WorkerSource(env.Tenant, h.consumer)
+	if h == nil || !h.new || env.ID != stream.DerivedID(env.Tenant, h.consumer, env.Type, h.cause) {
+		return false
+	}
+	deadline, ok := h.ctx.Deadline()
+	return ok && time.Now().Before(deadline)
 }
 
 type heldKey struct{}
