@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"exacto.dev/pkg/broker"
 	"exacto.dev/pkg/broker/brokertest"
 	"exacto.dev/pkg/envelope"
 	"exacto.dev/pkg/retry"
@@ -27,6 +28,18 @@ func (c *countedGets) Get(ctx context.Context, key string) (jetstream.KeyValueEn
 	return c.KeyValue.Get(ctx, key)
 }
 
+// countedDeriver is a Deriver over conn whose reads of the index are counted.
+func countedDeriver(t *testing.T, conn *broker.Conn) (*Deriver, *countedGets) {
+	t.Helper()
+	d, err := NewDeriver(context.Background(), conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := &countedGets{KeyValue: d.index}
+	d.index = index
+	return d, index
+}
+
 // A New attempt's own derived event is stored without asking the index of stored ids
 // first: nothing can have stored it. Every other derivation asks: an attempt after a
 // failed one (which may have stored it), one under another worker's name (another
@@ -34,13 +47,7 @@ func (c *countedGets) Get(ctx context.Context, key string) (jetstream.KeyValueEn
 // another event than the attempted one.
 func TestOnlyANewAttemptsOwnDerivedEventIsNotLookedUp(t *testing.T) {
 	conn := brokertest.Start(t, "")
-	ctx := context.Background()
-	d, err := NewDeriver(ctx, conn.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	index := &countedGets{KeyValue: d.index}
-	d.index = index
+	d, index := countedDeriver(t, conn)
 	type seen struct {
 		new   bool
 		reads int64 // index reads of the attempt's Publish
@@ -150,5 +157,35 @@ func TestAFirstDerivationIsOwnNewAndInTime(t *testing.T) {
 		if got := c.h.first(c.env); got != c.want {
 			t.Errorf("%s: first %v, want %v", c.what, got, c.want)
 		}
+	}
+}
+
+// Two processes on one consumer: neither is alone, so no attempt is New (another
+// process's attempt at the same event may be under way), and every derived event is
+// looked up before it is stored.
+func TestNoAttemptIsNewBesideAnotherProcess(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	d, index := countedDeriver(t, conn)
+	var attempts, news atomic.Int64
+	h := func(ctx context.Context, ev Event) error {
+		attempts.Add(1)
+		if ev.New {
+			news.Add(1)
+		}
+		return d.Publish(ctx, envelope.Derive(ev.Envelope, sub.Durable, envelope.TypeReplyClassified, envelope.Data{}, time.Now()))
+	}
+	first, second := &Solo{}, &Solo{}
+	run(t, conn, h, func(o *Options) { o.Solo = first })
+	waitFor(t, "the first process to work alone", first.Alone)
+	run(t, conn, h, func(o *Options) { o.Solo = second })
+	waitFor(t, "the first process to see the second and share", func() bool { return !first.Alone() })
+	if second.Alone() {
+		t.Fatal("the second process works alone beside the first")
+	}
+	const n = 20
+	publish(t, conn, n)
+	waitFor(t, "every event's derived event stored", func() bool { return brokertest.Count(t, conn, stream.Events) == 2*n })
+	if a, nw, reads := attempts.Load(), news.Load(), index.n.Load(); a != n || nw != 0 || reads != n {
+		t.Fatalf("%d attempts, %d of them New, %d index reads; want %d, none, %d", a, nw, reads, n, n)
 	}
 }
