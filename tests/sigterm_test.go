@@ -746,7 +746,7 @@ func checkCleanLog(t *testing.T, what, out string) {
 			}
 			counts[k]++
 			switch rec.Msg {
-			case "ack not confirmed", "guard complete", "guard fail", "guard unavailable", "dead letter not stored; redelivering", "outcome not published":
+			case "ack not confirmed", "guard complete failed; redelivering", "guard fail", "guard unavailable", "dead letter not stored; redelivering", "outcome not published":
 				t.Errorf("%s: %s", what, l)
 			}
 		}

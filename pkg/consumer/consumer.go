@@ -723,7 +723,14 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 		// After a failure, or replayed from the DLQ, both say completed.
 		if !a.Assumed || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
 			if err := r.guard.Complete(ctx, a); err != nil {
-				r.o.Log.WarnContext(ctx, "guard complete", "consumer", r.name, "id", env.ID, "err", err)
+				// Acked now, the event would be done with no record saying so (a consumer
+				// made again from the stream's start would make its effect again) or with
+				// one saying processing for ever: it comes back instead, and its next
+				// attempt finds the effect made (every handler looks before it writes) and
+				// completes it.
+				r.o.Log.WarnContext(ctx, "guard complete failed; redelivering", "consumer", r.name, "id", env.ID, "err", err)
+				r.nack(m)
+				return
 			}
 			r.outcome(ctx, env, a.Record)
 		}

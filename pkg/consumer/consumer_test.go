@@ -685,26 +685,12 @@ func TestPanicIsADeadLetter(t *testing.T) {
 // guard too, with its one letter — never left "processing" for ever.
 func TestDeadLetterWhoseGuardWriteFailsComesBack(t *testing.T) {
 	conn := brokertest.Start(t, "")
-	ctx := context.Background()
-	kv, err := conn.JS.KeyValue(ctx, stream.Guards)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := guards(t, conn)
 	var fx effects
 	run(t, conn, func(ctx context.Context, ev Event) error {
 		if fx.add(ev.Envelope.ID) == 1 {
-			// The guard record moves under the attempt (its lease already run out),
-			// so the attempt's write after the letter loses its compare-and-set.
-			key := guard.Key(sub.Durable, ev.Envelope.ID)
-			e, err := kv.Get(ctx, key)
-			if err != nil {
-				return err
-			}
-			var rec guard.Record
-			json.Unmarshal(e.Value(), &rec)
-			rec.LeaseUntil = time.Now().Add(-time.Second)
-			data, _ := json.Marshal(rec)
-			if _, err := kv.Put(ctx, key, data); err != nil {
+			// The attempt's write after the letter loses its compare-and-set.
+			if err := leaseRunOut(ctx, kv, ev.Envelope.ID); err != nil {
 				return err
 			}
 		}
@@ -718,6 +704,63 @@ func TestDeadLetterWhoseGuardWriteFailsComesBack(t *testing.T) {
 	if n := brokertest.Count(t, conn, stream.DLQ); n != 1 {
 		t.Fatalf("%d dead letters, want 1", n)
 	}
+}
+
+// An attempt whose effect is made but whose guard cannot be completed is not acked: it
+// comes back, and the next attempt (whose handler finds the effect made) completes it.
+// Acked, the event would be done with its record saying processing for ever.
+func TestCompletionWhoseGuardWriteFailsComesBack(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	kv := guards(t, conn)
+	var fx effects
+	h := func(ctx context.Context, ev Event) error {
+		if fx.add(ev.Envelope.ID) == 1 {
+			// The attempt's completion loses its compare-and-set.
+			return leaseRunOut(ctx, kv, ev.Envelope.ID)
+		}
+		return nil
+	}
+	// Two processes on the consumer: the attempt claims its record (a New one, alone,
+	// would write it whatever it holds).
+	first, second := &Solo{}, &Solo{}
+	run(t, conn, h, func(o *Options) { o.Solo = first })
+	waitFor(t, "the first process to work alone", first.Alone)
+	run(t, conn, h, func(o *Options) { o.Solo = second })
+	waitFor(t, "the first process to see the second and share", func() bool { return !first.Alone() })
+	id := publish(t, conn, 1)[0]
+	waitFor(t, "the guard completed", func() bool { return status(t, conn, id).Status == guard.Completed })
+	if n := fx.get(id); n != 2 {
+		t.Fatalf("%d attempts, want the one whose completion failed and the next", n)
+	}
+}
+
+// guards is the guards bucket of conn's server.
+func guards(t *testing.T, conn *broker.Conn) jetstream.KeyValue {
+	t.Helper()
+	kv, err := conn.JS.KeyValue(context.Background(), stream.Guards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// leaseRunOut moves event id's guard record under the attempt holding it, as another
+// worker would once its lease ran out: the attempt's next write to it loses its
+// compare-and-set.
+func leaseRunOut(ctx context.Context, kv jetstream.KeyValue, id string) error {
+	key := guard.Key(sub.Durable, id)
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	var rec guard.Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return err
+	}
+	rec.LeaseUntil = time.Now().Add(-time.Second)
+	data, _ := json.Marshal(rec)
+	_, err = kv.Put(ctx, key, data)
+	return err
 }
 
 // Stopping a runner while events are still arriving neither panics (watermill-nats'
