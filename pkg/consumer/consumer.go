@@ -709,6 +709,9 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 	return a, release, true
 }
 
+// completeWait bounds the write that completes an attempt's guard record.
+const completeWait = 10 * time.Second
+
 // settle records an attempt's end: completed (herr nil) or failed.
 func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.Envelope, a *guard.Attempt, herr error) {
 	if a.New { // its record is written (below): another copy of the event reads it
@@ -722,13 +725,19 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 		// was done would cost a write and a subject in the bucket's memory per event.
 		// After a failure, or replayed from the DLQ, both say completed.
 		if !a.Assumed || a.Record.Attempts > 1 || r.o.Sub.StreamName() == stream.Replays {
-			if err := r.guard.Complete(ctx, a); err != nil {
+			// On a context of its own: an attempt that used its whole ack wait would
+			// otherwise fail to complete on every delivery, and come back for ever.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeWait)
+			err := r.guard.Complete(cctx, a)
+			cancel()
+			if err != nil {
 				// Acked now, the event would be done with no record saying so (a consumer
 				// made again from the stream's start would make its effect again) or with
 				// one saying processing for ever: it comes back instead, and its next
 				// attempt finds the effect made (every handler looks before it writes) and
 				// completes it.
 				r.o.Log.WarnContext(ctx, "guard complete failed; redelivering", "consumer", r.name, "id", env.ID, "err", err)
+				r.attempted(ctx, env, a.Record.Attempts, "retry")
 				r.nack(m)
 				return
 			}

@@ -729,6 +729,14 @@ func TestCompletionWhoseGuardWriteFailsComesBack(t *testing.T) {
 	waitFor(t, "the first process to see the second and share", func() bool { return !first.Alone() })
 	id := publish(t, conn, 1)[0]
 	waitFor(t, "the guard completed", func() bool { return status(t, conn, id).Status == guard.Completed })
+	c, err := conn.JS.Consumer(context.Background(), stream.Events, sub.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the event acked", func() bool {
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
 	if n := fx.get(id); n != 2 {
 		t.Fatalf("%d attempts, want the one whose completion failed and the next", n)
 	}
