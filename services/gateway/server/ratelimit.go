@@ -45,8 +45,11 @@ func newAdmission(c *config.Config) *admission {
 }
 
 // admit takes a token of ep's bucket and of its tenant's, or reports how long until
-// both would have one (then it took none).
-func (a *admission) admit(tenant, endpoint string, now time.Time) (ok bool, retryAfter time.Duration) {
+// both would have one (then it took none). The time is read under the tenant's lock:
+// a bucket given an earlier time than its last (a request that read the clock, then
+// waited for the lock) moves its clock back, and the next request is given the tokens
+// of that interval again (a flood got 521 deliveries through where 520 were allowed).
+func (a *admission) admit(tenant, endpoint string, clock func() time.Time) (ok bool, retryAfter time.Duration) {
 	el, tl := a.endpoint[endpoint], a.tenants[tenant]
 	if el == nil && tl == nil {
 		return true, 0
@@ -54,6 +57,7 @@ func (a *admission) admit(tenant, endpoint string, now time.Time) (ok bool, retr
 	mu := a.locks[tenant]
 	mu.Lock()
 	defer mu.Unlock()
+	now := clock()
 	var taken [2]*rate.Reservation
 	for i, l := range [2]*rate.Limiter{el, tl} {
 		if l != nil {

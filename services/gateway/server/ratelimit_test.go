@@ -2,10 +2,16 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"exacto.dev/pkg/config"
 )
 
 // A flood against one endpoint (issue 16: 2,000 unique events at 224/s from one
@@ -79,5 +85,41 @@ func TestForgeriesSpendNoBudget(t *testing.T) {
 			t.Fatalf("real delivery %d after 30 forgeries: %d %s", i+1, r.status, r.body)
 		}
 		h.advance(time.Millisecond)
+	}
+}
+
+// Requests that read the clock in one order and take the tenant's lock in another
+// must not get more through than the bucket holds: a bucket given an earlier time than
+// its last moves its clock back and gives that interval's tokens twice. Many senders
+// at once, a rate they outrun: what is admitted stays within the burst and the rate
+// over the time they took.
+func TestAdmissionStaysWithinTheRateUnderConcurrency(t *testing.T) {
+	const rate, senders, each = 20000.0, 8, 4000
+	c := &config.Config{Tenants: []config.Tenant{{ID: "acme", Endpoints: []config.Endpoint{{ID: "ep"}}}}}
+	c.Gateway.RateLimit = config.RateLimit{Endpoint: config.PerSecond{Rate: rate, Set: true}, Burst: time.Millisecond}
+	a := newAdmission(c)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if ok, _ := a.admit("acme", "ep", time.Now); ok {
+					admitted.Add(1)
+				}
+				runtime.Gosched() // interleave the senders between reading the clock and locking
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	limit := int64(math.Floor(rate*took.Seconds() + rate*time.Millisecond.Seconds()))
+	if n := admitted.Load(); n > limit || n == 0 {
+		t.Fatalf("%d of %d admitted in %v; the bucket allows at most %d", n, senders*each, took, limit)
+	}
+	if n := admitted.Load(); n == senders*each {
+		t.Fatalf("every request admitted in %v: the senders did not outrun the rate, nothing was tested", took)
 	}
 }

@@ -281,7 +281,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 	// Paced once verified: a delivery takes a token only if its sender could sign it
 	// (or, unsigned, holds the URL), so forgeries cannot spend a signed endpoint's
 	// budget and hold its provider at 429.
-	if ok, wait := s.admission.admit(ep.Tenant, ep.ID, s.now()); !ok {
+	if ok, wait := s.admission.admit(ep.Tenant, ep.ID, s.now); !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		s.reject(w, rec, http.StatusTooManyRequests, "rate_limited",
 			"over the deliveries a second this endpoint or its tenant takes (gateway.rate_limit); retry after Retry-After seconds")
