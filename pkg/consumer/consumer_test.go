@@ -722,11 +722,7 @@ func TestCompletionWhoseGuardWriteFailsComesBack(t *testing.T) {
 	}
 	// Two processes on the consumer: the attempt claims its record (a New one, alone,
 	// would write it whatever it holds).
-	first, second := &Solo{}, &Solo{}
-	run(t, conn, h, func(o *Options) { o.Solo = first })
-	waitFor(t, "the first process to work alone", first.Alone)
-	run(t, conn, h, func(o *Options) { o.Solo = second })
-	waitFor(t, "the first process to see the second and share", func() bool { return !first.Alone() })
+	runTwo(t, conn, h)
 	id := publish(t, conn, 1)[0]
 	waitFor(t, "the guard completed", func() bool { return status(t, conn, id).Status == guard.Completed })
 	c, err := conn.JS.Consumer(context.Background(), stream.Events, sub.Durable)
@@ -740,6 +736,19 @@ func TestCompletionWhoseGuardWriteFailsComesBack(t *testing.T) {
 	if n := fx.get(id); n != 2 {
 		t.Fatalf("%d attempts, want the one whose completion failed and the next", n)
 	}
+}
+
+// runTwo runs h in two processes on the consumer (each runner with a Solo of its own)
+// and returns once the first, which worked alone, has seen the second and shares: from
+// then on no attempt is New.
+func runTwo(t *testing.T, conn *broker.Conn, h Handler) (first, second *Solo) {
+	t.Helper()
+	first, second = &Solo{}, &Solo{}
+	run(t, conn, h, func(o *Options) { o.Solo = first })
+	waitFor(t, "the first process to work alone", first.Alone)
+	run(t, conn, h, func(o *Options) { o.Solo = second })
+	waitFor(t, "the first process to see the second and share", func() bool { return !first.Alone() })
+	return first, second
 }
 
 // guards is the guards bucket of conn's server.

@@ -174,12 +174,7 @@ func TestNoAttemptIsNewBesideAnotherProcess(t *testing.T) {
 		}
 		return d.Publish(ctx, envelope.Derive(ev.Envelope, sub.Durable, envelope.TypeReplyClassified, envelope.Data{}, time.Now()))
 	}
-	first, second := &Solo{}, &Solo{}
-	run(t, conn, h, func(o *Options) { o.Solo = first })
-	waitFor(t, "the first process to work alone", first.Alone)
-	run(t, conn, h, func(o *Options) { o.Solo = second })
-	waitFor(t, "the first process to see the second and share", func() bool { return !first.Alone() })
-	if second.Alone() {
+	if _, second := runTwo(t, conn, h); second.Alone() {
 		t.Fatal("the second process works alone beside the first")
 	}
 	const n = 20
