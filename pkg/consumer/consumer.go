@@ -605,7 +605,9 @@ func (r *runner) handle(ctx context.Context, m *message.Message) {
 				r.settle(ctx, m, env, &a, retry.Transiently("derived events", err))
 				return
 			}
-			r.settle(ctx, m, env, &a, nil)
+			if r.settle(ctx, m, env, &a, nil) {
+				derived.done(ctx)
+			}
 		})
 		return
 	}
@@ -712,8 +714,9 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 // completeWait bounds the write that completes an attempt's guard record.
 const completeWait = 10 * time.Second
 
-// settle records an attempt's end: completed (herr nil) or failed.
-func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.Envelope, a *guard.Attempt, herr error) {
+// settle records an attempt's end: completed (herr nil) or failed. It reports whether
+// the event is completed (its guard says so and its ack is sent).
+func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.Envelope, a *guard.Attempt, herr error) (completed bool) {
 	if a.New { // its record is written (below): another copy of the event reads it
 		defer r.unclaimed.Delete(env.ID)
 	}
@@ -739,7 +742,7 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 				r.o.Log.WarnContext(ctx, "guard complete failed; redelivering", "consumer", r.name, "id", env.ID, "err", err)
 				r.attempted(ctx, env, a.Record.Attempts, "retry")
 				r.nack(m)
-				return
+				return false
 			}
 			r.outcome(ctx, env, a.Record)
 		}
@@ -747,7 +750,7 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 		r.attempted(ctx, env, a.Record.Attempts, "completed")
 		r.completed(ctx, env)
 		crashPoint(CrashAfterAck)
-		return
+		return true
 	}
 	class := retry.Of(herr).Class
 	// A call the breaker refused says the dependency is down, nothing of the event: it
@@ -762,7 +765,7 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 				r.o.Log.WarnContext(ctx, "guard fail", "consumer", r.name, "id", env.ID, "err", err)
 			}
 			r.nack(m)
-			return
+			return false
 		}
 		if err := r.guard.Fail(ctx, a, herr, false, time.Time{}); err != nil {
 			// Acked now, the event would stay "processing" for ever and a replay of
@@ -771,12 +774,12 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 			// letter: one Nats-Msg-Id per attempt history).
 			r.o.Log.WarnContext(ctx, "dead letter stored but not recorded in the guard; redelivering", "consumer", r.name, "id", env.ID, "err", err)
 			r.nack(m)
-			return
+			return false
 		}
 		r.outcome(ctx, env, a.Record)
 		r.ack(ctx, m)
 		r.attempted(ctx, env, a.Record.Attempts, "dead_letter")
-		return
+		return false
 	}
 	// next_attempt_at is the redelivery the nak asks for: the same jittered delay.
 	delay := r.retryDelay(m)
@@ -786,6 +789,7 @@ func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.En
 	r.outcome(ctx, env, a.Record)
 	r.nackAfter(m, delay)
 	r.attempted(ctx, env, a.Record.Attempts, "retry")
+	return false
 }
 
 // fresh reports whether m's event can never have been tried by this consumer: its

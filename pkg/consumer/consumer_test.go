@@ -725,17 +725,68 @@ func TestCompletionWhoseGuardWriteFailsComesBack(t *testing.T) {
 	runTwo(t, conn, h)
 	id := publish(t, conn, 1)[0]
 	waitFor(t, "the guard completed", func() bool { return status(t, conn, id).Status == guard.Completed })
+	waitAcked(t, conn)
+	if n := fx.get(id); n != 2 {
+		t.Fatalf("%d attempts, want the one whose completion failed and the next", n)
+	}
+}
+
+// What a handler leaves for its event's completion (Event.Completed) runs once per
+// event: not for an attempt whose completion failed (the event comes back and its next
+// attempt is the one completed), nor for one dead-lettered; outside a runner, at once.
+func TestCompletedRunsOncePerCompletedEvent(t *testing.T) {
+	conn := brokertest.Start(t, "")
+	kv := guards(t, conn)
+	var attempts, completions effects
+	failing := envelope.ID("acme", "instantly", "1") // the second event: its handler fails for good
+	h := func(ctx context.Context, ev Event) error {
+		id := ev.Envelope.ID
+		n := attempts.add(id)
+		ev.Completed(ctx, func(context.Context) { completions.add(id) })
+		switch {
+		case id == failing:
+			return retry.Permanently("hubspot", errors.New("400 invalid"))
+		case n == 1:
+			return leaseRunOut(ctx, kv, id) // its completion loses its compare-and-set
+		}
+		return nil
+	}
+	runTwo(t, conn, h) // the attempt claims its record (as in the test above)
+	ids := publish(t, conn, 2)
+	if ids[1] != failing {
+		t.Fatalf("published %v, want the second to be %s", ids, failing)
+	}
+	for _, id := range ids {
+		waitFor(t, "the event settled", func() bool {
+			s := status(t, conn, id).Status
+			return s == guard.Completed || s == guard.DeadLetter
+		})
+	}
+	waitAcked(t, conn)
+	if a, c := attempts.get(ids[0]), completions.get(ids[0]); a != 2 || c != 1 {
+		t.Errorf("%d attempts and %d completions run, want 2 attempts (the first one's completion failed) and 1", a, c)
+	}
+	if c := completions.get(ids[1]); c != 0 {
+		t.Errorf("a dead-lettered event ran %d completions", c)
+	}
+	ran := false
+	Event{}.Completed(context.Background(), func(context.Context) { ran = true })
+	if !ran {
+		t.Error("outside a runner, a completion did not run at once")
+	}
+}
+
+// waitAcked waits until the consumer has acked every event stored, none pending.
+func waitAcked(t *testing.T, conn *broker.Conn) {
+	t.Helper()
 	c, err := conn.JS.Consumer(context.Background(), stream.Events, sub.Durable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the event acked", func() bool {
+	waitFor(t, "every event acked", func() bool {
 		info, err := c.Info(context.Background())
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})
-	if n := fx.get(id); n != 2 {
-		t.Fatalf("%d attempts, want the one whose completion failed and the next", n)
-	}
 }
 
 // runTwo runs h in two processes on the consumer (each runner with a Solo of its own)

@@ -102,6 +102,23 @@ func (ev Event) EffectFound(ctx context.Context) {
 	}
 }
 
+// Completed runs fn once the attempt's event is completed: its guard record says so and
+// its ack is sent. An attempt that fails, or whose completion cannot be written (the
+// event then comes back, and its next attempt finds the effect made), never runs it. A
+// handler counts what it did through it: its own count once per event, however many
+// attempts made or found the effect. Outside a runner (an Event built by hand) fn runs
+// at once.
+func (ev Event) Completed(ctx context.Context, fn func(context.Context)) {
+	h := heldOf(ctx)
+	if ev.runner == nil || h == nil {
+		fn(ctx)
+		return
+	}
+	h.mu.Lock()
+	h.completed = append(h.completed, fn)
+	h.mu.Unlock()
+}
+
 // zero makes the consumer's counters visible at 0 from its start, so that alerts on
 // their rate and absence work before the first event (Prometheus practice).
 func (r *runner) zero(ctx context.Context) {

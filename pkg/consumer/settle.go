@@ -32,6 +32,8 @@ type held struct {
 	cause, consumer string
 	mu              sync.Mutex
 	waits           []func() (bool, error)
+	// completed run once the attempt's event is completed (Event.Completed).
+	completed []func(context.Context)
 }
 
 // first reports whether env can have been stored by no one before: h's attempt is New,
@@ -64,6 +66,17 @@ func (h *held) add(wait func() (bool, error)) {
 	h.mu.Lock()
 	h.waits = append(h.waits, wait)
 	h.mu.Unlock()
+}
+
+// done runs what the attempt left for its event's completion (Event.Completed).
+func (h *held) done(ctx context.Context) {
+	h.mu.Lock()
+	fns := h.completed
+	h.completed = nil
+	h.mu.Unlock()
+	for _, fn := range fns {
+		fn(ctx)
+	}
 }
 
 // wait waits for every held derived event (a duplicate is stored already) and says

@@ -414,7 +414,10 @@ func nameCaught(ctx context.Context, ids Identities, env envelope.Envelope, catc
 
 // memo resolves contacts through the directory once per contact during a replay: a
 // million events must not cost a million directory round trips. A Record that merges
-// contacts drops what the memo kept of the merged ones.
+// contacts drops what the memo kept of the merged ones. It keeps of each record only
+// what naming an event reads (its ids and the ids merged into it): the rest — keys,
+// e-mails, external ids — would be a live heap the collector marks again and again,
+// one record per contact of the history.
 type memo struct {
 	mu   sync.Mutex
 	dir  *contacts.Directory
@@ -448,6 +451,7 @@ func (m *memo) Record(ctx context.Context, tenant string, s contacts.Seen) (cont
 			}
 		}
 	}
+	rec = contacts.Record{ContactID: rec.ContactID, AccountID: rec.AccountID, Merged: rec.Merged}
 	m.seen[key] = rec
 	return rec, nil
 }

@@ -332,3 +332,37 @@ func TestReplayFailsWhenTheDirectoryCannotLoad(t *testing.T) {
 		t.Fatalf("%d contacts stored by a failed replay", len(keys))
 	}
 }
+
+// The replay's memo keeps of a contact only what naming reads — its ids and the ids
+// merged into it — and answers with the directory's: a history's worth of whole
+// records would be live heap for the collector to mark again and again.
+func TestMemoKeepsOnlyWhatNamingReads(t *testing.T) {
+	ctx := context.Background()
+	dir := contacts.New(kvstore.NewMemory())
+	m := &memo{dir: dir, seen: map[memoKey]contacts.Record{}}
+	ana := contacts.Seen{Email: "ana@acme.example", External: map[string]string{contacts.SendingPlatformContactID: "instantly:lead-1"}}
+	// Another contact merged into ana's: her phone first, then an event linking both.
+	if _, err := m.Record(ctx, "t", contacts.Seen{Phone: "+1 555 010 0000"}); err != nil {
+		t.Fatal(err)
+	}
+	ana.Phone = "+1 555 010 0000"
+	got, err := m.Record(ctx, "t", ana)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := dir.Record(ctx, "t", ana) // nothing new: the directory's record as it is
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ContactID != want.ContactID || got.AccountID != want.AccountID || !slices.Equal(got.Merged, want.Merged) || len(want.Merged) != 1 {
+		t.Fatalf("memo named %+v, the directory %+v (one contact merged in)", got, want)
+	}
+	for k, rec := range m.seen {
+		if rec.Keys != nil || rec.Emails != nil || rec.Phones != nil || rec.External != nil || !rec.Updated.IsZero() {
+			t.Errorf("memo keeps %+v for %v: more than the ids", rec, k)
+		}
+	}
+	if again, err := m.Record(ctx, "t", ana); err != nil || again.ContactID != want.ContactID {
+		t.Fatalf("from the memo: %+v, %v", again, err)
+	}
+}

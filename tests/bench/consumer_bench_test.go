@@ -168,6 +168,10 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 			b.Fatal(err)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+		// And the allocations the row made: its heap profile's difference from this one
+		// (go tool pprof -sample_index=alloc_objects -diff_base <row>.start.heap <row>.heap).
+		writeHeap(b, filepath.Join(dir, sub.Durable+".start.heap"))
+		defer writeHeap(b, filepath.Join(dir, sub.Durable+".heap"))
 	}
 	start, cpu := time.Now(), processCPU()
 	for done.Load() < int64(n) {
@@ -180,6 +184,18 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 	cancel()
 	<-stopped // every settled event acked
 	return drained{events: events, took: elapsed, cpu: cpu, sent: sent, mallocs: m1.Mallocs - m0.Mallocs, calls: called, startup: startup, before: before}
+}
+
+// writeHeap writes the process's heap profile (allocations since it started) to path.
+func writeHeap(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // rawDrains is the baseline, the median of three rawDrain runs (each a durable of its

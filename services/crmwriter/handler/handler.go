@@ -271,10 +271,10 @@ func (w *writer) handle(ctx context.Context, ev consumer.Event) error {
 			return fmt.Errorf("after writing note %s: %w", res.NoteID, err)
 		}
 	}
-	// Counted on success only: the guard completes an event once, so each reply is
-	// counted once however many attempts it took.
+	// Counted once the reply is completed: once however many attempts it took (one
+	// whose completion failed is done again, and finds its note written).
 	if env.Type == envelope.TypeReplyReceived && res.Owner == "" {
-		repliesWithoutOwner.Add(ctx, 1, ev.MetricAttrs())
+		ev.Completed(ctx, func(ctx context.Context) { repliesWithoutOwner.Add(ctx, 1, ev.MetricAttrs()) })
 	}
 	return nil
 }

@@ -287,8 +287,10 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 	}
 	h.log.InfoContext(ctx, "sequence stopped", "id", env.ID, "cause", cause, "status", status, "platforms", slices.Sorted(maps.Keys(stops)))
 	class, within := ev.SLO()
-	sequencesStopped.Add(ctx, 1, ev.MetricAttrs(attribute.String("cause", cause), attribute.String("status", status),
-		attribute.String("slo_class", class), attribute.Bool("within_slo", within)))
+	ev.Completed(ctx, func(ctx context.Context) { // once per event, however many attempts
+		sequencesStopped.Add(ctx, 1, ev.MetricAttrs(attribute.String("cause", cause), attribute.String("status", status),
+			attribute.String("slo_class", class), attribute.Bool("within_slo", within)))
+	})
 	return h.d.Publish(ctx, envelope.Derive(env, stream.Stopper, envelope.TypeSequenceStopped, data, time.Now()))
 }
 
