@@ -103,11 +103,14 @@ func (ev Event) EffectFound(ctx context.Context) {
 }
 
 // Completed runs fn once the attempt's event is completed: its guard record says so and
-// its ack is sent. An attempt that fails, or whose completion cannot be written (the
-// event then comes back, and its next attempt finds the effect made), never runs it. A
-// handler counts what it did through it: its own count once per event, however many
-// attempts made or found the effect. Outside a runner (an Event built by hand) fn runs
-// at once.
+// its ack is handed to the acker. An attempt that fails, or whose completion cannot be
+// written (the event then comes back, and its next attempt finds the effect made), never
+// runs it. A handler counts what it did through it: its own count once per event,
+// however many attempts made or found the effect. (A completion written whose answer
+// was lost, a timeout, is never run: the event comes back, finds its record completed
+// and is acked, counted by no one. Rare; counting it twice was not.) fn must be
+// registered before the handler returns. Outside a runner (an Event built by hand) fn
+// runs at once.
 func (ev Event) Completed(ctx context.Context, fn func(context.Context)) {
 	h := heldOf(ctx)
 	if ev.runner == nil || h == nil {

@@ -159,6 +159,7 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	sent0, calls0 := nc.Stats().OutMsgs, calls()
+	endHeap := func() {}
 	if dir := os.Getenv("EXACTO_BENCH_CONSUMER_PROFILE"); dir != "" { // a CPU profile per row
 		f, err := os.Create(filepath.Join(dir, sub.Durable+".pprof"))
 		if err != nil {
@@ -171,7 +172,7 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 		// And the allocations the row made: its heap profile's difference from this one
 		// (go tool pprof -sample_index=alloc_objects -diff_base <row>.start.heap <row>.heap).
 		writeHeap(b, filepath.Join(dir, sub.Durable+".start.heap"))
-		defer writeHeap(b, filepath.Join(dir, sub.Durable+".heap"))
+		endHeap = func() { writeHeap(b, filepath.Join(dir, sub.Durable+".heap")) }
 	}
 	start, cpu := time.Now(), processCPU()
 	for done.Load() < int64(n) {
@@ -181,13 +182,16 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 	events := int(done.Load()) - before
 	runtime.ReadMemStats(&m1)
 	sent, called := nc.Stats().OutMsgs-sent0, calls()-calls0
+	endHeap() // before the runner's shutdown
 	cancel()
 	<-stopped // every settled event acked
 	return drained{events: events, took: elapsed, cpu: cpu, sent: sent, mallocs: m1.Mallocs - m0.Mallocs, calls: called, startup: startup, before: before}
 }
 
-// writeHeap writes the process's heap profile (allocations since it started) to path.
+// writeHeap writes the process's heap profile (allocations since it started) to path,
+// after a collection: the profile counts an allocation at the cycle after it.
 func writeHeap(b *testing.B, path string) {
+	runtime.GC()
 	f, err := os.Create(path)
 	if err != nil {
 		b.Fatal(err)
