@@ -106,11 +106,11 @@ func (ev Event) EffectFound(ctx context.Context) {
 // its ack is handed to the acker. An attempt that fails, or whose completion cannot be
 // written (the event then comes back, and its next attempt finds the effect made), never
 // runs it. A handler counts what it did through it: its own count once per event,
-// however many attempts made or found the effect. (A completion written whose answer
-// was lost, a timeout, is never run: the event comes back, finds its record completed
-// and is acked, counted by no one. Rare; counting it twice was not.) fn must be
-// registered before the handler returns. Outside a runner (an Event built by hand) fn
-// runs at once.
+// however many attempts made or found the effect. (A completion whose answer was lost,
+// a timeout, is read back, guard.Complete; one that cannot be read back either leaves
+// the event to come back, find its record completed and be acked, counted by no one.)
+// fn must be registered before the handler returns. Outside a runner (an Event built
+// by hand) fn runs at once.
 func (ev Event) Completed(ctx context.Context, fn func(context.Context)) {
 	h := heldOf(ctx)
 	if ev.runner == nil || h == nil {

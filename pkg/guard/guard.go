@@ -19,6 +19,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -201,12 +202,29 @@ func (g *Guard) Undo(ctx context.Context, a *Attempt) error {
 	return nil
 }
 
-// Complete records that a's effect is done.
+// Complete records that a's effect is done. A write whose answer is lost (not a lost
+// claim) is read back: the record as written means it landed.
 func (g *Guard) Complete(ctx context.Context, a *Attempt) error {
 	rec := a.Record
 	rec.Status, rec.LeaseUntil, rec.LastError, rec.NextAttemptAt = Completed, time.Time{}, "", time.Time{}
-	return g.update(ctx, a, rec)
+	err := g.update(ctx, a, rec)
+	if err == nil || errors.Is(err, ErrLost) {
+		return err
+	}
+	// The write may have landed with its answer lost (a timeout): the record read back
+	// as written says so, and the attempt is completed — not sent round again to find
+	// itself done.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackWait)
+	defer cancel()
+	if e, rerr := g.kv.Get(rctx, a.key); rerr == nil && bytes.Equal(e.Value(), mustJSON(rec)) {
+		a.Record, a.rev = rec, e.Revision()
+		return nil
+	}
+	return err
 }
+
+// readBackWait bounds the read of a record whose write's answer was lost.
+const readBackWait = 5 * time.Second
 
 // Fail records a failed attempt: retryable (next attempt after next) or dead-lettered.
 func (g *Guard) Fail(ctx context.Context, a *Attempt, cause error, retryable bool, next time.Time) error {

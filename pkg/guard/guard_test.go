@@ -274,3 +274,67 @@ func TestRecordEncodesAsJSONDoes(t *testing.T) {
 		}
 	}
 }
+
+// answerLost is a bucket whose writes may land with their answer lost (write) or not
+// land at all (!write): either way the writer is told of an error.
+type answerLost struct {
+	jetstream.KeyValue
+	write bool
+}
+
+var errAnswerLost = errors.New("nats: timeout")
+
+func (b answerLost) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	if b.write {
+		b.KeyValue.Update(ctx, key, value, last)
+	}
+	return 0, errAnswerLost
+}
+
+func (b answerLost) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	if b.write {
+		b.KeyValue.Put(ctx, key, value)
+	}
+	return 0, errAnswerLost
+}
+
+// A completion whose write landed but whose answer was lost is a completion (read
+// back); one that did not land is an error, and the record is as it was.
+func TestCompletionWhoseAnswerIsLost(t *testing.T) {
+	ctx := context.Background()
+	kv := bucket(t)
+	c := &clock{}
+	c.set(time.Date(2026, 12, 7, 20, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		write   bool
+		new     bool // the record written whatever it holds (BeginNew's), not updated
+		id      string
+		wantErr bool
+	}{{true, false, "ev_landed", false}, {false, false, "ev_lost", true}, {true, true, "ev_new_landed", false}, {false, true, "ev_new_lost", true}} {
+		g := guarded(kv, "stopper", c)
+		var a Attempt
+		var err error
+		if tc.new {
+			a, err = g.BeginNew(ctx, tc.id)
+		} else {
+			a, err = g.Begin(ctx, tc.id)
+		}
+		if err != nil || a.Decision != Proceed {
+			t.Fatalf("%s: %+v %v", tc.id, a, err)
+		}
+		g.kv = answerLost{KeyValue: kv, write: tc.write}
+		err = g.Complete(ctx, &a)
+		rec, ok, serr := Status(ctx, kv, "stopper", tc.id)
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		switch {
+		case tc.wantErr && !errors.Is(err, errAnswerLost):
+			t.Errorf("%s: a completion that did not land returned %v", tc.id, err)
+		case tc.wantErr && ok && rec.Status == Completed:
+			t.Errorf("%s: not written, yet the record says completed", tc.id)
+		case !tc.wantErr && (err != nil || a.Record.Status != Completed || !ok || rec.Status != Completed):
+			t.Errorf("%s: a completion that landed: err %v, attempt %+v, record %+v", tc.id, err, a.Record, rec)
+		}
+	}
+}
