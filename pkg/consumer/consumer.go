@@ -711,7 +711,8 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 	return a, release, true
 }
 
-// completeWait bounds the write that completes an attempt's guard record.
+// completeWait bounds the write that completes an attempt's guard record (a write whose
+// answer is lost is then read back, within guard.Complete's own 5 s more).
 const completeWait = 10 * time.Second
 
 // settle records an attempt's end: completed (herr nil) or failed. It reports whether

@@ -279,6 +279,7 @@ func TestRecordEncodesAsJSONDoes(t *testing.T) {
 // land at all (!write): either way the writer is told of an error.
 type answerLost struct {
 	jetstream.KeyValue
+	t     *testing.T
 	write bool
 }
 
@@ -286,14 +287,18 @@ var errAnswerLost = errors.New("nats: timeout")
 
 func (b answerLost) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
 	if b.write {
-		b.KeyValue.Update(ctx, key, value, last)
+		if _, err := b.KeyValue.Update(ctx, key, value, last); err != nil {
+			b.t.Fatal(err)
+		}
 	}
 	return 0, errAnswerLost
 }
 
 func (b answerLost) Put(ctx context.Context, key string, value []byte) (uint64, error) {
 	if b.write {
-		b.KeyValue.Put(ctx, key, value)
+		if _, err := b.KeyValue.Put(ctx, key, value); err != nil {
+			b.t.Fatal(err)
+		}
 	}
 	return 0, errAnswerLost
 }
@@ -307,14 +312,14 @@ func TestCompletionWhoseAnswerIsLost(t *testing.T) {
 	c.set(time.Date(2026, 12, 7, 20, 0, 0, 0, time.UTC))
 	for _, tc := range []struct {
 		write   bool
-		new     bool // the record written whatever it holds (BeginNew's), not updated
+		fresh   bool // the record written whatever it holds (BeginNew's), not updated
 		id      string
 		wantErr bool
 	}{{true, false, "ev_landed", false}, {false, false, "ev_lost", true}, {true, true, "ev_new_landed", false}, {false, true, "ev_new_lost", true}} {
 		g := guarded(kv, "stopper", c)
 		var a Attempt
 		var err error
-		if tc.new {
+		if tc.fresh {
 			a, err = g.BeginNew(ctx, tc.id)
 		} else {
 			a, err = g.Begin(ctx, tc.id)
@@ -322,7 +327,7 @@ func TestCompletionWhoseAnswerIsLost(t *testing.T) {
 		if err != nil || a.Decision != Proceed {
 			t.Fatalf("%s: %+v %v", tc.id, a, err)
 		}
-		g.kv = answerLost{KeyValue: kv, write: tc.write}
+		g.kv = answerLost{KeyValue: kv, t: t, write: tc.write}
 		err = g.Complete(ctx, &a)
 		rec, ok, serr := Status(ctx, kv, "stopper", tc.id)
 		if serr != nil {
@@ -335,6 +340,29 @@ func TestCompletionWhoseAnswerIsLost(t *testing.T) {
 			t.Errorf("%s: not written, yet the record says completed", tc.id)
 		case !tc.wantErr && (err != nil || a.Record.Status != Completed || !ok || rec.Status != Completed):
 			t.Errorf("%s: a completion that landed: err %v, attempt %+v, record %+v", tc.id, err, a.Record, rec)
+		case !tc.wantErr:
+			if e, err := kv.Get(ctx, a.key); err != nil || e.Revision() != a.rev {
+				t.Errorf("%s: the attempt's revision %d, the record's %v (%v)", tc.id, a.rev, e, err)
+			}
 		}
+	}
+	// A write whose answer was lost while another worker's record stands (its claim,
+	// once this attempt's lease ran out): the error, and the other's record untouched.
+	g := guarded(kv, "stopper", c)
+	a, err := g.Begin(ctx, "ev_taken")
+	if err != nil || a.Decision != Proceed {
+		t.Fatalf("%+v %v", a, err)
+	}
+	c.set(c.now().Add(time.Minute)) // past the lease
+	other, err := guarded(kv, "stopper", c).Begin(ctx, "ev_taken")
+	if err != nil || other.Decision != Proceed || !other.Resumed {
+		t.Fatalf("the other worker: %+v %v", other, err)
+	}
+	g.kv = answerLost{KeyValue: kv, t: t}
+	if err := g.Complete(ctx, &a); !errors.Is(err, errAnswerLost) {
+		t.Errorf("a completion read back over another's record: %v", err)
+	}
+	if rec, _, _ := Status(ctx, kv, "stopper", "ev_taken"); rec.Status != Processing || rec.Attempts != 2 {
+		t.Errorf("the other worker's record became %+v", rec)
 	}
 }
