@@ -606,35 +606,11 @@ func Stored(ctx context.Context, index jetstream.KeyValue, id string) (bool, err
 // when the index does not hold it (never stored, or older than the index's TTL) or the
 // event is gone (removed by the retention, pkg/privacy).
 func Load(ctx context.Context, js jetstream.JetStream, id string) (env envelope.Envelope, found bool, err error) {
-	l, err := NewLoader(ctx, js)
+	index, err := js.KeyValue(ctx, EventIndex)
 	if err != nil {
 		return env, false, err
 	}
-	return l.Load(ctx, id)
-}
-
-// Loader is Load bound to the index and the stream once, for a caller that loads many.
-type Loader struct {
-	index  jetstream.KeyValue
-	events jetstream.Stream
-}
-
-// NewLoader binds a Loader in js.
-func NewLoader(ctx context.Context, js jetstream.JetStream) (*Loader, error) {
-	index, err := js.KeyValue(ctx, EventIndex)
-	if err != nil {
-		return nil, err
-	}
-	events, err := js.Stream(ctx, Events)
-	if err != nil {
-		return nil, err
-	}
-	return &Loader{index: index, events: events}, nil
-}
-
-// Load is the package's Load: two reads, the index's entry and the event.
-func (l *Loader) Load(ctx context.Context, id string) (env envelope.Envelope, found bool, err error) {
-	e, err := l.index.Get(ctx, id)
+	e, err := index.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return env, false, nil
 	}
@@ -645,7 +621,11 @@ func (l *Loader) Load(ctx context.Context, id string) (env envelope.Envelope, fo
 	if _, err := fmt.Sscan(string(e.Value()), &seq); err != nil {
 		return env, false, fmt.Errorf("index entry of %s: %w", id, err)
 	}
-	m, err := l.events.GetMsg(ctx, seq)
+	st, err := js.Stream(ctx, Events)
+	if err != nil {
+		return env, false, err
+	}
+	m, err := st.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return env, false, nil
 	}

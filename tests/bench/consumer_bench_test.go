@@ -33,7 +33,6 @@ import (
 	"exacto.dev/pkg/suppression"
 	classifier "exacto.dev/services/classifier/handler"
 	crmwriter "exacto.dev/services/crmwriter/handler"
-	gwserver "exacto.dev/services/gateway/server"
 	stopper "exacto.dev/services/stopper/handler"
 	suppressor "exacto.dev/services/suppressor/handler"
 )
@@ -320,18 +319,9 @@ func BenchmarkConsumers(b *testing.B) {
 		return drain(b, conn, sb, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies, Handle: stopper.New(d, platforms.For, dir, nil)})
 	})
 	add("crmwriter (contact, note, classification)", func() drained {
-		// exacto up's gateway indexes every stored event, the classifications with the
-		// rest, long before a deferred CRM writer reaches their replies: so are they here
-		// before the row (untimed).
-		indexAll(b, conn)
-		loader, err := stream.NewLoader(ctx, conn.JS)
-		if err != nil {
-			b.Fatal(err)
-		}
 		return drain(b, conn, sb, of(stream.CRMWriter), 2*n, consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),
 			Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
-				Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish,
-				Classification: crmwriter.Classification(loader)})})
+				Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish})})
 	})
 	add("suppressor (list, tell platforms)", func() drained {
 		return drain(b, conn, sb, of(stream.Suppressor), 2*n, consumer.Options{Handle: suppressor.New(suppression.New(kv), platforms.For, dir)})
@@ -352,38 +342,6 @@ func BenchmarkConsumers(b *testing.B) {
 		row("consumers", r.name+": CPU per event (the process: consumer, server, sandbox)", fmt.Sprintf("%.1f µs", r.cpuPerEvent()), fmt.Sprintf("%.1f µs", base.cpuPerEvent()), r.cpuPerEvent()/base.cpuPerEvent(), note)
 		b.ReportMetric(rate(r), strings.TrimSuffix(strings.Fields(r.name)[0], ",")+"_events/s")
 	}
-}
-
-// indexAll runs the gateway's index writer until it has indexed every event stored,
-// then stops it.
-func indexAll(b *testing.B, conn *broker.Conn) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	checkpoints, err := conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
-	if err != nil {
-		b.Fatal(err)
-	}
-	x, err := gwserver.NewIndexer(ctx, conn.JS, checkpoints, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); x.Run(ctx) }()
-	c, err := conn.JS.Consumer(ctx, stream.Events, stream.IndexConsumer)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		info, err := c.Info(ctx)
-		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the index writer still behind after a minute: %+v, %v", info, err)
-		}
-	}
-	cancel()
-	<-done
 }
 
 // noopSub is the no-op rows' subscription: every reply, settled as a real consumer's.

@@ -120,14 +120,7 @@ type Options struct {
 	// identify.go), once: the projector resolves contacts from the stream alone.
 	Linked  func(ctx context.Context, tenant, hubspotID string) (rec contacts.Record, ok bool, err error)
 	Publish func(ctx context.Context, env envelope.Envelope) error
-	// Classification, if set, gives the classification of reply replyID already stored
-	// (nil: none yet). A reply whose classification is stored before the reply is
-	// written — every reply of a backlog: the classifier keeps up, the CRM writer is
-	// deferred under load — gets its note with the classification and the label's
-	// owner at once, and the classification then finds nothing to change: one HubSpot
-	// request a reply fewer.
-	Classification func(ctx context.Context, tenant, replyID string) (*envelope.Classification, error)
-	Log            *slog.Logger
+	Log     *slog.Logger
 }
 
 type writer struct {
@@ -167,21 +160,16 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 	if err != nil {
 		return err
 	}
-	loader, err := stream.NewLoader(ctx, env.Conn.JS)
-	if err != nil {
-		return err
-	}
 	h := New(Options{
 		HubSpot: func(tenant string) (*hubspot.Client, bool) {
 			c, ok := env.Platforms.For(tenant)
 			return c.HubSpot, ok && c.HubSpot != nil
 		},
-		Route:          env.Config.CRMOwner,
-		Known:          Known(dir),
-		Linked:         Linked(dir),
-		Publish:        d.Publish,
-		Classification: Classification(loader),
-		Log:            env.Log,
+		Route:   env.Config.CRMOwner,
+		Known:   Known(dir),
+		Linked:  Linked(dir),
+		Publish: d.Publish,
+		Log:     env.Log,
 	})
 	// Two workers: each event makes up to five requests, two of them searches, and
 	// HubSpot's search endpoints have a tight per-second limit of their own.
@@ -307,46 +295,10 @@ func (w *writer) reply(ctx context.Context, ev consumer.Event, hs *hubspot.Clien
 		m.Text = text // the reply as its source holds it, not as the webhook claims
 		env.Data.Message = &m
 	}
-	body := replyBody(env)
-	if cl := w.classification(ctx, env); cl != nil {
-		body = withClassification(body, cl)
-		// As classified does: a label rule may name an owner; no match keeps the reply's.
-		owner = cmp.Or(w.o.Route(env.Tenant, env.Provider, campaignID(env), cl.Label), owner)
-	}
-	res, err := w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: body,
+	res, err := w.ensureNote(ctx, ev, hs, hubspot.Note{ContactID: contact.ID, Body: replyBody(env),
 		Timestamp: eventTime(env), OwnerID: owner, ExternalID: env.ID})
 	res.Phone = contact.Properties["phone"]
 	return res, err
-}
-
-// classification is reply env's classification when it is stored already, else nil.
-// Not finding it costs nothing but the request it would have saved: its own event
-// updates the note when it comes.
-func (w *writer) classification(ctx context.Context, env envelope.Envelope) *envelope.Classification {
-	if w.o.Classification == nil {
-		return nil
-	}
-	cl, err := w.o.Classification(ctx, env.Tenant, env.ID)
-	if err != nil {
-		w.o.Log.WarnContext(ctx, "crmwriter: the reply's classification not read; its note is written pending", "id", env.ID, "err", err)
-		return nil
-	}
-	if cl == nil || cl.Label == "" {
-		return nil
-	}
-	return cl
-}
-
-// Classification reads the classification the classifier derived from a reply
-// (stream.DerivedID) through l: nil when it is not stored, or not indexed yet.
-func Classification(l *stream.Loader) func(ctx context.Context, tenant, replyID string) (*envelope.Classification, error) {
-	return func(ctx context.Context, tenant, replyID string) (*envelope.Classification, error) {
-		env, found, err := l.Load(ctx, stream.DerivedID(tenant, stream.Classifier, envelope.TypeReplyClassified, replyID))
-		if err != nil || !found || env.Type != envelope.TypeReplyClassified || env.Data.Cause != replyID {
-			return nil, err
-		}
-		return env.Data.Classification, nil
-	}
 }
 
 func (w *writer) classified(ctx context.Context, ev consumer.Event, hs *hubspot.Client) (Written, error) {

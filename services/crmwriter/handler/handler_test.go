@@ -9,10 +9,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1009,98 +1007,5 @@ func TestRecentNotesBounded(t *testing.T) {
 	r.put("acme", "c", hubspot.Note{ID: "c"}, at.Add(time.Hour))
 	if len(r.by) != 1 || r.bytes != 0 {
 		t.Fatalf("%d notes, %d bytes after an hour", len(r.by), r.bytes)
-	}
-}
-
-// A reply whose classification is stored (and indexed) before the reply is written —
-// a backlog's, the CRM writer deferred — gets its note with the classification and the
-// label's owner at once, and the classification then changes nothing: no update. A
-// reply classified later is written pending and updated, as before.
-func TestReplyWrittenWithItsStoredClassification(t *testing.T) {
-	f := setup(t)
-	var loader atomic.Pointer[stream.Loader]
-	f.h = New(Options{
-		HubSpot: func(tenant string) (*hubspot.Client, bool) { return f.hs, tenant == "acme" },
-		Route:   route, OnWritten: f.out.hook,
-		Classification: func(ctx context.Context, tenant, replyID string) (*envelope.Classification, error) {
-			return Classification(loader.Load())(ctx, tenant, replyID)
-		},
-	})
-	f.run(t)
-	l, err := stream.NewLoader(context.Background(), f.conn.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	loader.Store(l)
-	early, late := reply(11, "ada@example.com"), reply(12, "grace@example.com")
-	earlyCl, lateCl := classified(early, "interested"), classified(late, "interested")
-	f.publishIndexed(t, earlyCl)
-	f.publishIndexed(t, early)
-	f.waitDone(t, early.ID, earlyCl.ID)
-	n := noteOf(t, f.sb, early.ID)
-	if body := n.Properties["hs_note_body"]; strings.Contains(body, "pending") || !strings.Contains(body, "interested (confidence 0.92") {
-		t.Errorf("a reply classified before it was written: body %s", body)
-	}
-	if n.Properties["hubspot_owner_id"] != "88" {
-		t.Errorf("owner %q, want the label's 88", n.Properties["hubspot_owner_id"])
-	}
-	if u := f.sb.Requests(sandbox.RouteHubSpotNoteUpdate); u != 0 {
-		t.Errorf("%d note updates, want none: the classification found its note written", u)
-	}
-	f.publishIndexed(t, late)
-	f.waitDone(t, late.ID)
-	if body := noteOf(t, f.sb, late.ID).Properties["hs_note_body"]; !strings.Contains(body, "pending") {
-		t.Errorf("a reply not classified yet: body %s", body)
-	}
-	f.publishIndexed(t, lateCl)
-	f.waitDone(t, lateCl.ID)
-	n = noteOf(t, f.sb, late.ID)
-	if body := n.Properties["hs_note_body"]; strings.Contains(body, "pending") || n.Properties["hubspot_owner_id"] != "88" || f.sb.Requests(sandbox.RouteHubSpotNoteUpdate) != 1 {
-		t.Errorf("the late classification: body %s, owner %q, %d updates", body, n.Properties["hubspot_owner_id"], f.sb.Requests(sandbox.RouteHubSpotNoteUpdate))
-	}
-	noDeadLetters(t, f.conn)
-}
-
-// A classification that cannot be read leaves the reply written pending, not failed.
-func TestReplyWrittenWhenItsClassificationCannotBeRead(t *testing.T) {
-	f := setup(t)
-	h := New(Options{
-		HubSpot: func(tenant string) (*hubspot.Client, bool) { return f.hs, tenant == "acme" },
-		Route:   route,
-		Classification: func(context.Context, string, string) (*envelope.Classification, error) {
-			return nil, errors.New("index lookup: nats: timeout")
-		},
-	})
-	r := reply(13, "ada@example.com")
-	if err := h(context.Background(), consumer.Event{Envelope: r, Attempt: 1}); err != nil {
-		t.Fatal(err)
-	}
-	n := noteOf(t, f.sb, r.ID)
-	if body := n.Properties["hs_note_body"]; !strings.Contains(body, "pending") || n.Properties["hubspot_owner_id"] != "77" {
-		t.Errorf("body %s, owner %q", body, n.Properties["hubspot_owner_id"])
-	}
-}
-
-// publishIndexed stores envs and puts each in the index of stored events, as the
-// gateway's index writer does.
-func (f *fixture) publishIndexed(t *testing.T, envs ...envelope.Envelope) {
-	t.Helper()
-	ctx := context.Background()
-	index, err := f.conn.JS.KeyValue(ctx, stream.EventIndex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, env := range envs {
-		msg, err := stream.EventMessage(ctx, env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ack, err := f.conn.JS.PublishMsg(ctx, msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := index.Put(ctx, env.ID, []byte(strconv.FormatUint(ack.Sequence, 10))); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
