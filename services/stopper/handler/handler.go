@@ -213,7 +213,13 @@ func (h *handler) handle(ctx context.Context, ev consumer.Event) error {
 	}
 	cause, skip := Cause(env)
 	if cause == "" {
-		h.log.Info("nothing to stop", "id", env.ID, "type", env.Type, "provider", env.Provider, "why", skip)
+		// Most classifications raise no label: a line each at info would be a line for
+		// every reply, saying nothing happened.
+		level := slog.LevelInfo
+		if env.Type == envelope.TypeReplyClassified {
+			level = slog.LevelDebug
+		}
+		h.log.Log(ctx, level, "nothing to stop", "id", env.ID, "type", env.Type, "provider", env.Provider, "why", skip)
 		return nil
 	}
 	clients, ok := h.platforms(env.Tenant)

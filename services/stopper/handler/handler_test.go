@@ -1,9 +1,11 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -803,5 +805,32 @@ func TestLateFirstWriteIsNotGivenUp(t *testing.T) {
 	}
 	if l, _ := r.sb.InstantlyLeadState(lead); l.Status == sandbox.InstantlyActive || r.sb.Requests(sandbox.RouteInstantlyInterest) != 1 {
 		t.Fatalf("lead %+v after %d writes", l, r.sb.Requests(sandbox.RouteInstantlyInterest))
+	}
+}
+
+// A classification that raises no label is logged at debug, not at info (one line a
+// reply); an event of another type that stops nothing still is at info.
+func TestNothingToStopOfAClassificationIsDebug(t *testing.T) {
+	var out bytes.Buffer
+	h := New(nil, nil, nil, slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	rep := withCampaign(reply(Instantly, "c-nolabel", "noa@example.com"), instCampaign)
+	cl := envelope.Derive(rep, stream.Classifier, envelope.TypeReplyClassified,
+		envelope.Data{Classification: &envelope.Classification{Label: "not_interested", Confidence: 0.9}}, time.Now())
+	if _, ok := classifiedLabel(cl); ok {
+		t.Fatal("the test's classification raises a label")
+	}
+	if err := h(context.Background(), consumer.Event{Envelope: cl}); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("a classification that raises no label logged at info: %s", out.String())
+	}
+	auto := reply(Instantly, "r-auto", "noa@example.com")
+	auto.Data.Message.Auto = true
+	if err := h(context.Background(), consumer.Event{Envelope: auto}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"msg":"nothing to stop"`) {
+		t.Errorf("an automatic reply logged %q, want its nothing to stop at info", out.String())
 	}
 }
