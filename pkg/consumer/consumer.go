@@ -716,7 +716,7 @@ func (r *runner) claim(ctx context.Context, stopping <-chan struct{}, m *message
 const completeWait = 10 * time.Second
 
 // settle records an attempt's end: completed (herr nil) or failed. It reports whether
-// the event is completed (its guard says so and its ack is sent).
+// the event is completed (its guard says so and its ack is handed to the acker).
 func (r *runner) settle(ctx context.Context, m *message.Message, env envelope.Envelope, a *guard.Attempt, herr error) (completed bool) {
 	if a.New { // its record is written (below): another copy of the event reads it
 		defer r.unclaimed.Delete(env.ID)
