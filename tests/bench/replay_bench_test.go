@@ -100,10 +100,7 @@ func BenchmarkReplay(b *testing.B) {
 	// ratio reported.
 	var pairs []replayPair
 	for i := range 3 {
-		cpu := processCPU()
-		raw := rawRead(b, conn.JS, n)
-		pairs = append(pairs, replayPair{raw: raw, rawCPU: processCPU() - cpu,
-			rebuild: rebuildOnce(b, ctx, conn.JS, dir, n, i == 0)})
+		pairs = append(pairs, measurePair(b, ctx, conn.JS, dir, n, i == 0))
 	}
 	slices.SortFunc(pairs, func(x, y replayPair) int { return cmp.Compare(x.ratio(), y.ratio()) })
 	pr, r := pairs[1], pairs[1].rebuild
@@ -128,15 +125,22 @@ func BenchmarkReplay(b *testing.B) {
 	// server of its own.
 	if large := envInt("EXACTO_BENCH_REPLAY_LARGE", 200000); large > n {
 		conn, dir := history(b, large)
-		cpu := processCPU()
-		raw := rawRead(b, conn.JS, large)
-		rawCPU := processCPU() - cpu
-		r := rebuildOnce(b, ctx, conn.JS, dir, large, false)
+		p := measurePair(b, ctx, conn.JS, dir, large, false)
+		raw, rawCPU, r := p.raw, p.rawCPU, p.rebuild
 		rate := func(d time.Duration) float64 { return float64(large) / d.Seconds() }
 		rateRow("replay", fmt.Sprintf("projector rebuild events/s at %d events", large), rate(r.wall), rate(raw),
 			fmt.Sprintf("%d events, %d contacts, one pair (raw read, then the rebuild); rebuilt in %v; CPU per event %s against %s; %d garbage collections (%s of CPU per event), the process's resident set %d MiB at its peak (%d MiB before it, %d MiB of live heap, its server's included)",
 				large, (large+3)/4, r.wall.Round(100*time.Millisecond), us(r.cpu/time.Duration(large)), us(rawCPU/time.Duration(large)), r.gcs, us(r.gcCPU/time.Duration(large)), r.peakRSS>>10, r.rssBefore>>10, r.liveHeap>>20))
 	}
+}
+
+// measurePair reads the stream's n events raw, then rebuilds from them (rebuildOnce;
+// profile: under EXACTO_BENCH_REPLAY_PROFILE).
+func measurePair(b *testing.B, ctx context.Context, js jetstream.JetStream, dir *contacts.Directory, n int, profile bool) replayPair {
+	cpu := processCPU()
+	raw := rawRead(b, js, n)
+	rawCPU := processCPU() - cpu
+	return replayPair{raw: raw, rawCPU: rawCPU, rebuild: rebuildOnce(b, ctx, js, dir, n, profile)}
 }
 
 // replayPair is a raw read and the rebuild right after it.
