@@ -165,11 +165,43 @@ func TestHubSpotTimeoutAfterCommit(t *testing.T) {
 	}
 }
 
+// Replies waiting for the CRM writer (a backlog: each is claimed, not new) have their
+// notes upserted together; HubSpot commits each upsert and never answers in time: each
+// reply's retry finds its note by its key, so each still has one activity.
+func TestHubSpotBatchTimeoutAfterCommit(t *testing.T) {
+	t.Parallel()
+	p := startPipeline(t)
+	// The first upsert (alone) hangs, so the others come while it is in flight and go
+	// together in the next, which hangs too.
+	p.sb.SetFault(sandbox.RouteHubSpotNoteUpsert, sandbox.Fault{TimeoutAfterCommit: 30 * time.Second, Count: 2})
+	ids := p.postInstantlyReplies(6, "batch")
+	p.start(stream.CRMWriter, crmwriter.Run)
+	retried := 0
+	for _, id := range ids {
+		p.completedIn(90*time.Second, id, stream.CRMWriter)
+		if n := len(p.notesFor(id)); n != 1 {
+			t.Errorf("%d notes for %s", n, id)
+		}
+		if p.status(stream.CRMWriter, id).Attempts >= 2 {
+			retried++
+		}
+	}
+	reqs, notes := p.sb.Requests(sandbox.RouteHubSpotNoteUpsert), p.sb.Inputs(sandbox.RouteHubSpotNoteUpsert)
+	if reqs >= notes {
+		t.Fatalf("%d upsert requests for %d notes: none carried two", reqs, notes)
+	}
+	if retried != len(ids) {
+		t.Errorf("%d of %d replies took a second attempt, though every upsert of theirs timed out after commit", retried, len(ids))
+	}
+	t.Logf("%d upsert requests for %d notes, %d replies retried", reqs, notes, retried)
+}
+
 // hubspotRoutes are every HubSpot route of the sandbox.
 // (the property routes, asked once at the crmwriter's start, are left out).
 var hubspotRoutes = []string{sandbox.RouteHubSpotNoteRead, sandbox.RouteHubSpotNoteCreate, sandbox.RouteHubSpotNoteUpsert, sandbox.RouteHubSpotNoteAssociate,
 	sandbox.RouteHubSpotNoteSearch, sandbox.RouteHubSpotNoteUpdate,
-	sandbox.RouteHubSpotContactCreate, sandbox.RouteHubSpotContactSearch, sandbox.RouteHubSpotContactGet, sandbox.RouteHubSpotContactUpdate}
+	sandbox.RouteHubSpotContactCreate, sandbox.RouteHubSpotContactSearch, sandbox.RouteHubSpotContactGet, sandbox.RouteHubSpotContactUpdate,
+	sandbox.RouteHubSpotContactBatchRead, sandbox.RouteHubSpotContactBatchNew, sandbox.RouteHubSpotNoteBatchCreate, sandbox.RouteHubSpotNoteBatchUpdate}
 
 func (p *pipeline) hubspotRequests() int {
 	n := 0

@@ -381,7 +381,7 @@ func interruptUnderLoad(t *testing.T, powerCut bool) {
 	if c := sb.NoteWrites(); c != replies && !(powerCut && c > replies) {
 		t.Errorf("%d HubSpot note writes (creates and upserts) for %d replies", c, replies)
 	}
-	if c := sb.Requests(sandbox.RouteHubSpotContactCreate); c != replies {
+	if c := sb.ContactCreates(); c != replies {
 		t.Errorf("%d HubSpot contact creates for %d replies", c, replies)
 	}
 

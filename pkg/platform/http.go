@@ -59,6 +59,9 @@ type HTTP struct {
 	// limiters (an endpoint's own rate within the account's) answered 429 by the
 	// endpoint's limit holds that one, not every call of the account.
 	HoldLimit ratelimit.Limiter
+	// MaxBody caps how much of an answer is read (MaxBody if 0): a batch of records
+	// answers more than one record.
+	MaxBody int64
 }
 
 // DefaultHold is how long a 429 that names no wait holds the account's limiter;
@@ -141,7 +144,7 @@ func (h *HTTP) Do(ctx context.Context, method, path string, query url.Values, in
 		return Classify(h.Dependency, nil, redact(err, req.URL))
 	}
 	defer resp.Body.Close()
-	data, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
+	data, rerr := io.ReadAll(io.LimitReader(resp.Body, cmp.Or(h.MaxBody, MaxBody)))
 	if cerr := Classify(h.Dependency, resp, nil); cerr != nil {
 		e := cerr.(*Error)
 		if msg := h.errMsg(data); msg != "" {

@@ -29,6 +29,7 @@ import (
 	"exacto.dev/pkg/platform/accounts"
 	"exacto.dev/pkg/platform/hubspot"
 	"exacto.dev/pkg/platform/sandbox"
+	"exacto.dev/pkg/ratelimit"
 	"exacto.dev/pkg/stream"
 	"exacto.dev/pkg/suppression"
 	classifier "exacto.dev/services/classifier/handler"
@@ -61,6 +62,24 @@ func publishEvents(b *testing.B, conn *broker.Conn, n int) {
 		}
 	}
 	<-conn.JS.PublishAsyncComplete()
+}
+
+// bindAndPublish makes subs' consumers, their state checkpointed as exacto up keeps it,
+// then stores n leads' events (publishEvents): each event is then new to each consumer,
+// as in a running exacto up (its first attempt reads its guard, guard.BeginNew), where
+// a consumer made again at a restart claims each event of its backlog (guard.Begin).
+func bindAndPublish(b *testing.B, conn *broker.Conn, n int, subs ...stream.Subscription) {
+	ctx := context.Background()
+	checkpoints, err := conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, sub := range subs {
+		if _, err := consumer.Bind(ctx, conn.JS, stream.Events, sub.ConsumerConfig(), checkpoints); err != nil {
+			b.Fatal(err)
+		}
+	}
+	publishEvents(b, conn, n)
 }
 
 // consumerRow is how long one path took for its events, how many messages its
@@ -135,7 +154,8 @@ func drainWith(b *testing.B, conn *broker.Conn, sub stream.Subscription, n int, 
 	go func() {
 		defer close(stopped)
 		handle := o.Handle
-		o.NC, o.Sub, o.Workers, o.Checkpoints, o.Solo = nc, sub, 8, checkpoints, solo
+		o.NC, o.Sub, o.Checkpoints, o.Solo = nc, sub, checkpoints, solo
+		o.Workers = cmp.Or(o.Workers, 8)
 		o.Ready = func() { ready.Store(true) }
 		o.Handle = func(ctx context.Context, ev consumer.Event) error {
 			// Only completions count: a classification that overtakes its reply's
@@ -261,25 +281,11 @@ func BenchmarkConsumers(b *testing.B) {
 	ctx := context.Background()
 	conn := brokertest.Start(b, "")
 	sb := sandbox.StartWith(b, sandbox.Options{AutoEnroll: true})
-	cfg, err := config.Parse([]byte("tenants:\n  - id: bench\n    routing: [{owner: \"101\"}]\n    endpoints: [{id: ep, provider: instantly, path_token: tok-bench-0123456789}]\n"), "bench", func(string) string { return "" })
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := consumersConfig(b)
 	platforms := accounts.New(cfg, sb.URL, accounts.Pacing{})
 	of := func(name string) stream.Subscription { s, _ := stream.SubscriptionOf(name); return s }
-	// The consumers exist before the events are stored, as in a running exacto up: each
-	// event is then new to its consumer (its first attempt reads its guard, guard.BeginNew).
-	// A consumer made again at a restart claims each event of its backlog (guard.Begin).
-	checkpoints, err := conn.JS.KeyValue(ctx, stream.ConsumerCheckpoints)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, sub := range []stream.Subscription{noopSub, of(stream.Classifier), of(stream.Stopper), of(stream.CRMWriter), of(stream.Suppressor)} {
-		if _, err := consumer.Bind(ctx, conn.JS, stream.Events, sub.ConsumerConfig(), checkpoints); err != nil {
-			b.Fatal(err)
-		}
-	}
-	publishEvents(b, conn, n)
+	// The consumers exist before the events are stored, as in a running exacto up.
+	bindAndPublish(b, conn, n, noopSub, of(stream.Classifier), of(stream.Stopper), of(stream.CRMWriter), of(stream.Suppressor))
 	d, err := consumer.NewDeriver(ctx, conn.JS)
 	if err != nil {
 		b.Fatal(err)
@@ -342,6 +348,63 @@ func BenchmarkConsumers(b *testing.B) {
 		row("consumers", r.name+": CPU per event (the process: consumer, server, sandbox)", fmt.Sprintf("%.1f µs", r.cpuPerEvent()), fmt.Sprintf("%.1f µs", base.cpuPerEvent()), r.cpuPerEvent()/base.cpuPerEvent(), note)
 		b.ReportMetric(rate(r), strings.TrimSuffix(strings.Fields(r.name)[0], ",")+"_events/s")
 	}
+}
+
+// consumersConfig is the consumer rows' configuration: tenant bench, its replies routed to
+// owner 101.
+func consumersConfig(b *testing.B) *config.Config {
+	cfg, err := config.Parse([]byte("tenants:\n  - id: bench\n    routing: [{owner: \"101\"}]\n    endpoints: [{id: ep, provider: instantly, path_token: tok-bench-0123456789}]\n"), "bench", func(string) string { return "" })
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cfg
+}
+
+// BenchmarkCRMWriterPaced writes replies to a HubSpot portal paced as Exacto paces one
+// (pkg/platform/accounts: HubSpot's 100 requests per 10 s, here ten times faster so that
+// the run is short), by 8 workers, whose requests of a kind made while one is in flight
+// share a batch request (hubspot/batch.go), beside 1 worker, whose every request goes
+// alone: the replies a portal's rate lets through, with and without batching. Each on
+// a server and a portal of its own. EXACTO_BENCH_PACED_REPLIES sets the replies
+// (default 300), EXACTO_BENCH_PACED_WORKERS the workers of the batching run (default
+// 8, the crmwriter's).
+func BenchmarkCRMWriterPaced(b *testing.B) {
+	n := envInt("EXACTO_BENCH_PACED_REPLIES", 300)
+	workers := envInt("EXACTO_BENCH_PACED_WORKERS", 8)
+	ctx := context.Background()
+	cfg := consumersConfig(b)
+	pace := map[string][]ratelimit.Rate{"hubspot": {{N: 100, Per: time.Second}}}
+	run := func(workers int) drained {
+		conn := brokertest.Start(b, "")
+		sb := sandbox.StartWith(b, sandbox.Options{AutoEnroll: true})
+		platforms := accounts.New(cfg, sb.URL, accounts.Pacing{Sandbox: pace})
+		sub, _ := stream.SubscriptionOf(stream.CRMWriter)
+		bindAndPublish(b, conn, n, sub)
+		d, err := consumer.NewDeriver(ctx, conn.JS)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dir, err := contacts.Open(ctx, conn.JS)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hs, _ := platforms.For("bench")
+		if err := crmwriter.EnsureProperty(ctx, []string{"bench"}, func(string) *hubspot.Client { return hs.HubSpot }, nil); err != nil {
+			b.Fatal(err)
+		}
+		return drain(b, conn, sb, sub, n, consumer.Options{Workers: workers, Dependencies: consumer.On(crmwriter.Dependency),
+			Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
+				Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Via(ingest.PublishOne(conn.JS)).Publish})})
+	}
+	b.ResetTimer()
+	alone, batched := run(1), run(workers)
+	b.StopTimer()
+	rate := func(r drained) float64 { return float64(r.events) / r.took.Seconds() }
+	calls := func(r drained) float64 { return float64(r.calls) / float64(r.events) }
+	note := fmt.Sprintf("%d replies (a contact read, a contact create, a note create each), HubSpot paced at 100 requests/s; baseline: 1 worker, every request alone; "+
+		"timed once steady (%d and %d replies before)", n, alone.before, batched.before)
+	rateRow("consumers", fmt.Sprintf("crmwriter at a paced HubSpot, %d workers: replies/s", workers), rate(batched), rate(alone), note)
+	row("consumers", fmt.Sprintf("crmwriter at a paced HubSpot, %d workers: HubSpot requests per reply", workers), fmt.Sprintf("%.2f", calls(batched)), fmt.Sprintf("%.2f", calls(alone)), calls(batched)/calls(alone), note)
 }
 
 // noopSub is the no-op rows' subscription: every reply, settled as a real consumer's.

@@ -16,6 +16,10 @@
 //	GET   /crm/v3/objects/contacts/{email}?idProperty=email   a contact by e-mail
 //	GET   /crm/v3/objects/contacts/{id}              a contact by id
 //	POST  /crm/v3/objects/contacts                   create; PATCH …/{id} update
+//	POST  /crm/v3/objects/contacts/batch/read        concurrent reads by e-mail or id
+//	POST  /crm/v3/objects/contacts/batch/create      concurrent creates
+//	POST  /crm/v3/objects/notes/batch/create         concurrent creates
+//	POST  /crm/v3/objects/notes/batch/update         concurrent updates
 //	POST  /crm/v3/objects/{notes,contacts,deals,meetings}/search   the reconciler's reads
 //
 // Auth is a private app token: "Authorization: Bearer <token>". Rates (usage
@@ -88,6 +92,15 @@ type Config struct {
 type Client struct {
 	h      platform.HTTP
 	search platform.HTTP // the search endpoints, paced by their own limit only
+	// Concurrent callers' requests of each kind, sent together (batch.go).
+	byEmail *batcher[string, found]
+	byID    *batcher[string, Contact]
+	creates *batcher[Note, Note]
+	// contactCreates sends concurrent contact creates together.
+	contactCreates *batcher[map[string]string, Contact]
+	noteReads      *batcher[string, foundNote]
+	upserts        *batcher[Note, upserted]
+	updates        *batcher[noteUpdate, Note]
 }
 
 // New returns a Client for cfg.
@@ -103,10 +116,14 @@ func New(cfg Config) *Client {
 		Limit:      cfg.Limit,
 		Auth:       platform.Bearer(cfg.Token),
 		ErrMsg:     errMsg,
+		// A batch's answer holds up to MaxBatch notes of up to MaxNoteBody characters.
+		MaxBody: MaxBatch*4*MaxNoteBody + platform.MaxBody,
 	}
 	search := h
 	search.Limit = cfg.SearchLimit
-	return &Client{h: h, search: search}
+	c := &Client{h: h, search: search}
+	c.batchers()
+	return c
 }
 
 // errMsg pulls HubSpot's {"category","message"} out of an error body.
@@ -282,10 +299,17 @@ type notesBatch struct {
 
 // NoteByExternalID reads the note carrying key by the unique property (no search:
 // what HubSpot has committed, without the search index's lag); found is false if none.
+//
+// Concurrent reads go as one batch read (batch.go).
 func (c *Client) NoteByExternalID(ctx context.Context, key string) (n Note, found bool, err error) {
 	if key == "" {
 		return Note{}, false, errors.New("hubspot: empty external id")
 	}
+	f, err := c.noteReads.do(ctx, key)
+	return f.note, f.ok, err
+}
+
+func (c *Client) noteByExternalID(ctx context.Context, key string) (n Note, found bool, err error) {
 	req := map[string]any{"idProperty": ExternalIDProperty, "inputs": []map[string]string{{"id": key}},
 		"properties": noteProps, "propertiesWithHistory": []string{}}
 	var resp notesBatch
@@ -307,10 +331,16 @@ func (c *Client) NoteByExternalID(ctx context.Context, key string) (n Note, foun
 // under that key (batch upsert by idProperty): however often it is repeated — after a
 // timeout whose outcome was unknown, say — there is one note. It does not associate
 // the note (the batch upsert cannot): Associate does. created says HubSpot made it now.
+// Concurrent upserts go as one request (batch.go).
 func (c *Client) UpsertNote(ctx context.Context, n Note) (note Note, created bool, err error) {
 	if n.ExternalID == "" {
 		return Note{}, false, errors.New("hubspot: note needs an ExternalID")
 	}
+	u, err := c.upserts.do(ctx, n)
+	return u.note, u.created, err
+}
+
+func (c *Client) upsertNote(ctx context.Context, n Note) (note Note, created bool, err error) {
 	req := map[string]any{"inputs": []map[string]any{{"idProperty": ExternalIDProperty, "id": n.ExternalID, "properties": n.properties()}}}
 	var resp notesBatch
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes/batch/upsert", nil, req, &resp); err != nil {
@@ -354,16 +384,27 @@ func (n *Note) properties() map[string]string {
 // a note already holding it makes HubSpot refuse a second (409, the key's property
 // having unique values; assumed, as for contacts), and EnsureNote is the way to make
 // sure of one after a lost answer.
+//
+// Concurrent creates go as one batch create (batch.go).
 func (c *Client) CreateNote(ctx context.Context, n Note) (Note, error) {
 	if n.ExternalID == "" || n.ContactID == "" {
 		return Note{}, errors.New("hubspot: note needs an ExternalID and a ContactID")
 	}
-	req := map[string]any{"properties": n.properties(), "associations": []map[string]any{{
+	return c.creates.do(ctx, n)
+}
+
+// noteCreate is the body that creates n with its association to its contact: the
+// single create's, and each input of a batch create.
+func noteCreate(n *Note) map[string]any {
+	return map[string]any{"properties": n.properties(), "associations": []map[string]any{{
 		"to":    map[string]string{"id": n.ContactID},
 		"types": []map[string]any{{"associationCategory": "HUBSPOT_DEFINED", "associationTypeId": NoteToContact}},
 	}}}
+}
+
+func (c *Client) createNote(ctx context.Context, n Note) (Note, error) {
 	var resp Object
-	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes", nil, req, &resp); err != nil {
+	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes", nil, noteCreate(&n), &resp); err != nil {
 		return Note{}, err
 	}
 	if resp.ID == "" {
@@ -440,12 +481,18 @@ func noteFrom(o Object) Note {
 }
 
 // ContactByEmail reads the contact with email by the unique email property (no
-// search, so no index lag); found is false if none.
+// search, so no index lag); found is false if none. Concurrent reads go as one batch
+// read (batch.go).
 func (c *Client) ContactByEmail(ctx context.Context, email string) (Contact, bool, error) {
 	email = strings.ToLower(strings.TrimSpace(email))
 	if email == "" {
 		return Contact{}, false, errors.New("hubspot: empty email")
 	}
+	f, err := c.byEmail.do(ctx, email)
+	return f.contact, f.ok, err
+}
+
+func (c *Client) contactByEmail(ctx context.Context, email string) (Contact, bool, error) {
 	var resp Object
 	q := url.Values{"idProperty": {"email"}, "properties": {strings.Join(ContactProperties, ",")}}
 	err := c.h.Do(ctx, http.MethodGet, "/crm/v3/objects/contacts/"+platform.PathEscape(email), q, nil, &resp)
@@ -459,8 +506,17 @@ func (c *Client) ContactByEmail(ctx context.Context, email string) (Contact, boo
 }
 
 // CreateContact creates a contact with props. A contact with the same email already
-// there is a 409 (HubSpot's message names it: ExistingID).
+// there is a 409 (HubSpot's message names it: ExistingID). Concurrent creates go as
+// one batch create (batch.go).
 func (c *Client) CreateContact(ctx context.Context, props map[string]string) (Contact, error) {
+	if props["email"] == "" {
+		// A batch's answer is matched to its inputs by e-mail: one without goes alone.
+		return c.createContact(ctx, props)
+	}
+	return c.contactCreates.do(ctx, props)
+}
+
+func (c *Client) createContact(ctx context.Context, props map[string]string) (Contact, error) {
 	var resp Object
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/contacts", nil, map[string]any{"properties": props}, &resp); err != nil {
 		return Contact{}, err
@@ -482,7 +538,12 @@ func (c *Client) UpdateContact(ctx context.Context, id string, props map[string]
 }
 
 // GetContact reads a contact by id; a missing one is a permanent 404 error.
+// Concurrent reads go as one batch read (batch.go).
 func (c *Client) GetContact(ctx context.Context, id string) (Contact, error) {
+	return c.byID.do(ctx, id)
+}
+
+func (c *Client) getContact(ctx context.Context, id string) (Contact, error) {
 	var resp Object
 	q := url.Values{"properties": {strings.Join(ContactProperties, ",")}}
 	if err := c.h.Do(ctx, http.MethodGet, "/crm/v3/objects/contacts/"+platform.PathEscape(id), q, nil, &resp); err != nil {
@@ -503,11 +564,16 @@ func (c *Client) EmailOf(ctx context.Context, id string) (string, error) {
 
 // UpdateNote sets props on note id and returns the note as HubSpot answers it.
 // Setting the same values again changes nothing, so a repeated update is
-// harmless. A note that does not exist is a permanent 404 error.
+// harmless. A note that does not exist is a permanent 404 error. Concurrent updates
+// go as one batch update (batch.go).
 func (c *Client) UpdateNote(ctx context.Context, id string, props map[string]string) (Note, error) {
 	if id == "" || len(props) == 0 {
 		return Note{}, errors.New("hubspot: note update needs an id and properties")
 	}
+	return c.updates.do(ctx, noteUpdate{id, props})
+}
+
+func (c *Client) updateNote(ctx context.Context, id string, props map[string]string) (Note, error) {
 	var resp Object
 	if err := c.h.Do(ctx, http.MethodPatch, "/crm/v3/objects/notes/"+platform.PathEscape(id), nil,
 		map[string]any{"properties": props}, &resp); err != nil {

@@ -340,35 +340,43 @@ func (s *Server) hsCreateNote(w http.ResponseWriter, r *http.Request) {
 		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
 		return
 	}
-	if req.Properties["hs_timestamp"] == "" {
-		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Property hs_timestamp is required")
-		return
-	}
-	if !noteBodyFits(w, req.Properties) {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.uniqueNoteID(w, req.Properties, "") {
+	o, ok := s.hsNewNote(w, req)
+	if !ok {
 		return
 	}
-	o := &Object{ID: s.hubspot.id(), Properties: maps.Clone(req.Properties), CreatedAt: time.Now()}
+	o.ID = s.hubspot.id()
+	s.hubspot.addNote(o)
+	writeJSON(w, http.StatusCreated, hsJSON(o))
+}
+
+// hsNewNote is the note req creates, not yet stored and without its id; or, answered
+// on w, why HubSpot would refuse it. Called with s.mu held.
+func (s *Server) hsNewNote(w http.ResponseWriter, req hsCreateReq) (*Object, bool) {
+	if req.Properties["hs_timestamp"] == "" {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "Property hs_timestamp is required")
+		return nil, false
+	}
+	if !noteBodyFits(w, req.Properties) || !s.uniqueNoteID(w, req.Properties, "") {
+		return nil, false
+	}
+	o := &Object{Properties: maps.Clone(req.Properties), CreatedAt: time.Now()}
 	for _, as := range req.Associations {
 		for _, t := range as.Types {
 			if t.TypeID != NoteToContactAssociation {
 				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR",
 					"sandbox knows only note-to-contact association type 202, got "+strconv.Itoa(t.TypeID))
-				return
+				return nil, false
 			}
 			if s.hubspot.contactByID[as.To.ID] == nil {
 				hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "contact "+as.To.ID+" does not exist")
-				return
+				return nil, false
 			}
 			o.Associations = append(o.Associations, Association{ToID: as.To.ID, TypeID: t.TypeID, Category: t.Category})
 		}
 	}
-	s.hubspot.addNote(o)
-	writeJSON(w, http.StatusCreated, hsJSON(o))
+	return o, true
 }
 
 // noteBodyFits answers 400 for a body over HubSpot's limit.
@@ -436,16 +444,22 @@ func (s *Server) hsCreateContact(w http.ResponseWriter, r *http.Request) {
 		hubspotError(w, http.StatusConflict, "CONFLICT", "Contact already exists. Existing ID: "+same[0].ID)
 		return
 	}
-	p := maps.Clone(req.Properties)
+	writeJSON(w, http.StatusCreated, hsJSON(s.hsAddContact(req.Properties)))
+}
+
+// hsAddContact stores a new contact with props, its e-mail lower-cased. Called with
+// s.mu held.
+func (s *Server) hsAddContact(props map[string]string) *Object {
+	p := maps.Clone(props)
 	if p == nil {
 		p = map[string]string{}
 	}
-	if email != "" {
+	if email := strings.ToLower(p["email"]); email != "" {
 		p["email"] = email
 	}
 	o := &Object{ID: s.hubspot.id(), Properties: p, CreatedAt: time.Now()}
 	s.hubspot.addContact(o)
-	writeJSON(w, http.StatusCreated, hsJSON(o))
+	return o
 }
 
 // hsGetContact serves a contact by id, or by e-mail with idProperty=email.

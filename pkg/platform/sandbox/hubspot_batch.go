@@ -3,6 +3,8 @@ package sandbox
 import (
 	"maps"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -15,7 +17,15 @@ const (
 	RouteHubSpotNoteRead      = "hubspot.notes.batch-read"
 	RouteHubSpotNoteUpsert    = "hubspot.notes.batch-upsert"
 	RouteHubSpotNoteAssociate = "hubspot.notes.associate"
+	// The batch endpoints the client sends concurrent requests to (hubspot/batch.go).
+	RouteHubSpotContactBatchRead = "hubspot.contacts.batch-read"
+	RouteHubSpotContactBatchNew  = "hubspot.contacts.batch-create"
+	RouteHubSpotNoteBatchCreate  = "hubspot.notes.batch-create"
+	RouteHubSpotNoteBatchUpdate  = "hubspot.notes.batch-update"
 )
+
+// maxBatchInputs is the most inputs HubSpot's batch endpoints take.
+const maxBatchInputs = 100
 
 // hsProperty is a custom note property of the portal.
 type hsProperty struct {
@@ -61,6 +71,174 @@ func (s *Server) mountHubSpotBatch(mux *http.ServeMux) {
 	s.handle(mux, "POST /crm/v3/objects/notes/batch/read", RouteHubSpotNoteRead, a, d, s.hsNotesRead)
 	s.handle(mux, "POST /crm/v3/objects/notes/batch/upsert", RouteHubSpotNoteUpsert, a, d, s.hsNotesUpsert)
 	s.handle(mux, "PUT /crm/v4/objects/note/{id}/associations/default/contact/{cid}", RouteHubSpotNoteAssociate, a, d, s.hsAssociate)
+	s.handle(mux, "POST /crm/v3/objects/contacts/batch/read", RouteHubSpotContactBatchRead, a, d, s.hsContactsRead)
+	s.handle(mux, "POST /crm/v3/objects/contacts/batch/create", RouteHubSpotContactBatchNew, a, d, s.hsContactsCreate)
+	s.handle(mux, "POST /crm/v3/objects/notes/batch/create", RouteHubSpotNoteBatchCreate, a, d, s.hsNotesCreate)
+	s.handle(mux, "POST /crm/v3/objects/notes/batch/update", RouteHubSpotNoteBatchUpdate, a, d, s.hsNotesUpdate)
+}
+
+// readBatch reads a batch request's inputs and idProperty; ok false: refused with a 400
+// (not JSON, no inputs, or more than HubSpot takes).
+func readBatch[T any](w http.ResponseWriter, r *http.Request) (inputs []T, idProperty string, ok bool) {
+	var req struct {
+		IDProperty string `json:"idProperty"`
+		Inputs     []T    `json:"inputs"`
+	}
+	if err := readJSON(r, &req); err != nil {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
+		return nil, "", false
+	}
+	if n := len(req.Inputs); n == 0 || n > maxBatchInputs {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "inputs: between 1 and "+strconv.Itoa(maxBatchInputs)+" are taken, got "+strconv.Itoa(n))
+		return nil, "", false
+	}
+	return req.Inputs, req.IDProperty, true
+}
+
+// batchID is an input that names a record.
+type batchID struct {
+	ID string `json:"id"`
+}
+
+// hsContactsRead serves contacts/batch/read, by id or (idProperty email) by e-mail:
+// inputs with no contact are errors of a 207 answer, as notes/batch/read's are.
+func (s *Server) hsContactsRead(w http.ResponseWriter, r *http.Request) {
+	inputs, idProperty, ok := readBatch[batchID](w, r)
+	if !ok {
+		return
+	}
+	if idProperty != "" && idProperty != "email" {
+		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "idProperty "+idProperty+" is not a unique property of contacts")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	answerBatchRead(w, "CONTACT", inputs, func(id string) *Object {
+		if idProperty != "email" {
+			return s.hubspot.contactByID[id]
+		}
+		if same := s.hubspot.byEmail[strings.ToLower(id)]; len(same) > 0 {
+			return same[len(same)-1]
+		}
+		return nil
+	})
+}
+
+// answerBatchRead answers a batch read of ids: the records find gives, and an error of
+// a 207 for each id it gives none (kind names the object type, as HubSpot's message
+// does).
+func answerBatchRead(w http.ResponseWriter, kind string, ids []batchID, find func(id string) *Object) {
+	results, errs := []map[string]any{}, []hsError{}
+	for _, id := range ids {
+		o := find(id.ID)
+		if o == nil {
+			errs = append(errs, hsError{"error", "OBJECT_NOT_FOUND", "Could not get some " + kind + " objects, they may be deleted or not exist. Check that ids are valid. ids: " + id.ID})
+			continue
+		}
+		results = append(results, hsJSON(o))
+	}
+	status := http.StatusOK
+	if len(errs) > 0 {
+		status = http.StatusMultiStatus
+	}
+	writeJSON(w, status, map[string]any{"status": "COMPLETE", "results": results, "errors": errs, "numErrors": len(errs)})
+}
+
+// hsContactsCreate serves contacts/batch/create: an e-mail HubSpot has, or one given
+// twice, refuses the whole batch with a 409 and nothing is written (assumed, as for the
+// notes' batch create).
+func (s *Server) hsContactsCreate(w http.ResponseWriter, r *http.Request) {
+	inputs, _, ok := readBatch[hsCreateReq](w, r)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	emails := map[string]bool{}
+	for _, in := range inputs {
+		email := strings.ToLower(in.Properties["email"])
+		if same := s.hubspot.byEmail[email]; email != "" && len(same) > 0 {
+			hubspotError(w, http.StatusConflict, "CONFLICT", "Contact already exists. Existing ID: "+same[0].ID)
+			return
+		}
+		if email != "" && emails[email] {
+			hubspotError(w, http.StatusConflict, "CONFLICT", "Duplicate email "+email+" within the batch")
+			return
+		}
+		emails[email] = true
+	}
+	results := []map[string]any{}
+	for _, in := range inputs {
+		results = append(results, hsJSON(s.hsAddContact(in.Properties)))
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"status": "COMPLETE", "results": results})
+}
+
+// hsNotesCreate serves notes/batch/create: each input is a single create's body (its
+// properties and associations). One input the single create would refuse refuses the
+// whole batch with that answer, and nothing is written (assumed: the reference does
+// not say whether a batch create is all or nothing).
+func (s *Server) hsNotesCreate(w http.ResponseWriter, r *http.Request) {
+	inputs, _, ok := readBatch[hsCreateReq](w, r)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := map[string]bool{}
+	notes := make([]*Object, len(inputs))
+	for i, in := range inputs {
+		o, ok := s.hsNewNote(w, in)
+		if !ok {
+			return
+		}
+		if k := in.Properties[NoteExternalIDProperty]; k != "" && keys[k] {
+			hubspotError(w, http.StatusConflict, "CONFLICT", "Duplicate "+NoteExternalIDProperty+"="+k+" within the batch")
+			return
+		}
+		keys[in.Properties[NoteExternalIDProperty]] = true
+		notes[i] = o
+	}
+	results := []map[string]any{}
+	for _, o := range notes {
+		o.ID = s.hubspot.id()
+		s.hubspot.addNote(o)
+		results = append(results, hsJSON(o))
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"status": "COMPLETE", "results": results})
+}
+
+// hsNotesUpdate serves notes/batch/update: each input's properties set on the note
+// with its id, the others kept. A missing note refuses the whole batch with a 404 and
+// nothing is written (assumed, as for the batch create).
+func (s *Server) hsNotesUpdate(w http.ResponseWriter, r *http.Request) {
+	inputs, _, ok := readBatch[struct {
+		ID         string            `json:"id"`
+		Properties map[string]string `json:"properties"`
+	}](w, r)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, in := range inputs {
+		n := s.hubspot.noteByID[in.ID]
+		if n == nil {
+			hubspotError(w, http.StatusNotFound, "OBJECT_NOT_FOUND", "Could not find NOTE "+in.ID)
+			return
+		}
+		if !noteBodyFits(w, in.Properties) || !s.uniqueNoteID(w, in.Properties, n.ID) {
+			return
+		}
+	}
+	results := []map[string]any{}
+	for _, in := range inputs {
+		n := s.hubspot.noteByID[in.ID]
+		s.hubspot.setNoteProperties(n, in.Properties)
+		n.UpdatedAt = time.Now()
+		results = append(results, hsJSON(n))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "COMPLETE", "results": results})
 }
 
 func (s *Server) hsPropertyGet(w http.ResponseWriter, r *http.Request) {
@@ -148,38 +326,21 @@ type hsError struct {
 // lag; keys with no note are errors of a 207 answer (an assumption: the reference
 // declares 207 without saying which inputs cause it).
 func (s *Server) hsNotesRead(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		IDProperty string `json:"idProperty"`
-		Inputs     []struct {
-			ID string `json:"id"`
-		} `json:"inputs"`
-	}
-	if err := readJSON(r, &req); err != nil || len(req.Inputs) == 0 {
-		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", "inputs are required")
+	inputs, idProperty, ok := readBatch[batchID](w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if req.IDProperty != "" && !s.uniqueProperty(w, req.IDProperty) {
+	if idProperty != "" && !s.uniqueProperty(w, idProperty) {
 		return
 	}
-	results, errs := []map[string]any{}, []hsError{}
-	for _, in := range req.Inputs {
-		n := s.hubspot.noteByID[in.ID]
-		if req.IDProperty != "" {
-			n = s.hubspot.noteWith(req.IDProperty, in.ID)
+	answerBatchRead(w, "NOTE", inputs, func(id string) *Object {
+		if idProperty != "" {
+			return s.hubspot.noteWith(idProperty, id)
 		}
-		if n == nil {
-			errs = append(errs, hsError{"error", "OBJECT_NOT_FOUND", "Could not get some NOTE objects, they may be deleted or not exist. Check that ids are valid. ids: " + in.ID})
-			continue
-		}
-		results = append(results, hsJSON(n))
-	}
-	status := http.StatusOK
-	if len(errs) > 0 {
-		status = http.StatusMultiStatus
-	}
-	writeJSON(w, status, map[string]any{"status": "COMPLETE", "results": results, "errors": errs, "numErrors": len(errs)})
+		return s.hubspot.noteByID[id]
+	})
 }
 
 // hsNotesUpsert serves notes/batch/upsert: each input's note is the one whose unique

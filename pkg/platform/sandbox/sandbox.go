@@ -6,13 +6,16 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +74,7 @@ type Server struct {
 	mu       sync.Mutex
 	faults   map[string]*activeFault
 	counts   map[string]int
+	inputs   map[string]int // records asked of a route: a batch request's inputs, 1 for any other
 	last     map[string]time.Time
 	times    map[string][]time.Time
 	hubspot  hubspotState
@@ -130,6 +134,7 @@ func Listen(opts Options) (*Server, error) {
 		ln:       ln,
 		faults:   map[string]*activeFault{},
 		counts:   map[string]int{},
+		inputs:   map[string]int{},
 		last:     map[string]time.Time{},
 		times:    map[string][]time.Time{},
 		limits:   map[string]*rateWindow{},
@@ -180,8 +185,9 @@ func (s *Server) SetFault(route string, f Fault) {
 }
 
 // NoteWriteRoutes are the routes that write a HubSpot note: a New event's create (with
-// its association) and any other attempt's batch upsert.
-var NoteWriteRoutes = []string{RouteHubSpotNoteCreate, RouteHubSpotNoteUpsert}
+// its association), alone or in a batch of concurrent creates, and any other
+// attempt's batch upsert.
+var NoteWriteRoutes = []string{RouteHubSpotNoteCreate, RouteHubSpotNoteBatchCreate, RouteHubSpotNoteUpsert}
 
 // SetNoteWriteFault sets f on both routes that write a HubSpot note.
 func (s *Server) SetNoteWriteFault(f Fault) {
@@ -190,11 +196,12 @@ func (s *Server) SetNoteWriteFault(f Fault) {
 	}
 }
 
-// NoteWrites counts the requests to the routes that write a HubSpot note.
+// NoteWrites counts the notes asked of the routes that write a HubSpot note: a single
+// request's one, a batch's inputs (Inputs).
 func (s *Server) NoteWrites() int {
 	n := 0
 	for _, r := range NoteWriteRoutes {
-		n += s.Requests(r)
+		n += s.Inputs(r)
 	}
 	return n
 }
@@ -217,6 +224,20 @@ func (s *Server) Requests(route string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.counts[route]
+}
+
+// ContactCreates counts the contacts asked of the routes that create a HubSpot
+// contact: a single create's one, a batch's inputs.
+func (s *Server) ContactCreates() int {
+	return s.Inputs(RouteHubSpotContactCreate) + s.Inputs(RouteHubSpotContactBatchNew)
+}
+
+// Inputs is the number of records asked of route so far: its requests, each batch
+// request counted by its inputs.
+func (s *Server) Inputs(route string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inputs[route]
 }
 
 // TotalRequests is the number of requests across all routes.
@@ -252,11 +273,12 @@ func (s *Server) RequestTimes(route string) []time.Time {
 }
 
 // take counts a request and returns the fault to apply to it, if any.
-func (s *Server) take(route string) *Fault {
+func (s *Server) take(route string, inputs int) *Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.counts[route]++
+	s.inputs[route] += inputs
 	s.last[route] = now
 	if t := s.times[route]; len(t) == maxTimes {
 		s.times[route] = append(t[:0:0], t[maxTimes/2:]...)
@@ -303,7 +325,7 @@ func (s *Server) handle(mux *http.ServeMux, pattern, route string, auth authFunc
 			rateLimited(w, route, wait)
 			return
 		}
-		f := s.take(route)
+		f := s.take(route, batchInputs(pattern, r))
 		if f != nil && f.Latency > 0 && !s.sleep(r.Context(), f.Latency) {
 			return
 		}
@@ -358,8 +380,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // readJSON decodes a bounded request body into v.
+// batchInputs is how many inputs r carries: the length of its body's "inputs" for a
+// batch endpoint (pattern has /batch/), left for its handler to read again; 1 for any
+// other request.
+func batchInputs(pattern string, r *http.Request) int {
+	if !strings.Contains(pattern, "/batch/") || r.Body == nil {
+		return 1
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 32<<20)) // a batch of notes may be large
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		Inputs []json.RawMessage `json:"inputs"`
+	}
+	if err != nil || json.Unmarshal(body, &req) != nil {
+		return 1
+	}
+	return max(len(req.Inputs), 1)
+}
+
 func readJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 32<<20)) // a batch of notes may be large
 	if err := dec.Decode(v); err != nil {
 		return errors.New("invalid JSON body: " + err.Error())
 	}

@@ -40,7 +40,9 @@
 //
 // Every HubSpot request goes through Event.Call, one request per call, so a 429's
 // Retry-After holds every event's next request and the breaker stops calls while
-// HubSpot is down. Errors keep pkg/platform's class: 400/401/403/404 are dead-lettered
+// HubSpot is down. Concurrent events' calls of one kind (contact reads, note creates,
+// note updates) may share one batch request (pkg/platform/hubspot/batch.go); each
+// event still gets its own answer. Errors keep pkg/platform's class: 400/401/403/404 are dead-lettered
 // at once, timeouts, 429 and 5xx retried. A reply that names no e-mail is
 // dead-lettered: HubSpot contacts are matched by e-mail, and a person must look.
 //
@@ -171,9 +173,9 @@ func Run(ctx context.Context, env *service.Env, up func()) error {
 		Publish: d.Publish,
 		Log:     env.Log,
 	})
-	// Two workers: each event makes up to five requests, two of them searches, and
-	// HubSpot's search endpoints have a tight per-second limit of their own.
 	// Every event it takes is written: an unsigned one is confirmed at its source first.
+	// Its workers (stream.go: 8) are what batches HubSpot's requests: the more events
+	// under way while a request waits for the portal's rate, the more share the next.
 	acts := func(envelope.Envelope) bool { return true }
 	return env.Consume(ctx, stream.CRMWriter, up, consumer.Options{Handle: gate.Wrap(acts, h), Dependencies: consumer.On(Dependency)})
 }
