@@ -3,8 +3,10 @@ package hubspot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -65,6 +67,7 @@ type batchCall[I, O any] struct {
 	in   I
 	out  O
 	err  error
+	sent atomic.Bool // a request carrying in has written its headers
 	done chan struct{}
 }
 
@@ -92,16 +95,18 @@ func (b *batcher[I, O]) do(ctx context.Context, in I) (O, error) {
 }
 
 // leave takes call, whose caller's context ended with cause, out of the waiting list
-// and says what became of its input: never sent (still waiting), or sent and perhaps
-// landed, as after a timeout (the caller's retry reads before it writes).
+// and says what became of its input so far: never sent (waiting, or in a batch still
+// waiting for its turn at the rate: the breaker does not count it), or sent and
+// perhaps landed, as after a timeout. Either way the caller's retry reads before it
+// writes: an input taken and not yet sent may still go out with its batch.
 func (b *batcher[I, O]) leave(call *batchCall[I, O], cause error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i, c := range b.waiting {
-		if c == call {
-			b.waiting = slices.Delete(b.waiting, i, i+1)
-			return &platform.Error{Dependency: "hubspot", Transient: true, Unsent: true, Msg: "left while waiting for a batch request: " + cause.Error()}
-		}
+	if i := slices.Index(b.waiting, call); i >= 0 {
+		b.waiting = slices.Delete(b.waiting, i, i+1)
+	}
+	if !call.sent.Load() {
+		return &platform.Error{Dependency: "hubspot", Transient: true, Unsent: true, Msg: "left before its batch request was sent: " + cause.Error()}
 	}
 	return &platform.Error{Dependency: "hubspot", Transient: true, Msg: "left while its batch request was under way: " + cause.Error()}
 }
@@ -143,14 +148,25 @@ func (b *batcher[I, O]) send() {
 }
 
 // sendBatch sends calls as one request (by the single endpoint when one), each caller
-// answered on its own (batchContext).
+// answered on its own (batchContext), once all are.
 func (b *batcher[I, O]) sendBatch(calls []*batchCall[I, O]) {
+	defer func() {
+		if r := recover(); r != nil {
+			// On this goroutine no consumer's recover sees it: each caller's attempt
+			// fails permanently instead, with the stack (its event dead-lettered).
+			err := &platform.Error{Dependency: "hubspot", Msg: fmt.Sprintf("panic sending a batch request: %v\n%s", r, debug.Stack())}
+			for _, c := range calls {
+				c.err = err
+			}
+		}
+		for _, c := range calls {
+			close(c.done)
+		}
+	}()
 	ctx, cancel := batchContext(calls)
 	defer cancel()
 	if len(calls) == 1 {
-		c := calls[0]
-		c.out, c.err = b.one(ctx, c.in)
-		close(c.done)
+		calls[0].out, calls[0].err = b.one(ctx, calls[0].in)
 		return
 	}
 	ins := make([]I, len(calls))
@@ -161,7 +177,6 @@ func (b *batcher[I, O]) sendBatch(calls []*batchCall[I, O]) {
 	if err != nil && !refusedWhole(err) {
 		for _, c := range calls {
 			c.err = err
-			close(c.done)
 		}
 		return
 	}
@@ -169,11 +184,22 @@ func (b *batcher[I, O]) sendBatch(calls []*batchCall[I, O]) {
 		switch {
 		case err == nil && answered[i]:
 			c.out = outs[i]
-		case c.ctx.Err() == nil: // alone, as its caller would have sent it
-			c.out, c.err = b.one(c.ctx, c.in)
+		case c.ctx.Err() != nil: // gone before its turn alone: not sent
+			c.err = &platform.Error{Dependency: "hubspot", Transient: true, Unsent: true, Msg: "left before its input was sent alone"}
+		default: // alone, as its caller would have sent it
+			c.out, c.err = b.one(markSent(c.ctx, c), c.in)
 		}
-		close(c.done) // a caller gone has its answer from leave
 	}
+}
+
+// markSent is ctx with a trace that marks calls sent once a request has written its
+// headers.
+func markSent[I, O any](ctx context.Context, calls ...*batchCall[I, O]) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() {
+		for _, c := range calls {
+			c.sent.Store(true)
+		}
+	}})
 }
 
 // batchContext is the context of a request that serves calls: the first's values, and
@@ -185,7 +211,10 @@ func batchContext[I, O any](calls []*batchCall[I, O]) (context.Context, context.
 	var latest time.Time
 	for i, c := range calls {
 		if t := httptrace.ContextClientTrace(c.ctx); t != nil && i > 0 {
-			ctx = httptrace.WithClientTrace(ctx, t)
+			// A copy: WithClientTrace rewrites the hooks of the trace it is given to
+			// call the context's, and the caller's own must stay its own.
+			cp := *t
+			ctx = httptrace.WithClientTrace(ctx, &cp)
 		}
 		d, ok := c.ctx.Deadline()
 		switch {
@@ -199,7 +228,7 @@ func batchContext[I, O any](calls []*batchCall[I, O]) (context.Context, context.
 	if !latest.IsZero() {
 		ctx, cancelDeadline = context.WithDeadline(ctx, latest)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(markSent(ctx, calls...))
 	var gone atomic.Int32
 	stops := make([]func() bool, len(calls))
 	for i, c := range calls {

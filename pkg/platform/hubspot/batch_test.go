@@ -1,12 +1,15 @@
 package hubspot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,6 +334,91 @@ func TestBatchPastTheCallersDeadlinesIsNeverSent(t *testing.T) {
 	}
 	if n := sb.Requests(sandbox.RouteHubSpotNoteBatchCreate) + sb.Requests(sandbox.RouteHubSpotNoteCreate); n != 1 {
 		t.Errorf("%d note creates sent, want the held one alone", n)
+	}
+}
+
+// A caller that leaves while its batch still waits for its turn at the rate is told its
+// input was never sent (the breaker does not count it); the others are answered when
+// the turn comes.
+func TestCallerLeavingABatchNotYetSentIsUnsent(t *testing.T) {
+	limit := ratelimit.NewLocal(ratelimit.Rate{N: 1000, Per: time.Second})
+	sb, c, h, contacts := pacedPortal(t, limit, isPost("/crm/v3/objects/notes"), "a@example.com")
+	h.beforeRelease = func() { limit.Hold(context.Background(), 2*time.Second) }
+	errs := burst(t, h, c.creates, 4, func(i int) error {
+		wait := map[int]time.Duration{0: time.Minute, 1: 500 * time.Millisecond}[i]
+		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(wait, 10*time.Second))
+		defer cancel()
+		_, err := c.CreateNote(ctx, Note{ContactID: contacts[0], Body: "reply", ExternalID: fmt.Sprint("evt-", i)})
+		return err
+	})
+	var e *platform.Error
+	if !errors.As(errs[1], &e) || !e.Unsent || !e.Transient {
+		t.Errorf("the caller gone before the batch's turn: %#v; want transient and never sent", errs[1])
+	}
+	for _, i := range []int{0, 2, 3} {
+		if errs[i] != nil || sb.NotesWithExternalID(fmt.Sprint("evt-", i)) != 1 {
+			t.Errorf("evt-%d: %v", i, errs[i])
+		}
+	}
+}
+
+// Every caller's own HTTP trace sees its batch's request go out, and stays its own: a
+// later request on one caller's context does not run another's hooks.
+func TestEachCallersTraceSeesItsBatch(t *testing.T) {
+	sb, c, h, contacts := portal(t, isPost("/crm/v3/objects/notes"), "a@example.com")
+	const n = 4
+	var wrote [n]atomic.Int32
+	ctxs := make([]context.Context, n)
+	for i := range n {
+		ctxs[i] = httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{WroteHeaders: func() { wrote[i].Add(1) }})
+	}
+	burst(t, h, c.creates, n, func(i int) error {
+		_, err := c.CreateNote(ctxs[i], Note{ContactID: contacts[0], Body: "reply", ExternalID: fmt.Sprint("evt-", i)})
+		return err
+	})
+	for i := range n {
+		if got := wrote[i].Load(); got != 1 {
+			t.Errorf("caller %d's trace saw %d requests, want 1 (its own, or its batch)", i, got)
+		}
+	}
+	if _, err := c.createNote(ctxs[3], Note{ContactID: contacts[0], Body: "later", ExternalID: "evt-later"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if want := map[bool]int32{true: 2, false: 1}[i == 3]; wrote[i].Load() != want {
+			t.Errorf("after a request of caller 3 alone, caller %d's trace saw %d, want %d", i, wrote[i].Load(), want)
+		}
+	}
+	if sb.Requests(sandbox.RouteHubSpotNoteBatchCreate) != 1 {
+		t.Fatal("no batch")
+	}
+}
+
+// A panic sending a batch fails each of its callers permanently, with the stack; the
+// process lives and the batcher goes on.
+func TestPanicInABatchFailsItsCallers(t *testing.T) {
+	release, entered := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	b := &batcher[int, int]{
+		one: func(_ context.Context, in int) (int, error) {
+			first.Do(func() { close(entered); <-release })
+			return in, nil
+		},
+		many: func(context.Context, []int) ([]int, []bool, error) { panic("boom") },
+	}
+	h := &holdFirst{entered: entered, release: release}
+	errs := burst(t, h, b, 3, func(i int) error { _, err := b.do(context.Background(), i); return err })
+	if errs[0] != nil {
+		t.Errorf("the first, alone: %v", errs[0])
+	}
+	for _, err := range errs[1:] {
+		var e *platform.Error
+		if !errors.As(err, &e) || e.Transient || !strings.Contains(e.Msg, "panic sending a batch request: boom") || !strings.Contains(e.Msg, "goroutine") {
+			t.Errorf("a caller of the batch that panicked: %v; want a permanent error with the stack", err)
+		}
+	}
+	if out, err := b.do(context.Background(), 7); out != 7 || err != nil {
+		t.Errorf("after the panic: %d, %v", out, err)
 	}
 }
 

@@ -116,8 +116,9 @@ func New(cfg Config) *Client {
 		Limit:      cfg.Limit,
 		Auth:       platform.Bearer(cfg.Token),
 		ErrMsg:     errMsg,
-		// A batch's answer holds up to MaxBatch notes of up to MaxNoteBody characters.
-		MaxBody: MaxBatch*4*MaxNoteBody + platform.MaxBody,
+		// A batch's answer holds up to MaxBatch notes of up to MaxNoteBody characters,
+		// each up to six bytes as JSON (\uXXXX).
+		MaxBody: MaxBatch*6*MaxNoteBody + platform.MaxBody,
 	}
 	search := h
 	search.Limit = cfg.SearchLimit
