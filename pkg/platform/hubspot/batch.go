@@ -24,7 +24,7 @@ import (
 // portal takes several times the replies it would one request each; at a trickle
 // nothing waits.
 //
-// The four kinds, each with its batch endpoint (CRM v3 objects API, batch section;
+// The kinds, each with its batch endpoint (CRM v3 objects API, batch section;
 // docs/platforms.md):
 //
 //	contacts by e-mail  POST /crm/v3/objects/contacts/batch/read, idProperty email
@@ -39,11 +39,11 @@ import (
 //
 // A batch answers for each input it names; an input it does not name (a note it did
 // not create, a contact id it did not find) is sent again alone, so its caller gets
-// the single endpoint's answer (its 409 or 404: a contact that exists, named by id). A batch refused whole with a 4xx
-// other than 429 (one input HubSpot will not take: a duplicate key, a bad value) is
-// sent again one input at a time, so one caller's bad input fails no other. A batch
-// that fails otherwise (429, 5xx, timeout) fails each of its callers, whose retries
-// read before they write, as after any lost answer.
+// the single endpoint's answer (its 409 naming what exists, its 404). A batch refused
+// whole with a 4xx other than 401, 403 and 429 (one input HubSpot will not take: a
+// duplicate key, a bad value) is sent again one input at a time, so one caller's bad
+// input fails no other. A batch that fails otherwise (429, 5xx, timeout) fails each of
+// its callers, whose retries read before they write, as after any lost answer.
 
 // MaxBatch is how many inputs one batch request carries: HubSpot's batch endpoints
 // take up to 100.
@@ -289,17 +289,18 @@ type upserted struct {
 	created bool
 }
 
-// found is a read's answer: the contact, if there is one.
-type found struct {
+// foundContact is a contact read's answer: the contact, if there is one.
+type foundContact struct {
 	contact Contact
 	ok      bool
 }
 
+// batchers makes c's batcher of each kind, from its single and batch requests.
 func (c *Client) batchers() {
-	c.byEmail = &batcher[string, found]{
-		one: func(ctx context.Context, email string) (found, error) {
+	c.byEmail = &batcher[string, foundContact]{
+		one: func(ctx context.Context, email string) (foundContact, error) {
 			contact, ok, err := c.contactByEmail(ctx, email)
-			return found{contact, ok}, err
+			return foundContact{contact, ok}, err
 		},
 		many: c.contactsByEmail,
 	}
@@ -329,7 +330,7 @@ func (c *Client) batchers() {
 // contactsByEmail reads contacts by e-mail (lower-cased, as ContactByEmail gives them),
 // by the unique email property: a contact the answer does not name has none, unless
 // the answer names an error other than not found.
-func (c *Client) contactsByEmail(ctx context.Context, emails []string) ([]found, []bool, error) {
+func (c *Client) contactsByEmail(ctx context.Context, emails []string) ([]foundContact, []bool, error) {
 	inputs := make([]map[string]string, len(emails))
 	for i, e := range emails {
 		inputs[i] = map[string]string{"id": e}
@@ -343,11 +344,11 @@ func (c *Client) contactsByEmail(ctx context.Context, emails []string) ([]found,
 	for _, o := range resp.Results {
 		byEmail[strings.ToLower(o.Properties["email"])] = o
 	}
-	outs, answered := make([]found, len(emails)), make([]bool, len(emails))
+	outs, answered := make([]foundContact, len(emails)), make([]bool, len(emails))
 	none := resp.onlyNotFound()
 	for i, e := range emails {
 		o, ok := byEmail[e]
-		outs[i], answered[i] = found{Contact(o), ok}, ok || none
+		outs[i], answered[i] = foundContact{Contact(o), ok}, ok || none
 	}
 	return outs, answered, nil
 }

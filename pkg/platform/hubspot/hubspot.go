@@ -93,10 +93,9 @@ type Client struct {
 	h      platform.HTTP
 	search platform.HTTP // the search endpoints, paced by their own limit only
 	// Concurrent callers' requests of each kind, sent together (batch.go).
-	byEmail *batcher[string, found]
-	byID    *batcher[string, Contact]
-	creates *batcher[Note, Note]
-	// contactCreates sends concurrent contact creates together.
+	byEmail        *batcher[string, foundContact]
+	byID           *batcher[string, Contact]
+	creates        *batcher[Note, Note]
 	contactCreates *batcher[map[string]string, Contact]
 	noteReads      *batcher[string, foundNote]
 	upserts        *batcher[Note, upserted]

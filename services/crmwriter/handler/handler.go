@@ -40,10 +40,11 @@
 //
 // Every HubSpot request goes through Event.Call, one request per call, so a 429's
 // Retry-After holds every event's next request and the breaker stops calls while
-// HubSpot is down. Concurrent events' calls of one kind (contact reads, note creates,
-// note updates) may share one batch request (pkg/platform/hubspot/batch.go); each
-// event still gets its own answer. Errors keep pkg/platform's class: 400/401/403/404 are dead-lettered
-// at once, timeouts, 429 and 5xx retried. A reply that names no e-mail is
+// HubSpot is down. Concurrent events' calls of one kind (contact reads and creates,
+// note reads, creates, upserts and updates) may share one batch request
+// (pkg/platform/hubspot/batch.go); each event still gets its own answer. Errors keep
+// pkg/platform's class: 400/401/403/404 are dead-lettered at once, timeouts, 429 and
+// 5xx retried. A reply that names no e-mail is
 // dead-lettered: HubSpot contacts are matched by e-mail, and a person must look.
 //
 // What was written (contact id, note id) is logged and handed to Options.OnWritten.
