@@ -331,41 +331,25 @@ func (c *Client) batchers() {
 // by the unique email property: a contact the answer does not name has none, unless
 // the answer names an error other than not found.
 func (c *Client) contactsByEmail(ctx context.Context, emails []string) ([]foundContact, []bool, error) {
-	inputs := make([]map[string]string, len(emails))
-	for i, e := range emails {
-		inputs[i] = map[string]string{"id": e}
-	}
 	var resp batchAnswer
-	req := map[string]any{"idProperty": "email", "inputs": inputs, "properties": ContactProperties, "propertiesWithHistory": []string{}}
+	req := map[string]any{"idProperty": "email", "inputs": idInputs(emails), "properties": ContactProperties, "propertiesWithHistory": []string{}}
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/contacts/batch/read", nil, req, &resp); err != nil {
 		return nil, nil, err
 	}
-	byEmail := make(map[string]Object, len(resp.Results))
-	for _, o := range resp.Results {
-		byEmail[strings.ToLower(o.Properties["email"])] = o
-	}
-	outs, answered := make([]foundContact, len(emails)), make([]bool, len(emails))
-	none := resp.onlyNotFound()
-	for i, e := range emails {
-		o, ok := byEmail[e]
-		outs[i], answered[i] = foundContact{Contact(o), ok}, ok || none
-	}
-	return outs, answered, nil
+	outs, answered := matchResults(emails, resp.Results, emailOf, func(_ int, o Object) foundContact { return foundContact{Contact(o), true} })
+	return outs, notFoundAnswered(answered, resp), nil
 }
 
 // contactsByID reads contacts by id; one the answer does not name is asked alone (a
 // missing contact is the single read's 404).
 func (c *Client) contactsByID(ctx context.Context, ids []string) ([]Contact, []bool, error) {
-	inputs := make([]map[string]string, len(ids))
-	for i, id := range ids {
-		inputs[i] = map[string]string{"id": id}
-	}
 	var resp batchAnswer
-	req := map[string]any{"inputs": inputs, "properties": ContactProperties, "propertiesWithHistory": []string{}}
+	req := map[string]any{"inputs": idInputs(ids), "properties": ContactProperties, "propertiesWithHistory": []string{}}
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/contacts/batch/read", nil, req, &resp); err != nil {
 		return nil, nil, err
 	}
-	return byRecordID(ids, resp.Results, func(o Object) Contact { return Contact(o) })
+	outs, answered := matchResults(ids, resp.Results, recordID, func(_ int, o Object) Contact { return Contact(o) })
+	return outs, answered, nil
 }
 
 // createNotes creates notes, each with its association to its contact (the batch
@@ -373,24 +357,19 @@ func (c *Client) contactsByID(ctx context.Context, ids []string) ([]Contact, []b
 // its key) is created alone.
 func (c *Client) createNotes(ctx context.Context, notes []Note) ([]Note, []bool, error) {
 	inputs := make([]map[string]any, len(notes))
+	keys := make([]string, len(notes))
 	for i := range notes {
-		inputs[i] = noteCreate(&notes[i])
+		inputs[i], keys[i] = noteCreate(&notes[i]), notes[i].ExternalID
 	}
 	var resp batchAnswer
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes/batch/create", nil, map[string]any{"inputs": inputs}, &resp); err != nil {
 		return nil, nil, err
 	}
-	byKey := make(map[string]string, len(resp.Results))
-	for _, o := range resp.Results {
-		byKey[o.Properties[ExternalIDProperty]] = o.ID
-	}
-	outs, answered := make([]Note, len(notes)), make([]bool, len(notes))
-	for i, n := range notes {
-		if id := byKey[n.ExternalID]; id != "" {
-			n.ID = id
-			outs[i], answered[i] = n, true
-		}
-	}
+	outs, answered := matchResults(keys, resp.Results, writtenNoteKey, func(i int, o Object) Note {
+		n := notes[i]
+		n.ID = o.ID
+		return n
+	})
 	return outs, answered, nil
 }
 
@@ -400,76 +379,49 @@ func (c *Client) createNotes(ctx context.Context, notes []Note) ([]Note, []bool,
 // and the one that exists gets its own 409 naming it.
 func (c *Client) createContacts(ctx context.Context, props []map[string]string) ([]Contact, []bool, error) {
 	inputs := make([]map[string]any, len(props))
+	emails := make([]string, len(props))
 	for i, p := range props {
-		inputs[i] = map[string]any{"properties": p}
+		inputs[i], emails[i] = map[string]any{"properties": p}, strings.ToLower(p["email"])
 	}
 	var resp batchAnswer
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/contacts/batch/create", nil, map[string]any{"inputs": inputs}, &resp); err != nil {
 		return nil, nil, err
 	}
-	byEmail := make(map[string]Object, len(resp.Results))
-	for _, o := range resp.Results {
-		byEmail[strings.ToLower(o.Properties["email"])] = o
-	}
-	outs, answered := make([]Contact, len(props)), make([]bool, len(props))
-	for i, p := range props {
-		if o, ok := byEmail[strings.ToLower(p["email"])]; ok && p["email"] != "" {
-			outs[i], answered[i] = Contact(o), true
-		}
-	}
+	outs, answered := matchResults(emails, resp.Results, emailOf, func(_ int, o Object) Contact { return Contact(o) })
 	return outs, answered, nil
 }
 
 // notesByExternalID reads notes by their keys: a key the answer does not name has no
 // note, unless the answer names an error other than not found (then it is read alone).
 func (c *Client) notesByExternalID(ctx context.Context, keys []string) ([]foundNote, []bool, error) {
-	inputs := make([]map[string]string, len(keys))
-	for i, k := range keys {
-		inputs[i] = map[string]string{"id": k}
-	}
 	var resp batchAnswer
-	req := map[string]any{"idProperty": ExternalIDProperty, "inputs": inputs, "properties": noteProps, "propertiesWithHistory": []string{}}
+	req := map[string]any{"idProperty": ExternalIDProperty, "inputs": idInputs(keys), "properties": noteProps, "propertiesWithHistory": []string{}}
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes/batch/read", nil, req, &resp); err != nil {
 		return nil, nil, err
 	}
-	byKey := make(map[string]Object, len(resp.Results))
-	for _, o := range resp.Results {
-		byKey[o.Properties[ExternalIDProperty]] = o
-	}
-	outs, answered := make([]foundNote, len(keys)), make([]bool, len(keys))
-	none := resp.onlyNotFound()
-	for i, k := range keys {
-		o, ok := byKey[k]
-		if ok {
-			outs[i] = foundNote{noteFrom(o), true}
-		}
-		answered[i] = ok || none
-	}
-	return outs, answered, nil
+	outs, answered := matchResults(keys, resp.Results, func(o Object) string { return o.Properties[ExternalIDProperty] },
+		func(_ int, o Object) foundNote { return foundNote{noteFrom(o), true} })
+	return outs, notFoundAnswered(answered, resp), nil
 }
 
 // upsertNotes creates or updates notes by their keys; a note the answer does not name
 // (a 207's error for it) is upserted alone, which gives its error's category.
 func (c *Client) upsertNotes(ctx context.Context, notes []Note) ([]upserted, []bool, error) {
 	inputs := make([]map[string]any, len(notes))
+	keys := make([]string, len(notes))
 	for i := range notes {
 		inputs[i] = map[string]any{"idProperty": ExternalIDProperty, "id": notes[i].ExternalID, "properties": notes[i].properties()}
+		keys[i] = notes[i].ExternalID
 	}
 	var resp notesBatch
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes/batch/upsert", nil, map[string]any{"inputs": inputs}, &resp); err != nil {
 		return nil, nil, err
 	}
-	byKey := make(map[string]int, len(resp.Results))
-	for i, o := range resp.Results {
-		byKey[o.Properties[ExternalIDProperty]] = i
-	}
-	outs, answered := make([]upserted, len(notes)), make([]bool, len(notes))
-	for i, n := range notes {
-		if j, ok := byKey[n.ExternalID]; ok && resp.Results[j].ID != "" {
-			n.ID = resp.Results[j].ID
-			outs[i], answered[i] = upserted{n, resp.Results[j].New}, true
-		}
-	}
+	outs, answered := matchResults(keys, resp.Results, func(r noteResult) string { return writtenNoteKey(r.Object) }, func(i int, r noteResult) upserted {
+		n := notes[i]
+		n.ID = r.ID
+		return upserted{n, r.New}
+	})
 	return outs, answered, nil
 }
 
@@ -491,20 +443,55 @@ func (c *Client) updateNotes(ctx context.Context, us []noteUpdate) ([]Note, []bo
 	if err := c.h.Do(ctx, http.MethodPost, "/crm/v3/objects/notes/batch/update", nil, map[string]any{"inputs": inputs}, &resp); err != nil {
 		return nil, nil, err
 	}
-	return byRecordID(ids, resp.Results, noteFrom)
+	outs, answered := matchResults(ids, resp.Results, recordID, func(_ int, o Object) Note { return noteFrom(o) })
+	return outs, answered, nil
 }
 
-// byRecordID gives each id its record among results, as to makes it.
-func byRecordID[O any](ids []string, results []Object, to func(Object) O) ([]O, []bool, error) {
-	byID := make(map[string]Object, len(results))
-	for _, o := range results {
-		byID[o.ID] = o
+// idInputs are a batch read's inputs: one {"id": key} each.
+func idInputs(keys []string) []map[string]string {
+	inputs := make([]map[string]string, len(keys))
+	for i, k := range keys {
+		inputs[i] = map[string]string{"id": k}
 	}
-	outs, answered := make([]O, len(ids)), make([]bool, len(ids))
-	for i, id := range ids {
-		if o, ok := byID[id]; ok {
-			outs[i], answered[i] = to(o), true
+	return inputs
+}
+
+// matchResults gives input i (its key keys[i]) the result whose keyOf is the same, as
+// to makes it from the two; answered[i] says it had one. An empty key matches nothing.
+func matchResults[R, O any](keys []string, results []R, keyOf func(R) string, to func(i int, r R) O) (outs []O, answered []bool) {
+	byKey := make(map[string]R, len(results))
+	for _, r := range results {
+		byKey[keyOf(r)] = r
+	}
+	outs, answered = make([]O, len(keys)), make([]bool, len(keys))
+	for i, k := range keys {
+		if r, ok := byKey[k]; ok && k != "" {
+			outs[i], answered[i] = to(i, r), true
 		}
 	}
-	return outs, answered, nil
+	return outs, answered
+}
+
+// notFoundAnswered marks answered, for a batch read, the inputs with no result when
+// every error of resp is a record not found: those have none.
+func notFoundAnswered(answered []bool, resp batchAnswer) []bool {
+	if resp.onlyNotFound() {
+		for i := range answered {
+			answered[i] = true
+		}
+	}
+	return answered
+}
+
+func recordID(o Object) string { return o.ID }
+
+// emailOf is a contact's e-mail as the batch's inputs hold it: lower-cased.
+func emailOf(o Object) string { return strings.ToLower(o.Properties["email"]) }
+
+// writtenNoteKey is the key of a note HubSpot answered it wrote: none without an id.
+func writtenNoteKey(o Object) string {
+	if o.ID == "" {
+		return ""
+	}
+	return o.Properties[ExternalIDProperty]
 }

@@ -287,14 +287,17 @@ func (c *Client) noteProperty(ctx context.Context) (found bool, err error) {
 // notesBatch is the answer of notes/batch/read and notes/batch/upsert: results, and
 // per-input errors when HubSpot answers 207.
 type notesBatch struct {
-	Results []struct {
-		Object
-		New bool `json:"new"`
-	} `json:"results"`
-	Errors []struct {
+	Results []noteResult `json:"results"`
+	Errors  []struct {
 		Category string `json:"category"`
 		Message  string `json:"message"`
 	} `json:"errors"`
+}
+
+// noteResult is one note of a notes batch answer; New says the upsert created it.
+type noteResult struct {
+	Object
+	New bool `json:"new"`
 }
 
 // NoteByExternalID reads the note carrying key by the unique property (no search:

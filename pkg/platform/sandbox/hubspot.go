@@ -437,14 +437,22 @@ func (s *Server) hsCreateContact(w http.ResponseWriter, r *http.Request) {
 		hubspotError(w, http.StatusBadRequest, "VALIDATION_ERROR", err.Error())
 		return
 	}
-	email := strings.ToLower(req.Properties["email"])
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if same := s.hubspot.byEmail[email]; email != "" && len(same) > 0 {
-		hubspotError(w, http.StatusConflict, "CONFLICT", "Contact already exists. Existing ID: "+same[0].ID)
+	if s.contactTaken(w, req.Properties["email"]) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, hsJSON(s.hsAddContact(req.Properties)))
+}
+
+// contactTaken answers 409 when HubSpot has a contact with email, naming it (a single
+// create's and a batch's refusal). Called with s.mu held.
+func (s *Server) contactTaken(w http.ResponseWriter, email string) bool {
+	if same := s.hubspot.byEmail[strings.ToLower(email)]; email != "" && len(same) > 0 {
+		hubspotError(w, http.StatusConflict, "CONFLICT", "Contact already exists. Existing ID: "+same[0].ID)
+		return true
+	}
+	return false
 }
 
 // hsAddContact stores a new contact with props, its e-mail lower-cased. Called with

@@ -157,8 +157,7 @@ func (s *Server) hsContactsCreate(w http.ResponseWriter, r *http.Request) {
 	emails := map[string]bool{}
 	for _, in := range inputs {
 		email := strings.ToLower(in.Properties["email"])
-		if same := s.hubspot.byEmail[email]; email != "" && len(same) > 0 {
-			hubspotError(w, http.StatusConflict, "CONFLICT", "Contact already exists. Existing ID: "+same[0].ID)
+		if s.contactTaken(w, email) {
 			return
 		}
 		if email != "" && emails[email] {
