@@ -511,8 +511,12 @@ func applyNamed(ctx context.Context, s Stores, dir Identities, env envelope.Enve
 	}
 	res.Contact, res.Rev = c, rev
 	if back && rev != 0 {
-		s.held.behind[key] = struct{}{} // its members are derived once, later (catchUp)
-		err = deriveSuppression(ctx, s, c, rev)
+		if !s.held.noMembers {
+			s.held.behind[key] = struct{}{} // its members are derived once, later (catchUp)
+		}
+		if !s.held.noSuppression {
+			err = deriveSuppression(ctx, s, c, rev)
+		}
 	} else {
 		err = derive(ctx, s, c, rev)
 	}
@@ -561,12 +565,18 @@ func views(c Contact, keys []lifecycle.Key) []lifecycle.View {
 	return out
 }
 
-// derive brings c's campaign memberships and suppression entry up to revision rev.
+// derive brings c's campaign memberships and suppression entry up to revision rev (in
+// a replay read for one projection, the one it reads).
 func derive(ctx context.Context, s Stores, c Contact, rev uint64) error {
-	if err := deriveMembers(ctx, s, c, rev); err != nil {
-		return err
+	if s.held == nil || !s.held.noMembers {
+		if err := deriveMembers(ctx, s, c, rev); err != nil {
+			return err
+		}
 	}
-	return deriveSuppression(ctx, s, c, rev)
+	if s.held == nil || !s.held.noSuppression {
+		return deriveSuppression(ctx, s, c, rev)
+	}
+	return nil
 }
 
 // deriveMembers brings c's member entries in its campaigns up to revision rev.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +52,11 @@ type ReplayOptions struct {
 	// OnProgress, if set, hears progress at most every Every (default 1 s).
 	OnProgress func(Progress)
 	Every      time.Duration
+	// Only, if set (a projection's name), is the one projection a replay into memory of
+	// its own is read for: it builds that one and the contact records it is derived
+	// from, not the other derived one (`exacto replay` without --into compares one
+	// projection and keeps nothing). Unset, or into any other stores, all three.
+	Only string
 }
 
 // Replay applies the events of EXACTO_EVENTS from opts' start up to the last one stored
@@ -65,6 +71,12 @@ func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptio
 	_, c := s.Contacts.(*Memory)
 	_, sh := s.Campaigns.(*Memory)
 	s.held.back = c && sh // a rebuild of its own, in memory: written back
+	if s.held.back && o.Only != "" {
+		if !slices.Contains(Names, o.Only) {
+			return Progress{}, fmt.Errorf("replay of projection %q: want one of %s", o.Only, strings.Join(Names, ", "))
+		}
+		s.held.noMembers, s.held.noSuppression = o.Only == Contacts || o.Only == Suppression, o.Only == Contacts || o.Only == Campaigns
+	}
 	p, err := replay(ctx, js, s, o)
 	if ferr := s.held.flush(context.WithoutCancel(ctx), s); err == nil { // what it holds is stored, whatever stopped it
 		err = ferr

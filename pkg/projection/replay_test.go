@@ -366,3 +366,69 @@ func TestMemoKeepsOnlyWhatNamingReads(t *testing.T) {
 		t.Fatalf("from the memo: %+v, %v", again, err)
 	}
 }
+
+// A replay into memory read for one projection (ReplayOptions.Only) builds that one as
+// a full replay does, and the contact records, and leaves the other derived one empty,
+// also where it folds merged contacts; one asked for a projection there is not is
+// refused before it reads anything. Each replay names the contacts afresh (a server of
+// its own), as the first replay after the merges does.
+func TestReplayBuildsOnlyWhatItIsReadFor(t *testing.T) {
+	ctx := context.Background()
+	evs := identityHistory() // merges: the folds derive entries too
+	for i := range 60 {
+		types := []string{envelope.TypeEmailSent, envelope.TypeReplyReceived, envelope.TypeLeadUnsubscribed, envelope.TypeEmailBounced}
+		evs = append(evs, event(100+i, types[i%4], fmt.Sprintf("lead%d@northwind.example", i/2), fmt.Sprint("camp-", i%3), time.Duration(i)*time.Second))
+	}
+	replay := func(only string) (Stores, error) {
+		conn := brokertest.Start(t, "")
+		publish(t, conn, evs)
+		kv, err := conn.JS.KeyValue(ctx, stream.ContactIDs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := Memories()
+		_, err = Replay(ctx, conn.JS, s, ReplayOptions{Dir: contacts.New(kvstore.KV{KV: kv}), Only: only})
+		return s, err
+	}
+	all, err := replay("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range Names {
+		s, _ := all.Of(name)
+		if keys, err := s.Keys(ctx, ""); err != nil || len(keys) == 0 {
+			t.Fatalf("the full replay built no %s (%v): the history does not test it", name, err)
+		}
+	}
+	for _, only := range Names {
+		got, err := replay(only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range Names {
+			a, _ := got.Of(name)
+			b, _ := all.Of(name)
+			keys, err := a.Keys(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch d, err := Diff(ctx, name, a, b); {
+			case err != nil:
+				t.Fatal(err)
+			case name == only || name == Contacts:
+				if !d.Equal() {
+					t.Errorf("replay for %s: its %s differs from a full replay's: %+v", only, name, d)
+				}
+			case len(keys) > 0:
+				t.Errorf("replay for %s built %d keys of %s, which nothing reads", only, len(keys), name)
+			}
+		}
+	}
+	s, err := replay("contact")
+	if err == nil || !strings.Contains(err.Error(), "want one of") {
+		t.Fatalf("a replay for projection %q: %v, want it refused", "contact", err)
+	}
+	if keys, _ := s.Contacts.Keys(ctx, ""); len(keys) > 0 {
+		t.Fatalf("a refused replay built %d contacts", len(keys))
+	}
+}

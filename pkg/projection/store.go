@@ -336,6 +336,9 @@ type held struct {
 	// back: the replay's stores are memory of its own, nobody else writes them: write
 	// back (Replay sets it when every store is a Memory).
 	back bool
+	// noMembers, noSuppression: a replay with write-back read for one projection
+	// (ReplayOptions.Only) leaves out the derived one nothing reads.
+	noMembers, noSuppression bool
 }
 
 type heldRec[T any] struct {

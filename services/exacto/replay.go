@@ -46,7 +46,8 @@ says how far behind it still is if it has not.
 
 --into NAME writes the rebuild into the buckets EXACTO_PROJ_<PROJECTION>_<NAME>;
 --into sqlite:FILE into an SQLite file with one table per projection, for SQL. Without
---into nothing is written. A replay stopped with Ctrl-C (or SIGTERM) writes what it has
+--into nothing is written, and only projection NAME (and the contact records it is
+derived from) is rebuilt. A replay stopped with Ctrl-C (or SIGTERM) writes what it has
 and where it got to; the same command again (same --projection, --from-seq, --since and
 --into) resumes it after the last event it applied. A different replay into a target
 holding an unfinished one is refused unless --restart says to start it over. A start
@@ -171,6 +172,9 @@ func replay(ctx context.Context, out, errOut io.Writer, js jetstream.JetStream, 
 		return err
 	}
 	opts := projection.ReplayOptions{FromSeq: r.fromSeq, Since: r.since, Dir: dir}
+	if r.target == (target{}) { // kept nowhere: only what the comparison reads is built
+		opts.Only = r.projection
+	}
 	resuming := false
 	if resumed && !cp.Done {
 		switch {

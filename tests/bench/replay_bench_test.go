@@ -140,9 +140,10 @@ func rawReader(spec string) int {
 	return 0
 }
 
-// BenchmarkReplay rebuilds every projection from the stream (as `exacto replay` does,
-// into memory, contacts named through the directory) beside a bare read of the same
-// stream. EXACTO_BENCH_REPLAY_EVENTS sets the size (default 50,000), and
+// BenchmarkReplay rebuilds every projection from the stream (as `exacto replay --into`
+// does, into memory, contacts named through the directory) beside a bare read of the
+// same stream, and runs `exacto replay --projection contacts` (no --into: the contacts
+// alone) as a process of its own beside a raw reader of its own. EXACTO_BENCH_REPLAY_EVENTS sets the size (default 50,000), and
 // EXACTO_BENCH_REPLAY_LARGE the size of a second, larger run (default 200,000).
 func BenchmarkReplay(b *testing.B) {
 	n := envInt("EXACTO_BENCH_REPLAY_EVENTS", 50000)
@@ -292,8 +293,8 @@ type rebuilt struct {
 	liveHeap           uint64
 }
 
-// rebuildOnce rebuilds every projection from the stream into memory, as `exacto replay`
-// does, and measures it; profile: under EXACTO_BENCH_REPLAY_PROFILE's CPU profile.
+// rebuildOnce rebuilds every projection from the stream into memory, as `exacto replay
+// --into` does, and measures it; profile: under EXACTO_BENCH_REPLAY_PROFILE's CPU profile.
 func rebuildOnce(b *testing.B, ctx context.Context, js jetstream.JetStream, dir *contacts.Directory, n int, profile bool) rebuilt {
 	if f := os.Getenv("EXACTO_BENCH_REPLAY_PROFILE"); f != "" && profile { // a CPU profile of a rebuild alone
 		out, err := os.Create(f)
