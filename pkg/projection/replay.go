@@ -67,14 +67,14 @@ type ReplayOptions struct {
 // the stream confirms that no event is left up to that last one; while one is, it pulls
 // again, and fails after stallAfter (30 s) without an event delivered.
 func Replay(ctx context.Context, js jetstream.JetStream, s Stores, o ReplayOptions) (Progress, error) {
+	if o.Only != "" && !slices.Contains(Names, o.Only) {
+		return Progress{}, fmt.Errorf("replay of projection %q: want one of %s", o.Only, strings.Join(Names, ", "))
+	}
 	s.held = newHeld()
 	_, c := s.Contacts.(*Memory)
 	_, sh := s.Campaigns.(*Memory)
 	s.held.back = c && sh // a rebuild of its own, in memory: written back
 	if s.held.back && o.Only != "" {
-		if !slices.Contains(Names, o.Only) {
-			return Progress{}, fmt.Errorf("replay of projection %q: want one of %s", o.Only, strings.Join(Names, ", "))
-		}
 		s.held.noMembers, s.held.noSuppression = o.Only == Contacts || o.Only == Suppression, o.Only == Contacts || o.Only == Campaigns
 	}
 	p, err := replay(ctx, js, s, o)
