@@ -157,20 +157,35 @@ func (s *Server) hsContactsCreate(w http.ResponseWriter, r *http.Request) {
 	emails := map[string]bool{}
 	for _, in := range inputs {
 		email := strings.ToLower(in.Properties["email"])
-		if s.contactTaken(w, email) {
+		if s.contactTaken(w, email) || twiceInBatch(w, emails, email, "email "+email) {
 			return
 		}
-		if email != "" && emails[email] {
-			hubspotError(w, http.StatusConflict, "CONFLICT", "Duplicate email "+email+" within the batch")
-			return
-		}
-		emails[email] = true
 	}
-	results := []map[string]any{}
-	for _, in := range inputs {
-		results = append(results, hsJSON(s.hsAddContact(in.Properties)))
+	contacts := make([]*Object, len(inputs))
+	for i, in := range inputs {
+		contacts[i] = s.hsAddContact(in.Properties)
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"status": "COMPLETE", "results": results})
+	answerBatchWrite(w, http.StatusCreated, contacts)
+}
+
+// twiceInBatch refuses a batch write with a 409 when key (named what) is one an
+// earlier input of the batch gave (seen); an empty key is never twice.
+func twiceInBatch(w http.ResponseWriter, seen map[string]bool, key, what string) bool {
+	if key != "" && seen[key] {
+		hubspotError(w, http.StatusConflict, "CONFLICT", "Duplicate "+what+" within the batch")
+		return true
+	}
+	seen[key] = true
+	return false
+}
+
+// answerBatchWrite answers a batch write with the records it wrote, in the inputs' order.
+func answerBatchWrite(w http.ResponseWriter, status int, objs []*Object) {
+	results := make([]map[string]any, 0, len(objs))
+	for _, o := range objs {
+		results = append(results, hsJSON(o))
+	}
+	writeJSON(w, status, map[string]any{"status": "COMPLETE", "results": results})
 }
 
 // hsNotesCreate serves notes/batch/create: each input is a single create's body (its
@@ -191,20 +206,16 @@ func (s *Server) hsNotesCreate(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		if k := in.Properties[NoteExternalIDProperty]; k != "" && keys[k] {
-			hubspotError(w, http.StatusConflict, "CONFLICT", "Duplicate "+NoteExternalIDProperty+"="+k+" within the batch")
+		if k := in.Properties[NoteExternalIDProperty]; twiceInBatch(w, keys, k, NoteExternalIDProperty+"="+k) {
 			return
 		}
-		keys[in.Properties[NoteExternalIDProperty]] = true
 		notes[i] = o
 	}
-	results := []map[string]any{}
 	for _, o := range notes {
 		o.ID = s.hubspot.id()
 		s.hubspot.addNote(o)
-		results = append(results, hsJSON(o))
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"status": "COMPLETE", "results": results})
+	answerBatchWrite(w, http.StatusCreated, notes)
 }
 
 // hsNotesUpdate serves notes/batch/update: each input's properties set on the note
@@ -230,14 +241,13 @@ func (s *Server) hsNotesUpdate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	results := []map[string]any{}
-	for _, in := range inputs {
-		n := s.hubspot.noteByID[in.ID]
-		s.hubspot.setNoteProperties(n, in.Properties)
-		n.UpdatedAt = time.Now()
-		results = append(results, hsJSON(n))
+	notes := make([]*Object, len(inputs))
+	for i, in := range inputs {
+		notes[i] = s.hubspot.noteByID[in.ID]
+		s.hubspot.setNoteProperties(notes[i], in.Properties)
+		notes[i].UpdatedAt = time.Now()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "COMPLETE", "results": results})
+	answerBatchWrite(w, http.StatusOK, notes)
 }
 
 func (s *Server) hsPropertyGet(w http.ResponseWriter, r *http.Request) {
