@@ -302,10 +302,7 @@ func BenchmarkConsumers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hs, _ := platforms.For("bench")
-	if err := crmwriter.EnsureProperty(ctx, []string{"bench"}, func(string) *hubspot.Client { return hs.HubSpot }, nil); err != nil {
-		b.Fatal(err) // as the crmwriter's start makes it
-	}
+	crm := crmwriterOptions(b, cfg, platforms, dir, d)
 	b.ResetTimer()
 	// Each row beside a bare consume measured right before it: the machine's speed moves
 	// by a quarter within a run, and a baseline taken once at the start put the later
@@ -325,9 +322,7 @@ func BenchmarkConsumers(b *testing.B) {
 		return drain(b, conn, sb, of(stream.Stopper), 2*n, consumer.Options{Dependencies: stopper.Dependencies, Handle: stopper.New(d, platforms.For, dir, nil)})
 	})
 	add("crmwriter (contact, note, classification)", func() drained {
-		return drain(b, conn, sb, of(stream.CRMWriter), 2*n, consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),
-			Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
-				Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish})})
+		return drain(b, conn, sb, of(stream.CRMWriter), 2*n, crm)
 	})
 	add("suppressor (list, tell platforms)", func() drained {
 		return drain(b, conn, sb, of(stream.Suppressor), 2*n, consumer.Options{Handle: suppressor.New(suppression.New(kv), platforms.For, dir)})
@@ -388,13 +383,9 @@ func BenchmarkCRMWriterPaced(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		hs, _ := platforms.For("bench")
-		if err := crmwriter.EnsureProperty(ctx, []string{"bench"}, func(string) *hubspot.Client { return hs.HubSpot }, nil); err != nil {
-			b.Fatal(err)
-		}
-		return drain(b, conn, sb, sub, n, consumer.Options{Workers: workers, Dependencies: consumer.On(crmwriter.Dependency),
-			Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
-				Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Via(ingest.PublishOne(conn.JS)).Publish})})
+		o := crmwriterOptions(b, cfg, platforms, dir, d.Via(ingest.PublishOne(conn.JS)))
+		o.Workers = workers
+		return drain(b, conn, sb, sub, n, o)
 	}
 	b.ResetTimer()
 	alone, batched := run(1), run(workers)
@@ -405,6 +396,19 @@ func BenchmarkCRMWriterPaced(b *testing.B) {
 		"timed once steady (%d and %d replies before)", n, alone.before, batched.before)
 	rateRow("consumers", fmt.Sprintf("crmwriter at a paced HubSpot, %d workers: replies/s", workers), rate(batched), rate(alone), note)
 	row("consumers", fmt.Sprintf("crmwriter at a paced HubSpot, %d workers: HubSpot requests per reply", workers), fmt.Sprintf("%.2f", calls(batched)), fmt.Sprintf("%.2f", calls(alone)), calls(batched)/calls(alone), note)
+}
+
+// crmwriterOptions is the crmwriter as exacto up runs it (tenant bench's HubSpot at
+// platforms, contacts named through dir, derived events through d), its note property
+// made as its start makes it.
+func crmwriterOptions(b *testing.B, cfg *config.Config, platforms *accounts.Set, dir *contacts.Directory, d *consumer.Deriver) consumer.Options {
+	hs, _ := platforms.For("bench")
+	if err := crmwriter.EnsureProperty(context.Background(), []string{"bench"}, func(string) *hubspot.Client { return hs.HubSpot }, nil); err != nil {
+		b.Fatal(err)
+	}
+	return consumer.Options{Dependencies: consumer.On(crmwriter.Dependency),
+		Handle: crmwriter.New(crmwriter.Options{HubSpot: func(t string) (*hubspot.Client, bool) { c, ok := platforms.For(t); return c.HubSpot, ok },
+			Route: cfg.CRMOwner, Known: crmwriter.Known(dir), Linked: crmwriter.Linked(dir), Publish: d.Publish})}
 }
 
 // noopSub is the no-op rows' subscription: every reply, settled as a real consumer's.
